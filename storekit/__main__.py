@@ -1,0 +1,3 @@
+from storekit.cli.app import main
+
+main()

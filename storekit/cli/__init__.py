@@ -1,0 +1,1 @@
+"""Thin Typer layer: one module per noun, one output helper, one error -> exit-code table."""

@@ -1,0 +1,94 @@
+"""The `storekit` command: nouns are registered here; errors become one line and an exit code."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import NoReturn
+
+import click
+import typer
+from typer.main import get_command
+
+from storekit import __version__
+from storekit.cli import bench, dataset, layout, prepare
+from storekit.cli.output import dumps, error_document
+from storekit.errors import EXIT_CODE_TABLE, ExitCode, StorekitError
+
+EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
+
+app = typer.Typer(
+    name="storekit",
+    help=(
+        "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
+        "prepare tokenized datasets, move data between tiers, and benchmark parallel I/O.\n\n"
+        "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
+        "one local tier at ./storage is used."
+    ),
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"storekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """storekit: the storage tool for LLM training clusters."""
+
+
+layout.register(app)
+prepare.register(app)
+dataset.register(app)
+bench.register(app)
+
+
+def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
+    code = int(exc.exit_code)
+    if json_mode:
+        sys.stdout.write(dumps(error_document(exc.message, exc.hint, code)) + "\n")
+    sys.stderr.write(f"error: {exc.message}\n")
+    if exc.hint:
+        sys.stderr.write(f"hint: {exc.hint}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    json_mode = "--json" in args
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    command = get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="storekit", standalone_mode=False)
+    except StorekitError as exc:
+        _fail(exc, json_mode)
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(ExitCode.USAGE) from None
+    except click.exceptions.Abort:
+        sys.stderr.write("error: interrupted\n")
+        raise SystemExit(ExitCode.INTERRUPTED) from None
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted; rerun the same command to resume\n")
+        raise SystemExit(ExitCode.INTERRUPTED) from None
+    except BrokenPipeError:
+        raise SystemExit(ExitCode.OK) from None
+    raise SystemExit(rv if isinstance(rv, int) else 0)

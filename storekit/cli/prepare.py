@@ -1,0 +1,9 @@
+"""CLI for `storekit prepare` (being built; see the open issue)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    return None

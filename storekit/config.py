@@ -1,0 +1,192 @@
+"""Site config (`storekit.toml`): named tiers, each an fsspec URL plus options and a role.
+
+Found via `--config`, then `$STOREKIT_CONFIG`, then `./storekit.toml`; with none of those, one local
+tier named `local` rooted at `./storage` is the embedded default, so every command works on a fresh
+machine with no file at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from storekit.errors import ConfigError, NotFoundError
+
+ROLES = ("burst", "parallel", "archive", "plain")
+SUPPORTED_SCHEMES = ("file", "s3")
+DEFAULT_LAYOUT = "llm-cluster"
+ENV_CONFIG = "STOREKIT_CONFIG"
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_SECRET_RE = re.compile(r"(key|secret|token|password|passwd|credential)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TierConfig:
+    name: str
+    url: str  # normalised: file:///abs/path or s3://bucket/prefix
+    role: str = "plain"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    layout: str = DEFAULT_LAYOUT
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme
+
+    def display_options(self) -> dict[str, Any]:
+        """Options safe to print: anything that looks like a credential is masked."""
+        return {k: mask_value(k, v) for k, v in self.options.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiteConfig:
+    source: str  # the file it came from, or "<embedded default>"
+    tiers: Mapping[str, TierConfig]
+    default_tier: str
+
+    def tier(self, name: str | None) -> TierConfig:
+        key = name or self.default_tier
+        if key not in self.tiers:
+            known = ", ".join(sorted(self.tiers)) or "none"
+            raise NotFoundError(
+                f"no tier named {key!r} in {self.source}",
+                hint=f"known tiers: {known}",
+            )
+        return self.tiers[key]
+
+
+def mask_value(key: str, value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: mask_value(k, v) for k, v in value.items()}
+    if _SECRET_RE.search(key) and key not in ("endpoint_url",):
+        return "***"
+    return value
+
+
+def mask_url(url: str) -> str:
+    """Hide credentials embedded in a URL (`s3://key:secret@bucket/...`)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
+def embedded_default(cwd: Path | None = None) -> SiteConfig:
+    root = (cwd or Path.cwd()) / "storage"
+    tier = TierConfig(name="local", url=root.resolve().as_uri(), role="plain")
+    return SiteConfig(source="<embedded default: ./storage>", tiers={"local": tier}, default_tier="local")
+
+
+def find_config_file(explicit: str | None) -> Path | None:
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise NotFoundError(f"config file {explicit} does not exist", hint="check --config")
+        return path
+    env = os.environ.get(ENV_CONFIG)
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            raise NotFoundError(f"config file {env} (from ${ENV_CONFIG}) does not exist")
+        return path
+    local = Path("storekit.toml")
+    return local if local.is_file() else None
+
+
+def load_config(explicit: str | None = None) -> SiteConfig:
+    path = find_config_file(explicit)
+    if path is None:
+        return embedded_default()
+    return parse_config(path.read_bytes(), source=str(path), base_dir=path.resolve().parent)
+
+
+def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
+    _reject_unknown(raw, {"tiers", "default_tier", "layout"}, source, "")
+    layout = _get_str(raw, "layout", source, "layout", default=DEFAULT_LAYOUT)
+    tiers_raw = raw.get("tiers")
+    if not isinstance(tiers_raw, dict) or not tiers_raw:
+        raise ConfigError(source, "tiers", "expected a table of at least one tier, e.g. [tiers.nvme]")
+    tiers: dict[str, TierConfig] = {}
+    for name, body in tiers_raw.items():
+        tiers[name] = _parse_tier(name, body, source, base_dir, layout)
+    default = _get_str(raw, "default_tier", source, "default_tier", default=next(iter(tiers)))
+    if default not in tiers:
+        known = ", ".join(tiers)
+        raise ConfigError(source, "default_tier", f"names unknown tier {default!r}; known: {known}")
+    return SiteConfig(source=source, tiers=tiers, default_tier=default)
+
+
+def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) -> TierConfig:
+    key = f"tiers.{name}"
+    if not _NAME_RE.match(name):
+        raise ConfigError(source, key, "tier names start with a letter and use letters, digits, '-', '_'")
+    if not isinstance(body, dict):
+        raise ConfigError(source, key, "expected a table with at least `url`")
+    _reject_unknown(body, {"url", "role", "options", "layout"}, source, key)
+    url = _get_str(body, "url", source, f"{key}.url")
+    role = _get_str(body, "role", source, f"{key}.role", default="plain")
+    if role not in ROLES:
+        raise ConfigError(source, f"{key}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+    options = body.get("options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(source, f"{key}.options", "expected a table of fsspec storage options")
+    tier_layout = _get_str(body, "layout", source, f"{key}.layout", default=layout)
+    return TierConfig(
+        name=name, url=normalise_url(url, source, f"{key}.url", base_dir), role=role,
+        options=options, layout=tier_layout,
+    )
+
+
+def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
+    """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays."""
+    if not url:
+        raise ConfigError(source, key, "expected a URL such as file:///lustre/storage or s3://bucket/prefix")
+    parts = urlsplit(url)
+    if parts.scheme in ("", "file"):
+        raw_path = parts.path if parts.scheme == "file" else url
+        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+            # file://./storage is a common slip: treat the netloc as the start of a relative path
+            raw_path = parts.netloc + parts.path
+        path = Path(raw_path)
+        if not path.is_absolute():
+            path = base_dir / path
+        return Path(os.path.normpath(path)).as_uri()
+    if parts.scheme not in SUPPORTED_SCHEMES:
+        raise ConfigError(
+            source, key, f"unsupported scheme {parts.scheme!r}; expected file:// (any POSIX mount) or s3://"
+        )
+    if parts.scheme == "s3" and not parts.hostname and not parts.netloc:
+        raise ConfigError(source, key, "an s3:// URL needs a bucket: s3://bucket/prefix")
+    return url.rstrip("/")
+
+
+def _get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:
+    if name not in raw:
+        if default is None:
+            raise ConfigError(source, key, "is required (a string)")
+        return default
+    value = raw[name]
+    if not isinstance(value, str):
+        raise ConfigError(source, key, f"expected a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _reject_unknown(raw: Mapping[str, Any], allowed: set[str], source: str, prefix: str) -> None:
+    for name in raw:
+        if name not in allowed:
+            key = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(source, key, f"unknown key; expected one of {', '.join(sorted(allowed))}")

@@ -1,0 +1,519 @@
+"""Stores: one rooted view of a tier over fsspec, with the operations every command needs.
+
+A POSIX mount (local NVMe, NFS, Lustre, CephFS) and an S3 endpoint (Ceph RGW) are both first-class.
+What a backend cannot do is declared in `Capabilities` and callers check it instead of faking it:
+S3 has no atomic rename, so directories are committed there by writing their manifest last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import shutil
+import stat
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, Any, cast
+
+import fsspec
+
+from storekit.config import TierConfig, mask_url
+from storekit.errors import (
+    NoSpaceError,
+    NotFoundError,
+    PathEscapeError,
+    StorekitError,
+    UnreachableError,
+)
+from storekit.paths import clean_rel
+
+TMP_MARK = ".storekit-tmp-"  # every temporary name we create contains this
+XATTR_PREFIX = "user.storekit."
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str  # relative to the store root, POSIX separators
+    size: int
+    mtime: float | None
+    is_dir: bool
+    mode: int | None = None  # permission bits (with sticky/setgid) where the backend has them
+    is_link: bool = False
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    atomic_rename: bool  # rename is atomic: stage under a temp name, then rename
+    directories: bool  # real directories (POSIX) rather than key prefixes (S3)
+    posix_modes: bool  # permission bits, sticky bit
+    free_space: bool  # statvfs-like free space is known
+    user_metadata: bool  # small key/value metadata per file
+    striping: bool  # Lustre `lfs setstripe` can be applied
+
+
+def temp_name(rel: str) -> str:
+    """A sibling temp name for `rel` that layout check recognises as half-written."""
+    head, tail = posixpath.split(rel)
+    return posixpath.join(head, f".{tail}{TMP_MARK}{uuid.uuid4().hex[:12]}")
+
+
+class Store(ABC):
+    """A tier's root, seen through fsspec. All paths are relative to the root and validated."""
+
+    capabilities: Capabilities
+
+    def __init__(self, tier: TierConfig, fs: fsspec.AbstractFileSystem, root: str) -> None:
+        self.tier = tier
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+
+    @property
+    def name(self) -> str:
+        return self.tier.name
+
+    @property
+    def display_url(self) -> str:
+        return mask_url(self.tier.url)
+
+    def full(self, rel: str) -> str:
+        """The backend path for `rel`; refuses anything that would leave the root."""
+        rel = clean_rel(rel)
+        return self.root if not rel else f"{self.root}/{rel}"
+
+    def rel(self, full: str) -> str:
+        full = full.rstrip("/")
+        if full == self.root:
+            return ""
+        prefix = self.root.rstrip("/") + "/"
+        if not full.startswith(prefix):
+            raise PathEscapeError(f"{full} is outside the root of tier {self.name} ({self.display_url})")
+        return full[len(prefix) :]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {self.display_url}>"
+
+    # -- queries ---------------------------------------------------------------------------------
+    @abstractmethod
+    def probe(self) -> None:
+        """Raise UnreachableError (exit 5) when the tier cannot be reached at all."""
+
+    @abstractmethod
+    def info(self, rel: str) -> Entry: ...
+
+    def exists(self, rel: str) -> bool:
+        try:
+            self.info(rel)
+        except NotFoundError:
+            return False
+        return True
+
+    @abstractmethod
+    def list(self, rel: str = "") -> list[Entry]:
+        """Immediate children of a directory, sorted by name."""
+
+    def walk(self, rel: str = "") -> Iterator[Entry]:
+        """Every entry below `rel`, depth first, parents before children, names sorted."""
+        for entry in self.list(rel):
+            yield entry
+            if entry.is_dir and not entry.is_link:
+                yield from self.walk(entry.path)
+
+    @abstractmethod
+    def free_space(self) -> int | None:
+        """Bytes available to us, or None where the backend does not say."""
+
+    @abstractmethod
+    def get_metadata(self, rel: str) -> dict[str, str]: ...
+
+    def local_path(self, rel: str) -> str | None:
+        """An OS path for fast paths (O_DIRECT, mmap) where the tier is a POSIX mount."""
+        return None
+
+    # -- data ------------------------------------------------------------------------------------
+    def open_read(self, rel: str) -> IO[bytes]:
+        with self._errors(rel):
+            return cast(IO[bytes], self.fs.open(self.full(rel), "rb"))
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.open_read(rel) as fh:
+            return fh.read()
+
+    @abstractmethod
+    def atomic_writer(
+        self, rel: str, *, metadata: Mapping[str, str] | None = None
+    ) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """A file that appears under `rel` whole, or not at all if the block raises."""
+
+    def write_bytes(self, rel: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> None:
+        with self.atomic_writer(rel, metadata=metadata) as fh:
+            fh.write(data)
+
+    # -- namespace -------------------------------------------------------------------------------
+    @abstractmethod
+    def makedirs(self, rel: str, mode: int | None = None) -> None: ...
+
+    @abstractmethod
+    def chmod(self, rel: str, mode: int) -> None: ...
+
+    @abstractmethod
+    def delete(self, rel: str, *, recursive: bool = False) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None:
+        raise StorekitError(f"tier {self.name} ({self.display_url}) has no atomic rename")
+
+    # -- errors ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _errors(self, rel: str) -> Iterator[None]:
+        """Turn backend exceptions into storekit errors that name the tier and path."""
+        where = f"{self.display_url}/{rel}".rstrip("/")
+        try:
+            yield
+        except StorekitError:
+            raise
+        except FileNotFoundError:
+            raise NotFoundError(f"{where} does not exist") from None
+        except NotADirectoryError:
+            raise NotFoundError(f"{where}: a parent is not a directory") from None
+        except PermissionError as exc:
+            raise StorekitError(f"{where}: permission denied ({exc})") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"{where}: no space left on device") from None
+            raise StorekitError(f"{where}: {exc.strerror or exc}") from None
+
+
+class PosixStore(Store):
+    """A POSIX directory tree: local disk, NFS, Lustre or CephFS mounts."""
+
+    capabilities = Capabilities(
+        atomic_rename=True, directories=True, posix_modes=True, free_space=True,
+        user_metadata=True, striping=bool(shutil.which("lfs")),
+    )
+
+    def full(self, rel: str) -> str:
+        path = super().full(rel)
+        self._refuse_symlink_escape(path)
+        return path
+
+    def _refuse_symlink_escape(self, path: str) -> None:
+        # resolve the deepest existing ancestor: a symlink anywhere on the way must stay inside
+        probe = path
+        while not os.path.lexists(probe) and probe != self.root:
+            probe = os.path.dirname(probe)
+        real = os.path.realpath(probe)
+        root_real = os.path.realpath(self.root)
+        if real != root_real and not real.startswith(root_real.rstrip("/") + "/"):
+            raise PathEscapeError(
+                f"{path} resolves to {real}, outside the root of tier {self.name} ({root_real})",
+                hint="a symlink inside the tier points out of it; storekit will not follow it",
+            )
+
+    def local_path(self, rel: str) -> str:
+        return self.full(rel)
+
+    def probe(self) -> None:
+        parent = os.path.dirname(self.root)
+        if not os.path.isdir(self.root) and not os.path.isdir(parent):
+            raise UnreachableError(
+                f"tier {self.name}: {self.display_url} is not reachable ({parent} does not exist)",
+                hint="is the filesystem mounted?",
+            )
+
+    def _entry(self, full: str, st: os.stat_result, is_link: bool) -> Entry:
+        return Entry(
+            path=self.rel(full), size=st.st_size, mtime=st.st_mtime,
+            is_dir=stat.S_ISDIR(st.st_mode), mode=stat.S_IMODE(st.st_mode), is_link=is_link,
+        )
+
+    def info(self, rel: str) -> Entry:
+        full = self.full(rel)
+        with self._errors(rel):
+            st = os.lstat(full)
+        return self._entry(full, st, stat.S_ISLNK(st.st_mode))
+
+    def list(self, rel: str = "") -> list[Entry]:
+        full = self.full(rel)
+        out = []
+        with self._errors(rel), os.scandir(full) as it:
+            for de in it:
+                st = de.stat(follow_symlinks=False)
+                out.append(self._entry(f"{full}/{de.name}" if full != "/" else f"/{de.name}", st,
+                                       de.is_symlink()))
+        return sorted(out, key=lambda e: e.path)
+
+    def free_space(self) -> int:
+        path = self.root
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
+
+    def get_metadata(self, rel: str) -> dict[str, str]:
+        full = self.full(rel)
+        with self._errors(rel):
+            try:
+                names = os.listxattr(full)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                    return {}
+                raise
+            return {
+                n[len(XATTR_PREFIX):]: os.getxattr(full, n).decode("utf-8")
+                for n in names if n.startswith(XATTR_PREFIX)
+            }
+
+    @contextlib.contextmanager
+    def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
+        final = self.full(rel)
+        tmp = self.full(temp_name(clean_rel(rel)))
+        with self._errors(rel):
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            fh = open(tmp, "wb")  # noqa: SIM115 -- closed below on every path
+        try:
+            with self._errors(rel):
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+                for key, value in (metadata or {}).items():
+                    _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8"))
+                os.replace(tmp, final)
+                _fsync_dir(os.path.dirname(final))
+        except BaseException:
+            fh.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def makedirs(self, rel: str, mode: int | None = None) -> None:
+        full = self.full(rel)
+        with self._errors(rel):
+            os.makedirs(full, exist_ok=True)
+            if mode is not None:
+                os.chmod(full, mode)
+
+    def chmod(self, rel: str, mode: int) -> None:
+        with self._errors(rel):
+            os.chmod(self.full(rel), mode)
+
+    def delete(self, rel: str, *, recursive: bool = False) -> None:
+        full = self.full(rel)
+        if full == self.root:
+            raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
+        with self._errors(rel):
+            st = os.lstat(full)
+            if stat.S_ISDIR(st.st_mode):
+                if recursive:
+                    shutil.rmtree(full)
+                else:
+                    os.rmdir(full)
+            else:
+                os.unlink(full)
+
+    def rename(self, src: str, dst: str) -> None:
+        s, d = self.full(src), self.full(dst)
+        with self._errors(dst):
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            os.rename(s, d)
+            _fsync_dir(os.path.dirname(d))
+
+
+def _set_xattr(path: str, name: str, value: bytes) -> None:
+    try:
+        os.setxattr(path, name, value)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# Ceph RGW (Pacific) rejects the aws-chunked CRC trailers newer botocore sends by default, and
+# a dead endpoint should fail in seconds, not minutes.
+S3_DEFAULT_CONFIG: dict[str, Any] = {
+    "s3": {"addressing_style": "path"},
+    "request_checksum_calculation": "when_required",
+    "response_checksum_validation": "when_required",
+    "connect_timeout": 5,
+    "read_timeout": 120,
+    "retries": {"max_attempts": 3, "mode": "standard"},
+}
+S3_BLOCK_SIZE = 16 * 1024 * 1024
+
+
+class S3Store(Store):
+    """A bucket/prefix behind an S3 endpoint (Ceph RGW). Objects appear whole on PUT/complete."""
+
+    capabilities = Capabilities(
+        atomic_rename=False, directories=False, posix_modes=False, free_space=False,
+        user_metadata=True, striping=False,
+    )
+
+    @property
+    def bucket(self) -> str:
+        return self.root.split("/", 1)[0]
+
+    def probe(self) -> None:
+        with self._errors(""):
+            try:
+                self.fs.info(self.bucket)
+            except FileNotFoundError:
+                raise NotFoundError(
+                    f"tier {self.name}: bucket {self.bucket!r} does not exist at {self.endpoint}",
+                    hint="create it (storekit init creates it) or fix the tier URL",
+                ) from None
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.tier.options.get("endpoint_url", "the default AWS endpoint"))
+
+    @contextlib.contextmanager
+    def _errors(self, rel: str) -> Iterator[None]:
+        try:
+            with super()._errors(rel):
+                yield
+        except StorekitError:
+            raise
+        except Exception as exc:
+            if _is_connection_error(exc):
+                raise UnreachableError(
+                    f"tier {self.name}: cannot reach {self.endpoint} for {self.display_url}",
+                    hint="check endpoint_url and that the gateway is up; then retry",
+                ) from None
+            raise
+
+    def _entry(self, info: Mapping[str, Any]) -> Entry:
+        is_dir = info.get("type") == "directory"
+        mtime = info.get("LastModified") or info.get("mtime")
+        ts = mtime.timestamp() if isinstance(mtime, datetime) else None
+        return Entry(path=self.rel(str(info["name"])), size=int(info.get("size") or 0), mtime=ts,
+                     is_dir=is_dir)
+
+    def info(self, rel: str) -> Entry:
+        with self._errors(rel):
+            return self._entry(self.fs.info(self.full(rel)))
+
+    def list(self, rel: str = "") -> list[Entry]:
+        with self._errors(rel):
+            infos = self.fs.ls(self.full(rel), detail=True, refresh=True)
+        full = self.full(rel)
+        out = [self._entry(i) for i in infos if str(i["name"]).rstrip("/") != full]
+        return sorted(out, key=lambda e: e.path)
+
+    def walk(self, rel: str = "") -> Iterator[Entry]:
+        # one paginated listing instead of a request per prefix
+        with self._errors(rel):
+            infos = self.fs.find(self.full(rel), withdirs=True, detail=True)
+        full = self.full(rel)
+        entries = [self._entry(i) for name, i in infos.items() if name.rstrip("/") != full]
+        yield from sorted(entries, key=lambda e: e.path.split("/"))
+
+    def free_space(self) -> None:
+        return None
+
+    def get_metadata(self, rel: str) -> dict[str, str]:
+        with self._errors(rel):
+            head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel))
+        return dict(head.get("Metadata", {}))
+
+    def _key(self, rel: str) -> str:
+        return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
+
+    @contextlib.contextmanager
+    def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
+        kwargs: dict[str, Any] = {"block_size": S3_BLOCK_SIZE}
+        if metadata:
+            kwargs["Metadata"] = dict(metadata)
+        with self._errors(rel):
+            fh = self.fs.open(self.full(rel), "wb", **kwargs)
+        try:
+            yield fh
+        except BaseException:
+            with contextlib.suppress(Exception):
+                fh.discard()  # aborts the multipart upload: nothing appears
+            raise
+        with self._errors(rel):
+            fh.close()
+
+    def makedirs(self, rel: str, mode: int | None = None) -> None:
+        """Buckets are created; prefixes get a zero-byte `prefix/` marker, as S3 consoles do."""
+        rel = clean_rel(rel)
+        with self._errors(rel):
+            if not self.fs.exists(self.bucket):
+                self.fs.mkdir(self.bucket)
+            key = self._key(rel)
+            if key:
+                self.fs.call_s3("put_object", Bucket=self.bucket, Key=key + "/", Body=b"")
+
+    def chmod(self, rel: str, mode: int) -> None:
+        return None  # no permission bits on S3: Capabilities.posix_modes is False
+
+    def delete(self, rel: str, *, recursive: bool = False) -> None:
+        rel = clean_rel(rel)
+        if not rel and not self._key(rel):
+            raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
+        with self._errors(rel):
+            full = self.full(rel)
+            if recursive:
+                paths = [p for p in self.fs.find(full, withdirs=False)]
+                if paths:
+                    self.fs.rm(paths)
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self._key(rel) + "/")
+            else:
+                if not self.fs.exists(full):
+                    raise FileNotFoundError(full)
+                self.fs.rm_file(full)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    names = {type(e).__name__ for e in _chain(exc)}
+    return bool(names & {
+        "EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ReadTimeoutError",
+        "ClientConnectorError", "ServerDisconnectedError", "ConnectionRefusedError", "ClientOSError",
+    })
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    seen = 0
+    while exc is not None and seen < 10:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+
+
+def s3_filesystem(options: Mapping[str, Any]) -> fsspec.AbstractFileSystem:
+    opts = dict(options)
+    config = {**S3_DEFAULT_CONFIG, **opts.pop("config_kwargs", {})}
+    return fsspec.filesystem(
+        "s3", config_kwargs=config, skip_instance_cache=True, use_listings_cache=False, **opts
+    )
+
+
+def open_store(tier: TierConfig) -> Store:
+    """The store for a tier; nothing is contacted until the first operation (or `probe`)."""
+    scheme = tier.scheme
+    if scheme == "file":
+        from urllib.parse import unquote, urlsplit
+
+        root = os.path.normpath(unquote(urlsplit(tier.url).path))
+        return PosixStore(tier, fsspec.filesystem("file"), root)
+    if scheme == "s3":
+        root = tier.url[len("s3://"):].rstrip("/")
+        return S3Store(tier, s3_filesystem(tier.options), root)
+    raise StorekitError(f"tier {tier.name}: unsupported URL scheme {scheme!r}")
