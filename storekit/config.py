@@ -146,8 +146,11 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         raise ConfigError(source, f"{key}.options", "expected a table of fsspec storage options")
     tier_layout = _get_str(body, "layout", source, f"{key}.layout", default=layout)
     return TierConfig(
-        name=name, url=normalise_url(url, source, f"{key}.url", base_dir), role=role,
-        options=options, layout=tier_layout,
+        name=name,
+        url=normalise_url(url, source, f"{key}.url", base_dir),
+        role=role,
+        options=options,
+        layout=tier_layout,
     )
 
 

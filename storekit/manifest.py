@@ -65,14 +65,18 @@ def parse_manifest(data: bytes, *, source: str) -> Manifest:
     files = []
     for i, f in enumerate(doc["files"]):
         try:
-            files.append(ManifestFile(path=clean_rel(f["path"]), size=int(f["size"]),
-                                      xxh3_128=str(f["xxh3_128"])))
+            files.append(
+                ManifestFile(path=clean_rel(f["path"]), size=int(f["size"]), xxh3_128=str(f["xxh3_128"]))
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source}: files[{i}] is malformed ({exc})") from None
-    body = {k: v for k, v in doc.items()
-            if k not in ("schema_version", "kind", "files", "storekit_version")}
-    return Manifest(kind=str(doc["kind"]), files=tuple(files), body=body,
-                    storekit_version=str(doc.get("storekit_version", "?")))
+    body = {k: v for k, v in doc.items() if k not in ("schema_version", "kind", "files", "storekit_version")}
+    return Manifest(
+        kind=str(doc["kind"]),
+        files=tuple(files),
+        body=body,
+        storekit_version=str(doc.get("storekit_version", "?")),
+    )
 
 
 def read_manifest(store: Store, directory: str) -> Manifest:

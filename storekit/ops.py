@@ -43,7 +43,11 @@ def hash_bytes(data: bytes) -> FileDigest:
 
 
 def copy_file(
-    src: Store, src_rel: str, dst: Store, dst_rel: str, *,
+    src: Store,
+    src_rel: str,
+    dst: Store,
+    dst_rel: str,
+    *,
     metadata: Mapping[str, str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> FileDigest:
@@ -71,7 +75,11 @@ def verify_file(store: Store, rel: str, expected: FileDigest) -> None:
 
 
 def copy_verified(
-    src: Store, src_rel: str, dst: Store, dst_rel: str, *,
+    src: Store,
+    src_rel: str,
+    dst: Store,
+    dst_rel: str,
+    *,
     metadata: Mapping[str, str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> FileDigest:

@@ -195,8 +195,12 @@ class PosixStore(Store):
     """A POSIX directory tree: local disk, NFS, Lustre or CephFS mounts."""
 
     capabilities = Capabilities(
-        atomic_rename=True, directories=True, posix_modes=True, free_space=True,
-        user_metadata=True, striping=bool(shutil.which("lfs")),
+        atomic_rename=True,
+        directories=True,
+        posix_modes=True,
+        free_space=True,
+        user_metadata=True,
+        striping=bool(shutil.which("lfs")),
     )
 
     def full(self, rel: str) -> str:
@@ -230,8 +234,12 @@ class PosixStore(Store):
 
     def _entry(self, full: str, st: os.stat_result, is_link: bool) -> Entry:
         return Entry(
-            path=self.rel(full), size=st.st_size, mtime=st.st_mtime,
-            is_dir=stat.S_ISDIR(st.st_mode), mode=stat.S_IMODE(st.st_mode), is_link=is_link,
+            path=self.rel(full),
+            size=st.st_size,
+            mtime=st.st_mtime,
+            is_dir=stat.S_ISDIR(st.st_mode),
+            mode=stat.S_IMODE(st.st_mode),
+            is_link=is_link,
         )
 
     def info(self, rel: str) -> Entry:
@@ -246,8 +254,9 @@ class PosixStore(Store):
         with self._errors(rel), os.scandir(full) as it:
             for de in it:
                 st = de.stat(follow_symlinks=False)
-                out.append(self._entry(f"{full}/{de.name}" if full != "/" else f"/{de.name}", st,
-                                       de.is_symlink()))
+                out.append(
+                    self._entry(f"{full}/{de.name}" if full != "/" else f"/{de.name}", st, de.is_symlink())
+                )
         return sorted(out, key=lambda e: e.path)
 
     def free_space(self) -> int:
@@ -267,8 +276,9 @@ class PosixStore(Store):
                     return {}
                 raise
             return {
-                n[len(XATTR_PREFIX):]: os.getxattr(full, n).decode("utf-8")
-                for n in names if n.startswith(XATTR_PREFIX)
+                n[len(XATTR_PREFIX) :]: os.getxattr(full, n).decode("utf-8")
+                for n in names
+                if n.startswith(XATTR_PREFIX)
             }
 
     @contextlib.contextmanager
@@ -360,8 +370,12 @@ class S3Store(Store):
     """A bucket/prefix behind an S3 endpoint (Ceph RGW). Objects appear whole on PUT/complete."""
 
     capabilities = Capabilities(
-        atomic_rename=False, directories=False, posix_modes=False, free_space=False,
-        user_metadata=True, striping=False,
+        atomic_rename=False,
+        directories=False,
+        posix_modes=False,
+        free_space=False,
+        user_metadata=True,
+        striping=False,
     )
 
     @property
@@ -401,8 +415,9 @@ class S3Store(Store):
         is_dir = info.get("type") == "directory"
         mtime = info.get("LastModified") or info.get("mtime")
         ts = mtime.timestamp() if isinstance(mtime, datetime) else None
-        return Entry(path=self.rel(str(info["name"])), size=int(info.get("size") or 0), mtime=ts,
-                     is_dir=is_dir)
+        return Entry(
+            path=self.rel(str(info["name"])), size=int(info.get("size") or 0), mtime=ts, is_dir=is_dir
+        )
 
     def info(self, rel: str) -> Entry:
         with self._errors(rel):
@@ -483,10 +498,19 @@ class S3Store(Store):
 
 def _is_connection_error(exc: BaseException) -> bool:
     names = {type(e).__name__ for e in _chain(exc)}
-    return bool(names & {
-        "EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ReadTimeoutError",
-        "ClientConnectorError", "ServerDisconnectedError", "ConnectionRefusedError", "ClientOSError",
-    })
+    return bool(
+        names
+        & {
+            "EndpointConnectionError",
+            "ConnectTimeoutError",
+            "ConnectionClosedError",
+            "ReadTimeoutError",
+            "ClientConnectorError",
+            "ServerDisconnectedError",
+            "ConnectionRefusedError",
+            "ClientOSError",
+        }
+    )
 
 
 def _chain(exc: BaseException | None) -> Iterator[BaseException]:
@@ -514,6 +538,6 @@ def open_store(tier: TierConfig) -> Store:
         root = os.path.normpath(unquote(urlsplit(tier.url).path))
         return PosixStore(tier, fsspec.filesystem("file"), root)
     if scheme == "s3":
-        root = tier.url[len("s3://"):].rstrip("/")
+        root = tier.url[len("s3://") :].rstrip("/")
         return S3Store(tier, s3_filesystem(tier.options), root)
     raise StorekitError(f"tier {tier.name}: unsupported URL scheme {scheme!r}")

@@ -18,7 +18,9 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars 
 ConfigOpt = Annotated[
     str | None,
     typer.Option(
-        "--config", "-c", metavar="FILE",
+        "--config",
+        "-c",
+        metavar="FILE",
         help="Site config (storekit.toml). Default: $STOREKIT_CONFIG, then ./storekit.toml, "
         "then the embedded default (one local tier at ./storage).",
     ),

@@ -111,15 +111,22 @@ class Output:
 
     @contextmanager
     def progress(
-        self, description: str, *, total: float | None = None, unit: str = "items",
-        rates: Mapping[str, str] | None = None, transfer: bool = False,
+        self,
+        description: str,
+        *,
+        total: float | None = None,
+        unit: str = "items",
+        rates: Mapping[str, str] | None = None,
+        transfer: bool = False,
     ) -> Iterator[ProgressHandle]:
         """A progress bar on stderr with rate and ETA; silent with --quiet."""
         if self.quiet:
             yield ProgressHandle(None, None)
             return
         columns: list[ProgressColumn | str] = [
-            TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
         ]
         if transfer:
             from rich.progress import DownloadColumn, TransferSpeedColumn
