@@ -1,0 +1,81 @@
+"""Shared fixtures: local tiers in tmp dirs, and the real Ceph RGW / Slurm started by scripts/test.sh.
+
+Service contract (set by scripts/test.sh from the services it started, or by hand for a dev instance):
+  STOREKIT_TEST_S3_ENDPOINT, STOREKIT_TEST_S3_KEY, STOREKIT_TEST_S3_SECRET  -> Ceph RGW
+  STOREKIT_TEST_SLURM=1                                                     -> a Slurm cluster is up
+Outside CI a missing service skips the test with a one-line reason; with CI=true it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storekit.config import TierConfig
+from storekit.store import Store, open_store
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _need(what: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI but not available (scripts/test.sh should start it)")
+    pytest.skip(f"{what} not available; run scripts/test.sh or start scripts/services/*-up.sh")
+
+
+def s3_options() -> dict[str, str]:
+    endpoint = os.environ.get("STOREKIT_TEST_S3_ENDPOINT")
+    if not endpoint:
+        _need("Ceph RGW (STOREKIT_TEST_S3_ENDPOINT)")
+    return {
+        "endpoint_url": str(endpoint),
+        "key": os.environ.get("STOREKIT_TEST_S3_KEY", "testkey"),
+        "secret": os.environ.get("STOREKIT_TEST_S3_SECRET", "testsecret"),
+    }
+
+
+@pytest.fixture
+def local_tier(tmp_path: Path) -> TierConfig:
+    root = tmp_path / "storage"
+    return TierConfig(name="local", url=root.as_uri(), role="plain")
+
+
+@pytest.fixture
+def local_store(local_tier: TierConfig) -> Store:
+    store = open_store(local_tier)
+    store.makedirs("")
+    return store
+
+
+@pytest.fixture
+def s3_tier() -> Iterator[TierConfig]:
+    """A tier on a fresh bucket of the real Ceph RGW; the bucket is removed afterwards."""
+    options = s3_options()
+    bucket = f"sk-test-{uuid.uuid4().hex[:12]}"
+    tier = TierConfig(name="archive", url=f"s3://{bucket}/storage", role="archive", options=options)
+    store = open_store(tier)
+    store.makedirs("")
+    yield tier
+    fs = store.fs
+    try:
+        paths = fs.find(bucket)
+        if paths:
+            fs.rm(paths)
+        fs.rmdir(bucket)
+    except Exception as exc:  # cleanup must not hide the test's own result
+        print(f"warning: could not remove bucket {bucket}: {exc}")
+
+
+@pytest.fixture
+def s3_store(s3_tier: TierConfig) -> Store:
+    return open_store(s3_tier)
+
+
+@pytest.fixture
+def slurm_cluster() -> None:
+    if os.environ.get("STOREKIT_TEST_SLURM") != "1":
+        _need("Slurm (STOREKIT_TEST_SLURM=1)")
