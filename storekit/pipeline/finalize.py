@@ -9,15 +9,16 @@ rerun at any point: it starts over from the task parts, which stay in the work d
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from storekit.errors import InputError, NotFoundError, StorekitError
+from storekit.errors import InputError, NoSpaceError, NotFoundError, StorekitError
 from storekit.manifest import Manifest, ManifestFile, read_manifest, write_manifest
 from storekit.paths import join_rel
 from storekit.pipeline import hooks
@@ -154,15 +155,30 @@ def finalize(
     staging = Staging(location, work, force=force)
     staging.begin()
     try:
-        shards = _write_shards(plan, work, staging, drops, on_shard)
-        manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
-        hooks.maybe_kill("STOREKIT_TEST_KILL_BEFORE_MANIFEST", 1)
-        write_manifest(staging.store, staging.rel, manifest)
-        staging.commit()
+        with _os_errors(location):
+            shards = _write_shards(plan, work, staging, drops, on_shard)
+            manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
+            hooks.maybe_kill("STOREKIT_TEST_KILL_BEFORE_MANIFEST", 1)
+            write_manifest(staging.store, staging.rel, manifest)
+            staging.commit()
     except BaseException:
         staging.abort()
         raise
     return manifest
+
+
+@contextlib.contextmanager
+def _os_errors(location: DatasetLocation) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(
+                f"no space left on device while writing {location.display}; nothing was committed "
+                "and the partial shards were removed",
+                hint="free space and rerun: finished tasks are kept in the work dir",
+            ) from None
+        raise StorekitError(f"writing {location.display}: {exc.strerror or exc}") from None
 
 
 def _write_shards(
