@@ -1,0 +1,74 @@
+"""Sizes and durations as people write them: `4MiB`, `1.5 TB`, `512`, `14d`, `90s`."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "p": 1000**5,
+    "pb": 1000**5,
+    "ki": 1024,
+    "kib": 1024,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "gi": 1024**3,
+    "gib": 1024**3,
+    "ti": 1024**4,
+    "tib": 1024**4,
+    "pi": 1024**5,
+    "pib": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from `4MiB`, `1GB`, `1.5T`, `512`; ValueError with the accepted forms otherwise."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"size {text} is negative")
+        return text
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size; expected e.g. 512, 4KiB, 16MiB, 1GB, 2TiB")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_duration(text: str | int) -> float:
+    """Seconds from `90s`, `15m`, `12h`, `14d`, `2w` (a bare number is seconds)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    match = _DURATION_RE.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; expected e.g. 90s, 15m, 12h, 14d, 2w")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
