@@ -12,7 +12,7 @@ from storekit.errors import ExitCode
 from storekit.pipeline.inspect import load_dataset_manifest, verify_dataset
 from storekit.pipeline.location import resolve_location
 from storekit.pipeline.summary import manifest_summary, render_manifest_summary
-from storekit.pipeline.units import format_size
+from storekit.units import format_bytes as format_size
 
 PathArg = Annotated[
     str,

@@ -16,7 +16,7 @@ from storekit.pipeline.bundled import SAMPLE_PIPELINE, find_pipeline
 from storekit.pipeline.prepare import PrepareOutcome, Progress, prepare_dataset
 from storekit.pipeline.spec import CLI_SOURCE, build_spec, load_pipeline_file
 from storekit.pipeline.summary import manifest_summary, plan_summary, render_manifest_summary
-from storekit.pipeline.units import format_size
+from storekit.units import format_bytes as format_size
 
 EXAMPLES = """
 Examples:

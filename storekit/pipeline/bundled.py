@@ -1,8 +1,8 @@
-"""Files shipped with storekit: the sample corpus and tokenizer, and the bundled pipelines.
+"""Files shipped with storekit: the sample corpus and tokenizer (`bundled:NAME`), bundled pipelines.
 
 `bundled:NAME` in a pipeline or on the command line names a file in `storekit/samples/`. Pipelines
-are looked up in the repository's `pipelines/` directory (a source checkout) and in
-`storekit/_bundled/pipelines` (an installed wheel).
+are found by `storekit.resources` (the repository's `pipelines/`, or `storekit/_bundled/pipelines` in
+an installed wheel).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from storekit.errors import NotFoundError
+from storekit.resources import resolve_declarative
 
 BUNDLED_PREFIX = "bundled:"
 SAMPLE_PIPELINE = "sample"
@@ -34,23 +35,9 @@ def bundled_path(ref: str) -> Path:
     return path
 
 
-def pipeline_dirs() -> list[Path]:
-    return [_PACKAGE_DIR.parent / "pipelines", _PACKAGE_DIR / "_bundled" / "pipelines"]
-
-
 def find_pipeline(ref: str) -> Path:
-    """A pipeline file: an existing path, else a bundled pipeline by name (`sample` or `sample.toml`)."""
-    path = Path(ref)
-    if path.is_file():
-        return path
-    name = ref if ref.endswith(".toml") else f"{ref}.toml"
-    if "/" not in name:
-        for directory in pipeline_dirs():
-            candidate = directory / name
-            if candidate.is_file():
-                return candidate
-    known = sorted({p.stem for d in pipeline_dirs() if d.is_dir() for p in d.glob("*.toml")})
-    raise NotFoundError(
-        f"pipeline {ref!r} does not exist",
-        hint=f"give a path to a .toml file; bundled pipelines: {', '.join(known) or 'none'}",
+    """A pipeline file: a path, or a bundled pipeline by name (`sample`)."""
+    name = (
+        ref[: -len(".toml")] if ref.endswith(".toml") and not Path(ref).is_file() and "/" not in ref else ref
     )
+    return resolve_declarative("pipelines", name)

@@ -29,8 +29,8 @@ from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.task import peak_rss
 from storekit.pipeline.tokenizer import resolve_tokenizer
-from storekit.pipeline.units import format_size
 from storekit.pipeline.workdir import WorkDir
+from storekit.units import format_bytes as format_size
 
 BYTES_PER_TOKEN_FLOOR = 3  # for the up-front space estimate: real BPE text averages 3.5-4.5
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.errors import ConfigError
-from storekit.pipeline.units import parse_size
+from storekit.units import parse_size
 
 KINDS = ("text", "code", "multimodal")
 FORMATS = ("auto", "jsonl", "parquet", "arrow", "hf-disk", "text")

@@ -10,7 +10,7 @@ from rich.table import Table
 from storekit.manifest import Manifest
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.prepare import BYTES_PER_TOKEN_FLOOR
-from storekit.pipeline.units import format_size
+from storekit.units import format_bytes as format_size
 
 
 def plan_summary(plan: PrepPlan, *, work_dir: str) -> dict[str, Any]:

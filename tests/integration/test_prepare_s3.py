@@ -49,16 +49,40 @@ def _documents_s3(store: Store, rel: str) -> list[list[int]]:
     return docs
 
 
-def test_s3_input_and_output(tmp_path: Path, monkeypatch: Any, capsys: Any, s3_tier: TierConfig, s3_store: Store) -> None:
+def test_s3_input_and_output(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, s3_tier: TierConfig, s3_store: Store
+) -> None:
     monkeypatch.chdir(tmp_path)
     config = _config(tmp_path, s3_tier)
     records = sample_records(limit_bytes=80_000, max_doc=10_000)
     half = len(records) // 2
-    s3_store.write_bytes("raw/a.jsonl.gz", gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in records[:half])))
+    s3_store.write_bytes(
+        "raw/a.jsonl.gz", gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in records[:half]))
+    )
     s3_store.write_bytes("raw/b.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in records[half:]))
     raw_url = f"{s3_tier.url}/raw/"
-    args = ["prepare", "dataset", "-c", str(config), "-i", raw_url, "--tokenizer", TOKENIZER, "--name", "s3",
-            "--tier", "archive", "--json", "--quiet", "--workers", "2", "--task-size", "16KiB", "--shard-size", "32KiB"]
+    args = [
+        "prepare",
+        "dataset",
+        "-c",
+        str(config),
+        "-i",
+        raw_url,
+        "--tokenizer",
+        TOKENIZER,
+        "--name",
+        "s3",
+        "--tier",
+        "archive",
+        "--json",
+        "--quiet",
+        "--workers",
+        "2",
+        "--task-size",
+        "16KiB",
+        "--shard-size",
+        "32KiB",
+    ]
     res = run_cli(args, capsys)
     assert res.code == 0, res.stderr
     doc = res.json()
@@ -79,8 +103,12 @@ def test_s3_input_and_output(tmp_path: Path, monkeypatch: Any, capsys: Any, s3_t
     assert local.code == 0, local.stderr
     manifest = json.loads(s3_store.read_bytes(f"{rel}/manifest.json"))
     for shard in manifest["shards"]:
-        assert s3_store.read_bytes(f"{rel}/{shard['bin']}") == (tmp_path / "local" / shard["bin"]).read_bytes()
-        assert s3_store.read_bytes(f"{rel}/{shard['idx']}") == (tmp_path / "local" / shard["idx"]).read_bytes()
+        assert (
+            s3_store.read_bytes(f"{rel}/{shard['bin']}") == (tmp_path / "local" / shard["bin"]).read_bytes()
+        )
+        assert (
+            s3_store.read_bytes(f"{rel}/{shard['idx']}") == (tmp_path / "local" / shard["idx"]).read_bytes()
+        )
 
     url = f"{s3_tier.url}/{rel}"
     assert run_cli(["dataset", "verify", url, "-c", str(config)], capsys).code == 0
@@ -102,8 +130,24 @@ def test_s3_finalize_killed_then_resumed(tmp_path: Path, s3_tier: TierConfig, s3
     config = _config(tmp_path, s3_tier)
     records = sample_records(limit_bytes=60_000, max_doc=10_000)
     write_jsonl(tmp_path / "a.jsonl", records)
-    args = ["prepare", "dataset", "-c", str(config), "-i", "a.jsonl", "--tokenizer", TOKENIZER, "--name", "k",
-            "--tier", "archive", "--json", "--quiet", "--shard-size", "16KiB"]
+    args = [
+        "prepare",
+        "dataset",
+        "-c",
+        str(config),
+        "-i",
+        "a.jsonl",
+        "--tokenizer",
+        TOKENIZER,
+        "--name",
+        "k",
+        "--tier",
+        "archive",
+        "--json",
+        "--quiet",
+        "--shard-size",
+        "16KiB",
+    ]
     killed = run_subprocess(args, tmp_path, env={"STOREKIT_TEST_KILL_AFTER_SHARDS": "2"})
     assert killed.code == -9
     rel = "datasets/text/k/v1"
@@ -112,4 +156,6 @@ def test_s3_finalize_killed_then_resumed(tmp_path: Path, s3_tier: TierConfig, s3
     res = run_subprocess(args, tmp_path)
     assert res.code == 0, res.stderr
     assert _documents_s3(s3_store, rel) == expected_ids([r["text"] for r in records])
-    assert run_subprocess(["dataset", "verify", rel, "--tier", "archive", "-c", str(config)], tmp_path).code == 0
+    assert (
+        run_subprocess(["dataset", "verify", rel, "--tier", "archive", "-c", str(config)], tmp_path).code == 0
+    )

@@ -42,7 +42,9 @@ def sample_records(limit_bytes: int = 400_000, skip: int = 0, max_doc: int = 60_
 
 
 def write_jsonl(path: Path, records: Sequence[Any], compression: str | None = None) -> Path:
-    lines = [r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode("utf-8") for r in records]
+    lines = [
+        r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode("utf-8") for r in records
+    ]
     data = b"\n".join(lines) + b"\n"
     if compression == "gz":
         data = gzip.compress(data)
@@ -58,17 +60,28 @@ def write_jsonl(path: Path, records: Sequence[Any], compression: str | None = No
 def tokenizer():
     from tokenizers import Tokenizer
 
-    data = gzip.decompress((REPO / "storekit" / "samples" / "anthropic-bpe-65k.tokenizer.json.gz").read_bytes())
+    data = gzip.decompress(
+        (REPO / "storekit" / "samples" / "anthropic-bpe-65k.tokenizer.json.gz").read_bytes()
+    )
     return Tokenizer.from_str(data.decode("utf-8"))
 
 
 def expected_ids(texts: Sequence[str]) -> list[list[int]]:
     tok = tokenizer()
-    return [tok.encode(t, add_special_tokens=False).ids + [EOS_ID] for t in texts]
+    return [[*tok.encode(t, add_special_tokens=False).ids, EOS_ID] for t in texts]
 
 
 # -- an independent reader of Megatron indexed datasets -------------------------------------------
-_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
+_DTYPES = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
 
 
 @dataclass
@@ -173,7 +186,9 @@ def cli_subprocess(args: Sequence[str], cwd: Path, env: dict[str, str] | None = 
     )
 
 
-def run_subprocess(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 120) -> Result:
+def run_subprocess(
+    args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 120
+) -> Result:
     proc = cli_subprocess(args, cwd, env)
     out, err = proc.communicate(timeout=timeout)
     return Result(proc.returncode, out, err)

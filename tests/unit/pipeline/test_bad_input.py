@@ -25,7 +25,18 @@ from tests.unit.pipeline.helpers import (
 )
 
 FINAL = Path("storage/datasets/text/bad/v1")
-BASE = ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "bad", "--json", "--quiet", "--workers", "1"]
+BASE = [
+    "prepare",
+    "dataset",
+    "--tokenizer",
+    TOKENIZER,
+    "--name",
+    "bad",
+    "--json",
+    "--quiet",
+    "--workers",
+    "1",
+]
 
 # (reason, raw line): one of each kind of bad record
 BAD_LINES = [
@@ -55,7 +66,9 @@ def _mixed_file(path: Path) -> tuple[list[str], dict[str, int]]:
     return [r["text"] for r in good], where
 
 
-def test_skip_counts_every_reason_and_names_file_and_line(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def test_skip_counts_every_reason_and_names_file_and_line(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     monkeypatch.chdir(tmp_path)
     good, where = _mixed_file(tmp_path / "in" / "mixed.jsonl")
     res = run_cli([*BASE, "-i", "in/mixed.jsonl", "--max-doc-bytes", "64KiB", "--task-size", "8KiB"], capsys)
@@ -75,7 +88,9 @@ def test_skip_counts_every_reason_and_names_file_and_line(tmp_path: Path, monkey
 
 
 @pytest.mark.parametrize("reason", [r for r, _ in BAD_LINES])
-def test_fail_names_file_and_line_and_leaves_nothing(tmp_path: Path, monkeypatch: Any, capsys: Any, reason: str) -> None:
+def test_fail_names_file_and_line_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, reason: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     raw = dict(BAD_LINES)[reason]
     good = [json.dumps(r).encode() for r in sample_records(limit_bytes=6_000)]
@@ -88,7 +103,9 @@ def test_fail_names_file_and_line_and_leaves_nothing(tmp_path: Path, monkeypatch
     assert not list((tmp_path / "storage").rglob("*storekit-tmp-*"))
 
 
-def test_truncated_gzip_is_reported_once_and_good_lines_kept(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def test_truncated_gzip_is_reported_once_and_good_lines_kept(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     monkeypatch.chdir(tmp_path)
     records = sample_records(limit_bytes=120_000, max_doc=10_000)
     data = gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in records))
@@ -117,7 +134,9 @@ def test_empty_input_glob(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None
     assert not (tmp_path / "storage").exists()
 
 
-def test_output_with_a_different_manifest_is_refused_unless_forced(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def test_output_with_a_different_manifest_is_refused_unless_forced(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=5_000))
     write_jsonl(tmp_path / "b.jsonl", sample_records(limit_bytes=5_000, skip=30))
@@ -142,7 +161,9 @@ def test_output_that_is_not_a_dataset_is_refused(tmp_path: Path, monkeypatch: An
     assert (tmp_path / FINAL / "notes.txt").read_text() == "someone's files"
 
 
-def test_parquet_without_the_text_column_names_file_and_columns(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def test_parquet_without_the_text_column_names_file_and_columns(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -157,7 +178,9 @@ def test_parquet_without_the_text_column_names_file_and_columns(tmp_path: Path, 
     assert doc["manifest"]["stats"]["error_examples"][0]["where"] == f"{tmp_path / 'y.parquet'} row 1"
 
 
-def test_uncached_hub_tokenizer_fails_offline_with_a_clear_message(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def test_uncached_hub_tokenizer_fails_offline_with_a_clear_message(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}])
@@ -193,7 +216,9 @@ def small_fs(tmp_path: Path) -> Any:
     mount.mkdir()
 
     def mount_with(size: str) -> Path:
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True
+        )
         if res.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here ({res.stderr.decode().strip()})")
         return mount

@@ -41,7 +41,9 @@ def _corpus_with_duplicates() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _prepare(capsys: Any, *args: str) -> Any:
-    res = run_cli(["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "det", "--json", "--quiet", *args], capsys)
+    res = run_cli(
+        ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "det", "--json", "--quiet", *args], capsys
+    )
     assert res.code == 0, res.stderr
     return res.json()
 
@@ -55,8 +57,21 @@ def test_byte_identical_for_any_worker_count(tmp_path: Path, monkeypatch: Any, c
     for workers in (1, 2, 3):
         out = tmp_path / f"out-w{workers}"
         doc = _prepare(
-            capsys, "-i", "in/", "--workers", str(workers), "--output", str(out), "--task-size", "12KiB",
-            "--shard-size", "24KiB", "--holdout", "0.2", "--keep-fields", "path",
+            capsys,
+            "-i",
+            "in/",
+            "--workers",
+            str(workers),
+            "--output",
+            str(out),
+            "--task-size",
+            "12KiB",
+            "--shard-size",
+            "24KiB",
+            "--holdout",
+            "0.2",
+            "--keep-fields",
+            "path",
         )
         assert doc["plan"]["tasks"] >= 8
         assert doc["manifest"]["shards"] >= 4

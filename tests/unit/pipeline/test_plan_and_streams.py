@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import random
 from dataclasses import replace
 
@@ -18,16 +19,19 @@ from storekit.pipeline.sources import SourceFile
 from storekit.pipeline.spec import CLI_SOURCE, build_spec
 from storekit.pipeline.streams import Decompressed, TruncatedInput, iter_lines
 from storekit.pipeline.tokenizer import TokenizerInfo
-from storekit.pipeline.units import parse_size
 
-TOK = TokenizerInfo(name="t", file="t.json", xxh3_128="0" * 32, vocab_size=65000, eos_id=0, bos_id=None,
-                    eos_token="<EOT>", bos_token=None, dtype="uint16", splittable=True)
-
-
-@pytest.mark.parametrize(("text", "size"), [("1GiB", 1 << 30), ("1GB", 10**9), ("64k", 65536), ("1000", 1000),
-                                            ("1.5MiB", 3 << 19)])
-def test_parse_size(text: str, size: int) -> None:
-    assert parse_size(text) == size
+TOK = TokenizerInfo(
+    name="t",
+    file="t.json",
+    xxh3_128="0" * 32,
+    vocab_size=65000,
+    eos_id=0,
+    bos_id=None,
+    eos_token="<EOT>",
+    bos_token=None,
+    dtype="uint16",
+    splittable=True,
+)
 
 
 def _spec(**kw: object):  # type: ignore[no-untyped-def]
@@ -39,14 +43,19 @@ def test_plan_splits_large_files_and_packs_small_ones() -> None:
         SourceFile(url="/big.jsonl", size=100 << 20, format="jsonl", data_size=100 << 20),
         *[SourceFile(url=f"/s{i}.txt", size=1000, format="text", data_size=1000) for i in range(50)],
         SourceFile(url="/c.jsonl.gz", size=10 << 20, format="jsonl", compression="gz", data_size=200 << 20),
-        SourceFile(url="/p.parquet", size=9 << 20, format="parquet", data_size=12 << 20,
-                   chunks=((1000, 4 << 20), (1000, 4 << 20), (500, 4 << 20))),
+        SourceFile(
+            url="/p.parquet",
+            size=9 << 20,
+            format="parquet",
+            data_size=12 << 20,
+            chunks=((1000, 4 << 20), (1000, 4 << 20), (500, 4 << 20)),
+        ),
     ]
     plan = plan_tasks(_spec(task_bytes="4MiB"), sources, TOK)
     big = [t for t in plan.tasks if t.pieces[0].source == 0]
     assert len(big) == 25  # a 100 MiB file is 25 tasks of 4 MiB
     assert big[0].pieces[0].start == 0 and big[-1].pieces[0].end is None
-    assert all(a.pieces[0].end == b.pieces[0].start for a, b in zip(big, big[1:], strict=False))
+    assert all(a.pieces[0].end == b.pieces[0].start for a, b in itertools.pairwise(big))
     small = [t for t in plan.tasks if t.pieces[0].source in range(1, 51)]
     assert len(small) == 1 and len(small[0].pieces) == 50  # 50 small files share a task
     gz = [t for t in plan.tasks if t.pieces[0].source == 51]
@@ -86,17 +95,23 @@ def _collect(stream: object, start: int, end: int | None) -> list[tuple[int, byt
 
 
 @pytest.mark.parametrize("compression", [None, "gz", "zst", "gz-multi"])
-def test_byte_ranges_own_each_line_exactly_once(monkeypatch: pytest.MonkeyPatch, compression: str | None) -> None:
+def test_byte_ranges_own_each_line_exactly_once(
+    monkeypatch: pytest.MonkeyPatch, compression: str | None
+) -> None:
     monkeypatch.setattr(streams, "BLOCK", 1024)
     rng = random.Random(3)
-    lines = [bytes(rng.choice(b"abc{}") for _ in range(rng.choice([0, 1, 10, 500, 5000]))) for _ in range(400)]
+    lines = [
+        bytes(rng.choice(b"abc{}") for _ in range(rng.choice([0, 1, 10, 500, 5000]))) for _ in range(400)
+    ]
     data = b"\n".join(lines)
     if compression == "gz":
         blob = gzip.compress(data)
     elif compression == "gz-multi":
         blob = gzip.compress(data[:7000]) + gzip.compress(data[7000:])
     elif compression == "zst":
-        blob = zstandard.ZstdCompressor().compress(data[:5000]) + zstandard.ZstdCompressor().compress(data[5000:])
+        blob = zstandard.ZstdCompressor().compress(data[:5000]) + zstandard.ZstdCompressor().compress(
+            data[5000:]
+        )
     else:
         blob = data
 
@@ -109,7 +124,7 @@ def test_byte_ranges_own_each_line_exactly_once(monkeypatch: pytest.MonkeyPatch,
         cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 6)))
         bounds = [0, *cuts, None]
         got = []
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             got += _collect(open_(), a, b)  # type: ignore[arg-type]
         assert got == want
 
@@ -119,7 +134,9 @@ def test_truncated_stream_delivers_good_lines_then_raises() -> None:
     blob = gzip.compress(data)
     got = []
     with pytest.raises(TruncatedInput) as err:
-        for _off, line, _n in iter_lines(Decompressed(io.BytesIO(blob[: len(blob) // 2]), "gz"), 0, None, 1000):
+        for _off, line, _n in iter_lines(
+            Decompressed(io.BytesIO(blob[: len(blob) // 2]), "gz"), 0, None, 1000
+        ):
             got.append(bytes(line))  # type: ignore[arg-type]
     assert got == data.split(b"\n")[: len(got)] and len(got) > 100
     assert err.value.offset >= sum(len(g) + 1 for g in got)
@@ -129,7 +146,7 @@ def test_split_for_encoding_cuts_only_at_safe_places() -> None:
     text = ("def f(x):\n    return x  # comment\n" * 4000) + "tail"
     pieces = split_for_encoding(text, piece=1000, window=4000)
     assert "".join(pieces) == text and len(pieces) > 50
-    for left, right in zip(pieces, pieces[1:], strict=False):
+    for left, right in itertools.pairwise(pieces):
         newline_cut = left[-1] == "\n" and not left[-2].isspace() and not right[0].isspace()
         space_cut = right[0] == " " and not left[-1].isspace() and not right[1].isspace()
         assert newline_cut or space_cut, (left[-5:], right[:5])

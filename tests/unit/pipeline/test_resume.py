@@ -9,10 +9,31 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.pipeline.helpers import TOKENIZER, cli_subprocess, run_subprocess, sample_records, tree_bytes, write_jsonl
+from tests.unit.pipeline.helpers import (
+    TOKENIZER,
+    cli_subprocess,
+    run_subprocess,
+    sample_records,
+    tree_bytes,
+    write_jsonl,
+)
 
-ARGS = ["prepare", "dataset", "-i", "in/a.jsonl", "--tokenizer", TOKENIZER, "--name", "res", "--json", "--quiet",
-        "--workers", "2", "--shard-size", "32KiB"]
+ARGS = [
+    "prepare",
+    "dataset",
+    "-i",
+    "in/a.jsonl",
+    "--tokenizer",
+    TOKENIZER,
+    "--name",
+    "res",
+    "--json",
+    "--quiet",
+    "--workers",
+    "2",
+    "--shard-size",
+    "32KiB",
+]
 FINAL = Path("storage/datasets/text/res/v1")
 
 
@@ -49,7 +70,9 @@ def _remove(path: Path) -> None:
         ("STOREKIT_TEST_KILL_BEFORE_MANIFEST", "1"),
     ],
 )
-def test_sigkill_then_rerun_is_byte_identical(corpus: Path, baseline: dict[str, bytes], hook: tuple[str, str]) -> None:
+def test_sigkill_then_rerun_is_byte_identical(
+    corpus: Path, baseline: dict[str, bytes], hook: tuple[str, str]
+) -> None:
     try:
         killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env={hook[0]: hook[1]})
         assert killed.code == -signal.SIGKILL
@@ -70,7 +93,9 @@ def test_sigkill_then_rerun_is_byte_identical(corpus: Path, baseline: dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
-def test_preemption_signal_stops_cleanly_and_resumes(corpus: Path, baseline: dict[str, bytes], signum: int) -> None:
+def test_preemption_signal_stops_cleanly_and_resumes(
+    corpus: Path, baseline: dict[str, bytes], signum: int
+) -> None:
     try:
         proc = cli_subprocess([*ARGS, "--task-size", "16KiB", "--workers", "1"], corpus)
         tasks = corpus / "storage" / "scratch"
@@ -80,7 +105,7 @@ def test_preemption_signal_stops_cleanly_and_resumes(corpus: Path, baseline: dic
             assert time.monotonic() < deadline
             time.sleep(0.05)
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert "rerun" in err
         assert not (corpus / FINAL).exists()

@@ -32,14 +32,28 @@ def records() -> list[dict[str, Any]]:
 
 def _prepare(capsys: Any, *args: str) -> dict[str, Any]:
     res = run_cli(
-        ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "rt", "--json", "--quiet", "--workers", "1", *args],
+        [
+            "prepare",
+            "dataset",
+            "--tokenizer",
+            TOKENIZER,
+            "--name",
+            "rt",
+            "--json",
+            "--quiet",
+            "--workers",
+            "1",
+            *args,
+        ],
         capsys,
     )
     assert res.code == 0, res.stderr
     return res.json()
 
 
-def test_jsonl_round_trip_every_document(tmp_path: Path, monkeypatch: Any, capsys: Any, records: list[dict[str, Any]]) -> None:
+def test_jsonl_round_trip_every_document(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, records: list[dict[str, Any]]
+) -> None:
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "in" / "a.jsonl", records)
     doc = _prepare(capsys, "-i", "in/a.jsonl", "--task-size", "40KiB")
@@ -56,7 +70,9 @@ def test_jsonl_round_trip_every_document(tmp_path: Path, monkeypatch: Any, capsy
     assert tok.decode(got[3][:-1]) == records[3]["text"]
 
 
-def test_idx_header_and_dtype(tmp_path: Path, monkeypatch: Any, capsys: Any, records: list[dict[str, Any]]) -> None:
+def test_idx_header_and_dtype(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, records: list[dict[str, Any]]
+) -> None:
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "a.jsonl", records[:5])
     _prepare(capsys, "-i", "a.jsonl")
@@ -97,8 +113,13 @@ def _write_all_formats(root: Path, records: list[dict[str, Any]]) -> dict[str, l
     import pyarrow.feather as feather
     import pyarrow.parquet as pq
 
-    table = pa.table({"id": list(range(len(records))), "text": [r["text"] for r in records],
-                      "path": [r["path"] for r in records]})
+    table = pa.table(
+        {
+            "id": list(range(len(records))),
+            "text": [r["text"] for r in records],
+            "path": [r["path"] for r in records],
+        }
+    )
     write_jsonl(root / "gz" / "a.jsonl.gz", records, "gz")
     write_jsonl(root / "zst" / "a.jsonl.zst", records, "zst")
     (root / "pq").mkdir()

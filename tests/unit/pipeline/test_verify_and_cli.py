@@ -19,8 +19,24 @@ DS = "datasets/text/v/v1"
 def dataset(tmp_path: Path, monkeypatch: Any, capsys: Any) -> Path:
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=60_000))
-    res = run_cli(["prepare", "dataset", "-i", "a.jsonl", "--tokenizer", TOKENIZER, "--name", "v", "--quiet",
-                   "--shard-size", "16KiB", "--workers", "1"], capsys)
+    res = run_cli(
+        [
+            "prepare",
+            "dataset",
+            "-i",
+            "a.jsonl",
+            "--tokenizer",
+            TOKENIZER,
+            "--name",
+            "v",
+            "--quiet",
+            "--shard-size",
+            "16KiB",
+            "--workers",
+            "1",
+        ],
+        capsys,
+    )
     assert res.code == 0, res.stderr
     return tmp_path / "storage" / DS
 
@@ -72,7 +88,9 @@ def test_verify_detects_an_idx_inconsistent_with_its_bin(dataset: Path, capsys: 
     assert any("but the .bin has" in p["problem"] for p in res.json()["problems"])
 
 
-def test_verify_and_info_of_something_that_is_not_a_dataset(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def test_verify_and_info_of_something_that_is_not_a_dataset(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "storage" / "datasets" / "x").mkdir(parents=True)
     assert run_cli(["dataset", "verify", "datasets/x"], capsys).code == 3
@@ -98,8 +116,21 @@ def test_info_summarises_the_manifest(dataset: Path, capsys: Any) -> None:
 def test_dry_run_writes_nothing(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=60_000))
-    res = run_cli(["prepare", "dataset", "-i", "a.jsonl", "--tokenizer", TOKENIZER, "--dry-run", "--json",
-                   "--task-size", "16KiB"], capsys)
+    res = run_cli(
+        [
+            "prepare",
+            "dataset",
+            "-i",
+            "a.jsonl",
+            "--tokenizer",
+            TOKENIZER,
+            "--dry-run",
+            "--json",
+            "--task-size",
+            "16KiB",
+        ],
+        capsys,
+    )
     assert res.code == 0, res.stderr
     plan = res.json()["plan"]
     assert res.json()["status"] == "planned"
@@ -131,13 +162,16 @@ def test_pipeline_file_with_flag_overrides(tmp_path: Path, monkeypatch: Any, cap
         '[dataset]\nname = "web"\nversion = "v3"\n'
         '[input]\npaths = ["a.jsonl"]\ntext_key = "body"\n'
         f'[tokenizer]\npath = "{TOKENIZER}"\n'
-        '[output]\nshard_tokens = 2000\n'
+        "[output]\nshard_tokens = 2000\n"
     )
     res = run_cli(["prepare", "dataset", "p.toml", "--version", "v4", "--json", "--quiet"], capsys)
     assert res.code == 0, res.stderr
     doc = res.json()
     assert doc["path"] == "datasets/text/web/v4"
-    assert doc["manifest"]["options"]["shard_tokens"] == 2000 and doc["manifest"]["options"]["shard_bytes"] is None
+    assert (
+        doc["manifest"]["options"]["shard_tokens"] == 2000
+        and doc["manifest"]["options"]["shard_bytes"] is None
+    )
     info = run_cli(["dataset", "info", "datasets/text/web/v4", "--json"], capsys).json()
     assert all(s["tokens"] <= 2000 or s["documents"] == 1 for s in info["shard_list"])
     assert len(info["shard_list"]) > 3
@@ -148,8 +182,8 @@ def test_pipeline_file_with_flag_overrides(tmp_path: Path, monkeypatch: Any, cap
     [
         ('[input]\npaths = ["a.jsonl"]\ncolour = 1\n', [], "p.toml: input.colour: unknown key"),
         ('[inputs]\npaths = ["a.jsonl"]\n', [], "p.toml: inputs: unknown table"),
-        ('[split]\nholdout = 1.5\n', [], "p.toml: split.holdout: expected a fraction"),
-        ('[output]\nshard_size = "big"\n', [], "p.toml: output.shard_size: expected a size"),
+        ("[split]\nholdout = 1.5\n", [], "p.toml: split.holdout: expected a fraction"),
+        ('[output]\nshard_size = "big"\n', [], "p.toml: output.shard_size: 'big' is not a size"),
         ("", ["--holdout", "2"], "<command line>: --holdout: expected a fraction"),
         ("", ["--kind", "video"], "<command line>: --kind: expected one of text, code, multimodal"),
         ("[dataset\n", [], "p.toml: invalid TOML"),
@@ -159,7 +193,9 @@ def test_spec_errors_name_file_and_key(
     tmp_path: Path, monkeypatch: Any, capsys: Any, toml: str, args: list[str], message: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "p.toml").write_text(f'[tokenizer]\npath = "{TOKENIZER}"\n' + toml if "[dataset\n" not in toml else toml)
+    (tmp_path / "p.toml").write_text(
+        f'[tokenizer]\npath = "{TOKENIZER}"\n' + toml if "[dataset\n" not in toml else toml
+    )
     res = run_cli(["prepare", "dataset", "p.toml", "-i", "a.jsonl", *args], capsys)
     assert res.code == 2, res.stderr
     assert message in res.stderr
@@ -168,6 +204,14 @@ def test_spec_errors_name_file_and_key(
 def test_help_has_examples(capsys: Any) -> None:
     res = run_cli(["prepare", "dataset", "--help"], capsys)
     assert res.code == 0
-    for flag in ("--input", "--text-key", "--shard-size", "--holdout", "--on-error", "--work-dir", "--dry-run"):
+    for flag in (
+        "--input",
+        "--text-key",
+        "--shard-size",
+        "--holdout",
+        "--on-error",
+        "--work-dir",
+        "--dry-run",
+    ):
         assert flag in res.stdout
     assert "storekit prepare dataset pipelines/web.toml" in res.stdout
