@@ -69,6 +69,8 @@ def run_tasks(
     if not todo:
         return report
     workers = max(1, min(workers, len(todo)))
+    # largest first (stable): a big task started last would leave the other cores idle at the end
+    todo = sorted(todo, key=lambda i: -plan.tasks[i].est_bytes)
     try:
         if workers == 1:
             _run_inline(plan, work, site, todo, progress, report, on_done)

@@ -15,8 +15,8 @@ import numpy as np
 
 from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer
 
-PIECE_CHARS = 512 * 1024  # encode long documents in pieces of about this many characters
-CUT_WINDOW = 4 * PIECE_CHARS  # no safe cut within this many characters: the document is refused
+PIECE_CHARS = 128 * 1024  # encode long documents in pieces of about this many characters (~17 MB peak)
+CUT_WINDOW = 8 * PIECE_CHARS  # no safe cut within this many characters: the document is refused
 # A cut before position i is safe when (a) text[i-2:i] is "<printable ASCII>\n" and text[i] is printable
 # ASCII, or (b) text[i] is a space between two printable ASCII characters.
 _SAFE_CUT = re.compile(r"(?<=[!-~]\n)(?=[!-~])|(?<=[!-~])(?= [!-~])")

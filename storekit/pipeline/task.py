@@ -35,6 +35,7 @@ from storekit.pipeline.workdir import DONE, WorkDir, io_errors, remove_path
 HASH_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<u4")])
 BATCH_CHARS = 256 * 1024  # text per encode call: small batches keep the tokenizer's memory low
 MAX_EXAMPLES = 5
+MAX_PRIOR_HASHES = 1_000_000  # ~100 MB: a cache that only saves work, never changes the result
 _LOW64 = (1 << 64) - 1
 ProgressFn = Callable[[int, int, int], None]  # (docs, tokens, input bytes) since the last call
 
@@ -70,6 +71,9 @@ class TaskRunner:
         self.max_chars = opts["max_chars"]
         self.fail = opts["on_error"] == "fail"
         self.keep = tuple(opts["keep_fields"])
+        # hash -> earliest task (plan order) that kept it, from tasks this process already ran: a copy
+        # in a later task is dropped at finalize anyway, so it need not be tokenized at all
+        self.prior: dict[int, int] = {}
 
     def run(self, index: int, progress: ProgressFn | None = None) -> dict[str, Any]:
         started = time.monotonic()
@@ -152,8 +156,8 @@ class TaskRunner:
                     h = 0
                     if need_hash:
                         h = xxhash.xxh3_128_intdigest(stripped.encode("utf-8", "surrogatepass"))
-                        if self.dedup and h in seen:
-                            stats.duplicates += 1
+                        if self.dedup and (h in seen or self.prior.get(h, index) < index):
+                            stats.duplicates += 1  # an earlier copy is kept: this one would be dropped
                             continue
                     if encoder.is_long(text):
                         flush()
@@ -190,11 +194,21 @@ class TaskRunner:
         )
         if need_hash:
             _write_hashes(tmp / "hashes.rec", hashes_hi, hashes_lo)
+        if self.dedup:
+            self._remember(seen, index)
         if self.holdout > 0:
             _write_array(
                 tmp / "split.u8", np.frombuffer(splits, dtype=np.uint8) if splits else np.zeros(0, np.uint8)
             )
         return stats
+
+    def _remember(self, kept: set[int], index: int) -> None:
+        prior = self.prior
+        if len(prior) >= MAX_PRIOR_HASHES:
+            return
+        for h in kept:
+            if prior.setdefault(h, index) > index:
+                prior[h] = index
 
     def _bad(self, stats: TaskStats, reason: str, reader: PieceReader, position: int, detail: str) -> None:
         if self.fail:
