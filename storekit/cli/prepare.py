@@ -318,6 +318,9 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
         data["timings"] = outcome.timings
         data["tasks_resumed"] = outcome.tasks_resumed
 
+    if outcome.manifest is not None and not outcome.manifest.body["stats"]["docs_kept"]:
+        out.warn("no documents were kept: every record was bad, filtered or a duplicate (see the stats)")
+
     def human(console: Console) -> None:
         if outcome.status == "planned":
             _render_plan(console, data["plan"], outcome.location.display)

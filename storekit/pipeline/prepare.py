@@ -112,7 +112,7 @@ def prepare_dataset(
         return outcome
     check_space(plan, location, work)
     with work.locked():
-        resumed = work.start(plan)
+        resumed = work.start(plan, fresh=force)  # --force rebuilds from scratch, finished tasks too
         done = work.done_tasks()
         todo = [t.index for t in plan.tasks if t.index not in done]
         outcome.tasks_resumed = len(done)

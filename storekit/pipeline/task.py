@@ -19,12 +19,13 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import orjson
 import xxhash
 
+from storekit.config import SiteConfig
 from storekit.errors import InputError
 from storekit.pipeline.encode import Encoder, Unsplittable
 from storekit.pipeline.inputs import InputFS
@@ -269,5 +270,6 @@ def read_task_array(path: Path, dtype: Any) -> np.ndarray:
     return np.fromfile(path, dtype=dtype)
 
 
-def write_file(fh: IO[bytes], data: bytes) -> None:
-    fh.write(data)
+def run_task(plan: PrepPlan, index: int, work: WorkDir, site: SiteConfig | None = None) -> dict[str, Any]:
+    """Run one task of a plan from scratch (what a Slurm array task calls); returns its summary."""
+    return TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer)).run(index)

@@ -147,7 +147,7 @@ def resolve_tokenizer(
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
     return TokenizerInfo(
         name=ref,
-        file=str(file),
+        file=str(Path(file).resolve()),
         xxh3_128=xxhash.xxh3_128_hexdigest(text.encode("utf-8")),
         vocab_size=vocab,
         eos_id=eos_id,

@@ -53,8 +53,8 @@ class WorkDir:
         return doc
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self, plan: PrepPlan) -> bool:
-        """Create or reuse the work dir for `plan`. Returns True when finished tasks were kept."""
+    def start(self, plan: PrepPlan, *, fresh: bool = False) -> bool:
+        """Create or reuse the work dir for `plan` (`fresh`: drop finished tasks); True if some were kept."""
         with io_errors(self.path):
             self.path.mkdir(parents=True, exist_ok=True)
             self.tasks.mkdir(exist_ok=True)
@@ -64,7 +64,7 @@ class WorkDir:
                 same_inputs = [(s.url, s.size, s.mtime) for s in old.sources] == [
                     (s.url, s.size, s.mtime) for s in plan.sources
                 ]
-                if old.plan_id == plan.plan_id and same_inputs:
+                if old.plan_id == plan.plan_id and same_inputs and not fresh:
                     resumed = bool(self.done_tasks())
                 else:
                     shutil.rmtree(self.tasks)
