@@ -79,6 +79,9 @@ def run_tasks(
     except KeyboardInterrupt:
         work.remove_temps()
         raise _interrupted(report, len(todo)) from None
+    except BaseException:
+        work.remove_temps()  # tasks cut short by the failure: only whole completion records stay
+        raise
     finally:
         report.seconds = time.monotonic() - started
     return report
@@ -100,6 +103,7 @@ def _run_inline(
     report: RunReport,
     on_done: Callable[[int, dict[str, Any]], None] | None,
 ) -> None:
+    single_thread_env()  # --workers 1 means one core: no tokenizer thread pool either
     runner = TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer))
     for index in todo:
         summary = runner.run(index, progress)

@@ -251,7 +251,9 @@ def test_full_disk_mid_way_fails_cleanly(tmp_path: Path, small_fs: Any, full: st
     else:  # task parts go to the small file system, the output elsewhere
         fs = small_fs(str(estimate + (100 << 10)))
         where = ["--work-dir", str(fs), "--output", str(tmp_path / "ds")]
-    res = run_subprocess([*BASE, "-i", str(tmp_path / "a.jsonl"), *where, "--task-size", "256KiB"], tmp_path)
+    res = run_subprocess(
+        [*BASE, "-i", str(tmp_path / "a.jsonl"), *where, "--task-size", "256KiB", "--workers", "2"], tmp_path
+    )
     assert res.code == 6, res.stderr
     assert "no space left" in res.stderr
     assert not (fs / "ds").exists() and not (tmp_path / "ds").exists()

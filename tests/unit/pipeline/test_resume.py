@@ -118,6 +118,7 @@ def test_preemption_signal_stops_cleanly_and_resumes(
         _remove(corpus / "storage")
 
 
+@pytest.mark.slow
 def test_rerun_of_finished_dataset_is_a_noop_unless_forced(corpus: Path, baseline: dict[str, bytes]) -> None:
     try:
         assert run_subprocess([*ARGS, "--task-size", "16KiB"], corpus).code == 0

@@ -146,6 +146,7 @@ def _write_all_formats(root: Path, records: list[dict[str, Any]]) -> dict[str, l
     }
 
 
+@pytest.mark.slow
 def test_every_input_format_gives_the_same_tokens(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.chdir(tmp_path)
     records = sample_records(limit_bytes=60_000)

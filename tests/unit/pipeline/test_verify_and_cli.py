@@ -141,6 +141,7 @@ def test_dry_run_writes_nothing(tmp_path: Path, monkeypatch: Any, capsys: Any) -
     assert "dry run: nothing written" in human.stdout and not (tmp_path / "storage").exists()
 
 
+@pytest.mark.slow
 def test_no_arguments_runs_the_bundled_sample_offline(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
