@@ -55,14 +55,15 @@ def find_cross_task_duplicates(hash_files: Sequence[Path], out_dir: Path) -> Dro
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    tables = [_load_hashes(p) for p in hash_files]
-    total = sum(len(t) for t in tables)
+    total = sum(p.stat().st_size // HASH_DTYPE.itemsize for p in hash_files if p.is_file())
     buckets = max(1, -(-total // BUCKET_ENTRIES))
     edges = [np.uint64(_SPACE * b // buckets) for b in range(buckets)]
     files = []
     for b in range(buckets):
         his, los, tasks, docs = [], [], [], []
-        for task, table in enumerate(tables):
+        for task, path in enumerate(hash_files):
+            # mapped per bucket and dropped after: pages touched for earlier buckets do not pile up
+            table = _load_hashes(path)
             if not len(table):
                 continue
             start = np.searchsorted(table["hi"], edges[b]) if b else 0
@@ -74,7 +75,7 @@ def find_cross_task_duplicates(hash_files: Sequence[Path], out_dir: Path) -> Dro
             los.append(part["lo"])
             docs.append(part["doc"].astype(np.uint64))
             tasks.append(np.full(stop - start, task, dtype=np.uint64))
-        path = out_dir / f"drops-{b:05d}.u64"
+        out_path = out_dir / f"drops-{b:05d}.u64"
         keys = np.zeros(0, dtype=np.uint64)
         if his:
             hi, lo = np.concatenate(his), np.concatenate(los)
@@ -83,6 +84,6 @@ def find_cross_task_duplicates(hash_files: Sequence[Path], out_dir: Path) -> Dro
             hi, lo = hi[order], lo[order]
             later = np.nonzero((hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1]))[0] + 1
             keys = np.sort((task_col[order][later] << np.uint64(32)) | doc_col[order][later])
-        path.write_bytes(keys.tobytes())
-        files.append(path)
+        out_path.write_bytes(keys.tobytes())
+        files.append(out_path)
     return DropIndex(files)

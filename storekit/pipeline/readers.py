@@ -175,7 +175,8 @@ class PieceReader:
 
         start, end = self.piece.start, self.piece.end if self.piece.end is not None else self.src.rows
         with self.fs.open(self.src.url) as fh:
-            pf = pq.ParquetFile(fh)
+            # buffered page-by-page reads: a huge row group is never held in memory whole
+            pf = pq.ParquetFile(fh, buffer_size=8 << 20, pre_buffer=False)
             cols = self._columns(pf.schema_arrow.names)
             first = 0
             for group, (rows, _) in enumerate(self.src.chunks):
@@ -276,12 +277,15 @@ class _Batches:
 
 @contextlib.contextmanager
 def open_arrow(fs: InputFS, url: str) -> Iterator[tuple[bool, _Batches]]:
-    """An Arrow IPC file (random access, `ARROW1` magic) or stream (`save_to_disk`), memory-mapped locally."""
+    """An Arrow IPC file (random access, `ARROW1` magic) or stream (`save_to_disk`).
+
+    Read, not memory-mapped: mapped pages of a multi-GB file would all count as resident memory.
+    """
     import pyarrow as pa
 
     path = fs.local_path(url)
     with contextlib.ExitStack() as stack:
-        source: Any = stack.enter_context(pa.memory_map(path) if path else fs.open(url))
+        source: Any = stack.enter_context(pa.OSFile(path) if path else fs.open(url))
         stream = source.read(6) != b"ARROW1"
         source.seek(0)
         reader = pa.ipc.open_stream(source) if stream else pa.ipc.open_file(source)

@@ -8,6 +8,7 @@ import io
 import itertools
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import zstandard
@@ -152,3 +153,38 @@ def test_split_for_encoding_cuts_only_at_safe_places() -> None:
         assert newline_cut or space_cut, (left[-5:], right[:5])
     with pytest.raises(Unsplittable):
         split_for_encoding("x" * 10_000, piece=1000, window=4000)
+
+
+@pytest.mark.parametrize("bucket_entries", [3, 50, 4_000_000])
+def test_cross_task_dedup_keeps_the_first_occurrence_in_plan_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bucket_entries: int
+) -> None:
+    """Any bucket size (memory bound) gives the drops a plain first-seen pass gives."""
+    import numpy as np
+
+    from storekit.pipeline import dedup
+    from storekit.pipeline.task import HASH_DTYPE
+
+    monkeypatch.setattr(dedup, "BUCKET_ENTRIES", bucket_entries)
+    rng = random.Random(11)
+    pool = [(rng.getrandbits(64), rng.getrandbits(64)) for _ in range(40)]
+    files, expected, seen = [], [], set()
+    for task in range(7):
+        hashes = rng.sample(pool, rng.randint(0, 15))  # unique within a task, as tasks guarantee
+        drops = []
+        for doc, h in enumerate(hashes):
+            if h in seen:
+                drops.append(doc)
+            seen.add(h)
+        expected.append(drops)
+        rec = np.zeros(len(hashes), dtype=HASH_DTYPE)
+        if hashes:
+            rec["hi"], rec["lo"] = zip(*hashes, strict=True)
+            rec["doc"] = np.arange(len(hashes))
+            rec = rec[np.lexsort((rec["lo"], rec["hi"]))]
+        path = tmp_path / f"h{task}.rec"
+        path.write_bytes(rec.tobytes())
+        files.append(path)
+    index = dedup.find_cross_task_duplicates(files, tmp_path / "dedup")
+    assert [index.for_task(t).tolist() for t in range(7)] == expected
+    assert index.count == sum(len(d) for d in expected)
