@@ -122,7 +122,8 @@ def _expand_local(pattern: str) -> list[tuple[str, int, float | None]]:
         paths = []
         for root, dirs, files in os.walk(pattern):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            paths.extend(os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
+            paths.extend(os.path.join(root, f) for f in files if not f.startswith("."))
+        paths.sort()  # the order of `find DIR | sort`, whatever order the file system lists in
     elif os.path.isfile(pattern):
         paths = [pattern]
     else:
