@@ -19,6 +19,7 @@ from storekit.pipeline.summary import manifest_summary, plan_summary, render_man
 from storekit.units import format_bytes as format_size
 
 EXAMPLES = """
+
 Examples:
 
   # the bundled sample (CPython stdlib sources + a 65k BPE tokenizer) into ./storage, offline
@@ -71,9 +72,10 @@ def prepare_dataset_command(
         str | None,
         typer.Option(
             "--format",
-            metavar="auto|jsonl|parquet|arrow|hf-disk|text",
-            help="Input format. auto: by file extension (.jsonl/.json/.ndjson[.gz|.zst], .parquet, "
-            ".arrow/.feather, a save_to_disk folder; anything else is a text file). Default: auto.",
+            metavar="FORMAT",
+            help="auto, jsonl, parquet, arrow, hf-disk or text. auto: by file extension "
+            "(.jsonl/.json/.ndjson[.gz|.zst], .parquet, .arrow/.feather, a save_to_disk folder; "
+            "anything else is a text file). Default: auto.",
         ),
     ] = None,
     text_key: Annotated[
