@@ -8,6 +8,7 @@ long document is encoded in pieces of `PIECE_CHARS` cut where no pre-token can s
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,8 @@ class Encoder:
         self.eos = info.eos_id
         self.bos = info.bos_id
         self.long_chars = PIECE_CHARS * 2 if info.splittable else None
+        self.encode_seconds = 0.0  # inside the tokenizer
+        self.ids_seconds = 0.0  # Encoding.ids -> one numpy array (the Python-side cost of encoding)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """All documents' ids back to back (with BOS/EOS), and each document's length in tokens."""
@@ -61,7 +64,10 @@ class Encoder:
         add_len = lengths.append
         bos, eos = self.bos, self.eos
         extra = (bos is not None) + (eos is not None)
-        for enc in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False):
+        t0 = time.perf_counter()
+        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        t1 = time.perf_counter()
+        for enc in encodings:
             ids = enc.ids
             if bos is not None:
                 flat.append(bos)
@@ -69,7 +75,11 @@ class Encoder:
             if eos is not None:
                 flat.append(eos)
             add_len(len(ids) + extra)
-        return np.array(flat, dtype=self.dtype), lengths
+        del encodings
+        out = np.array(flat, dtype=self.dtype)
+        self.encode_seconds += t1 - t0
+        self.ids_seconds += time.perf_counter() - t1
+        return out, lengths
 
     def is_long(self, text: str) -> bool:
         return self.long_chars is not None and len(text) > self.long_chars
@@ -80,8 +90,12 @@ class Encoder:
         if self.bos is not None:
             parts.append(np.array([self.bos], dtype=self.dtype))
         for piece in split_for_encoding(text):
+            t0 = time.perf_counter()
             (enc,) = self.tokenizer.encode_batch_fast([piece], add_special_tokens=False)
+            t1 = time.perf_counter()
             parts.append(np.array(enc.ids, dtype=self.dtype))
+            self.encode_seconds += t1 - t0
+            self.ids_seconds += time.perf_counter() - t1
         if self.eos is not None:
             parts.append(np.array([self.eos], dtype=self.dtype))
         return np.concatenate(parts)

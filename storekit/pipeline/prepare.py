@@ -123,7 +123,20 @@ def prepare_dataset(
         progress.start(sum(plan.tasks[i].est_bytes for i in todo), len(plan.tasks), len(done))
         workers = spec.workers or default_workers()
         t0 = time.monotonic()
-        report = run_tasks(plan, work, site, todo, workers=workers, progress=progress.advance)
+        spent = {"encode": 0.0, "ids": 0.0, "work": 0.0, "total": 0.0}
+
+        def task_done(index: int, summary: dict[str, Any]) -> None:
+            for key, field_name in (
+                ("encode", "encode_seconds"),
+                ("ids", "ids_seconds"),
+                ("work", "work_seconds"),
+                ("total", "seconds"),
+            ):
+                spent[key] += float(summary.get(field_name, 0.0))
+
+        report = run_tasks(
+            plan, work, site, todo, workers=workers, progress=progress.advance, on_done=task_done
+        )
         t1 = time.monotonic()
         progress.finalizing()
         manifest = finalize(plan, work, location, force=force, source_digests=digests.result)
@@ -144,6 +157,14 @@ def prepare_dataset(
         "tasks_run": report.tasks_run,
         "peak_rss_bytes": sum(rss),
         "peak_rss_max_process_bytes": max(rss),
+        # CPU-side split of the task time (summed over workers): the tokenizer itself, turning its
+        # ids into arrays, everything else (read, parse, check, hash, write), commit (fsync, rename)
+        "task_seconds": {
+            "tokenizer": round(spent["encode"], 3),
+            "ids_to_numpy": round(spent["ids"], 3),
+            "read_parse_hash_write": round(spent["work"] - spent["encode"] - spent["ids"], 3),
+            "commit": round(spent["total"] - spent["work"], 3),
+        },
     }
     return outcome
 

@@ -77,20 +77,27 @@ class TaskRunner:
         self.prior: dict[int, int] = {}
 
     def run(self, index: int, progress: ProgressFn | None = None) -> dict[str, Any]:
-        started = time.monotonic()
+        started = time.perf_counter()
+        enc0, ids0 = self.encoder.encode_seconds, self.encoder.ids_seconds
         tmp = self.work.new_task_dir(index)
         try:
             with io_errors(tmp):
                 stats = self._run(index, tmp, progress or (lambda d, t, b: None))
+                worked = time.perf_counter()
                 summary = {
                     "task": index,
                     "plan_id": self.plan.plan_id,
                     "stats": stats.__dict__,
-                    "seconds": round(time.monotonic() - started, 3),
+                    # where the time went: the tokenizer, ids -> numpy, everything else (read, parse,
+                    # hash, write); commit (fsync + rename) is in `seconds` only
+                    "encode_seconds": round(self.encoder.encode_seconds - enc0, 4),
+                    "ids_seconds": round(self.encoder.ids_seconds - ids0, 4),
+                    "work_seconds": round(worked - started, 4),
                     "peak_rss": peak_rss(),
                 }
                 (tmp / DONE).write_bytes(json.dumps(summary, indent=1).encode("utf-8"))
                 self.work.commit_task(tmp, index)
+                summary["seconds"] = round(time.perf_counter() - started, 4)
             return summary
         except BaseException:
             remove_path(tmp)

@@ -124,10 +124,16 @@ def read_tokenizer_json(file: str | Path) -> str:
     return data.decode("utf-8")
 
 
-def load_tokenizer(info: TokenizerInfo) -> Any:
-    from tokenizers import Tokenizer
+# Loading takes ~0.25 s; forked workers inherit the parent's instance (it never ran a thread pool).
+_LOADED: dict[str, Any] = {}
 
-    return Tokenizer.from_str(read_tokenizer_json(info.file))
+
+def load_tokenizer(info: TokenizerInfo) -> Any:
+    if info.xxh3_128 not in _LOADED:
+        from tokenizers import Tokenizer
+
+        _LOADED[info.xxh3_128] = Tokenizer.from_str(read_tokenizer_json(info.file))
+    return _LOADED[info.xxh3_128]
 
 
 def resolve_tokenizer(
@@ -145,10 +151,12 @@ def resolve_tokenizer(
     eos_tok, eos_id = _special(tokenizer, "eos", eos, eos_token, config, EOS_CANDIDATES)
     bos_tok, bos_id = _special(tokenizer, "bos", bos, bos_token, config, BOS_CANDIDATES)
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    digest = xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+    _LOADED[digest] = tokenizer
     return TokenizerInfo(
         name=ref,
         file=str(Path(file).resolve()),
-        xxh3_128=xxhash.xxh3_128_hexdigest(text.encode("utf-8")),
+        xxh3_128=digest,
         vocab_size=vocab,
         eos_id=eos_id,
         bos_id=bos_id,
