@@ -193,7 +193,7 @@ def prepare_dataset_command(
         typer.Option(
             "--task-size",
             metavar="SIZE",
-            help="Input bytes per task. Default: chosen from the corpus size (4-64 MiB).",
+            help="Input bytes per task. Default: chosen from the corpus size (1-64 MiB).",
         ),
     ] = None,
     force: Annotated[

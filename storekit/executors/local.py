@@ -104,13 +104,17 @@ def _run_inline(
     on_done: Callable[[int, dict[str, Any]], None] | None,
 ) -> None:
     single_thread_env()  # --workers 1 means one core: no tokenizer thread pool either
-    runner = TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer))
-    for index in todo:
-        summary = runner.run(index, progress)
+    runner = TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer), background_commit=True)
+
+    def done(index: int, summary: dict[str, Any]) -> None:
         report.tasks_run += 1
         if on_done:
             on_done(index, summary)
         hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", report.tasks_run)
+
+    for index in todo:
+        runner.run(index, progress, done)
+    runner.drain()
     report.worker_peak_rss.append(peak_rss())
 
 
@@ -220,19 +224,23 @@ def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: A
 
     work = WorkDir(Path(work_path))
     plan = PrepPlan.from_json(work.plan_file.read_bytes())
-    runner = TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer))
+    runner = TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer), background_commit=True)
 
     def progress(docs: int, tokens: int, nbytes: int) -> None:
         results.put(("progress", docs, tokens, nbytes))
 
-    while (index := tasks.get()) is not None:
-        try:
-            summary = runner.run(index, progress)
-        except StorekitError as exc:
-            results.put(("error", index, type(exc).__name__, exc.message, exc.hint, int(exc.exit_code)))
-            return
-        except Exception:
-            results.put(("crash", index, traceback.format_exc(limit=8)))
-            return
+    def done(index: int, summary: dict[str, Any]) -> None:
         results.put(("done", index, summary))
+
+    index = -1
+    try:
+        while (index := tasks.get()) is not None:
+            runner.run(index, progress, done)
+        runner.drain()
+    except StorekitError as exc:
+        results.put(("error", index, type(exc).__name__, exc.message, exc.hint, int(exc.exit_code)))
+        return
+    except Exception:
+        results.put(("crash", index, traceback.format_exc(limit=8)))
+        return
     results.put(("rss", peak_rss()))

@@ -82,7 +82,9 @@ class PieceReader:
     def _jsonl(self) -> Iterator[Doc]:
         loads, key, keep = orjson.loads, self.text_key, self.keep_fields
         decode_error = orjson.JSONDecodeError
-        with self.fs.open(self.src.url) as raw:
+        span = None if self.piece.end is None else self.piece.end - self.piece.start
+        block = 8 << 20 if span is None or self.src.compression else min(8 << 20, span + (128 << 10))
+        with self.fs.open(self.src.url, block_size=block) as raw:
             stream = open_stream(raw, self.src.compression)
             lines = iter_lines(stream, self.piece.start, self.piece.end, self.max_doc_bytes)
             offset = self.piece.start

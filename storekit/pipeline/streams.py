@@ -123,7 +123,9 @@ def iter_lines(
     """(offset, line or None when longer than max_line, length) for each line starting in [start, end)."""
     pos = max(start - 1, 0)
     _seek(stream, pos)
-    buf = stream.read(BLOCK)
+    # a small range reads little more than itself (S3: no 4 MiB GET for a 1 MiB task)
+    block = BLOCK if end is None else max(64 << 10, min(BLOCK, end - pos + (64 << 10)))
+    buf = stream.read(block)
     i = 0
     if start > 0:
         # the line that starts at `start` is ours only if the byte before it ends a line
@@ -133,7 +135,7 @@ def iter_lines(
                 i = nl + 1
                 break
             pos += len(buf)
-            buf = stream.read(BLOCK)
+            buf = stream.read(block)
             if not buf:
                 return
     view = memoryview(buf)
@@ -155,7 +157,7 @@ def iter_lines(
             if not buf:
                 return
             continue
-        chunk = stream.read(BLOCK)
+        chunk = stream.read(block)
         if not chunk:
             if rest:
                 yield line_start, view[i:], rest

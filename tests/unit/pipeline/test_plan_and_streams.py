@@ -76,7 +76,8 @@ def test_plan_does_not_depend_on_workers_and_ids_change_with_options() -> None:
 
 
 def test_choose_task_bytes_bounds() -> None:
-    assert choose_task_bytes(1 << 20) == 4 << 20
+    assert choose_task_bytes(1 << 20) == 1 << 20
+    assert choose_task_bytes(10 << 30) == 10 << 20
     assert choose_task_bytes(1 << 40) == 64 << 20
 
 
