@@ -120,12 +120,14 @@ class Staging:
             if entry.name.startswith(prefix):
                 self.store.delete(entry.path, recursive=True)
 
-    def commit(self) -> None:
+    def commit(self, plan_id: str) -> None:
         if not self.posix:
             return
         final = self.location.rel
         old = None
         if self.store.exists(final):
+            # checked before the run; look again in case another run committed there meanwhile
+            check_existing(self.location, plan_id, force=self.force, work=None)
             old = join_rel(self.location.parent, f".{self.location.name}{TMP_MARK}old-{uuid.uuid4().hex[:8]}")
             self.store.rename(final, old)
         self.store.rename(self.rel, final)
@@ -160,7 +162,7 @@ def finalize(
             manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
             hooks.maybe_kill("STOREKIT_TEST_KILL_BEFORE_MANIFEST", 1)
             write_manifest(staging.store, staging.rel, manifest)
-            staging.commit()
+            staging.commit(plan.plan_id)
     except BaseException:
         staging.abort()
         raise
