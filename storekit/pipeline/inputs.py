@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob as globmod
 import os
-from collections.abc import Mapping
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
@@ -139,7 +138,3 @@ def read_range(fs: InputFS, url: str, start: int, length: int) -> bytes:
     with fs.open(url, block_size=max(length, 1 << 16)) as fh:
         fh.seek(start)
         return fh.read(length)
-
-
-def options_summary(options: Mapping[str, Any]) -> str:
-    return ", ".join(sorted(options))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import xxhash
@@ -57,7 +57,6 @@ class PrepPlan:
     sources: tuple[SourceFile, ...]
     tasks: tuple[PrepTask, ...]
     storekit_version: str = __version__
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:

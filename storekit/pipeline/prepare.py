@@ -21,7 +21,8 @@ from storekit.executors.local import default_workers, run_tasks
 from storekit.manifest import Manifest
 from storekit.ops import hash_stream
 from storekit.paths import join_rel
-from storekit.pipeline.finalize import check_existing, finalize
+from storekit.pipeline.commit import check_existing
+from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation, resolve_location
 from storekit.pipeline.plan import PrepPlan, plan_tasks
