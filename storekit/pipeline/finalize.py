@@ -1,9 +1,8 @@
 """`finalize(plan)`: cross-task dedup, final shards, manifest last, then the dataset appears.
 
-POSIX: everything is written into a hidden sibling (`.<version>.storekit-tmp-*`) that is renamed to
-the final name once the manifest is inside it. S3 (no rename): shards go to their final keys and the
-manifest is written last; without a manifest the prefix is not a dataset. Finalize can be killed and
-rerun at any point: it starts over from the task parts, which stay in the work dir until success.
+Runs once, after every task has its completion record. Where it writes and how the result becomes
+visible is `commit.Staging`. Finalize can be killed and rerun at any point: it starts over from the
+task parts, which stay in the work dir until success.
 """
 
 from __future__ import annotations
