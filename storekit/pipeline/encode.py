@@ -2,33 +2,39 @@
 
 Memory: `tokenizers` needs about 130 bytes per input character while it encodes one document, so a
 long document is encoded in pieces of `PIECE_CHARS` cut where no pre-token can straddle the cut
-(`safe_cut`). That gives the same ids as encoding it whole, for byte-level BPE (`splittable`).
+(`cut_points`). That gives the same ids as encoding it whole, for byte-level BPE (`splittable`).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer
 
 PIECE_CHARS = 128 * 1024  # encode long documents in pieces of about this many characters (~17 MB peak)
-CUT_WINDOW = 8 * PIECE_CHARS  # no safe cut within this many characters: the document is refused
-# A cut before position i is safe when (a) text[i-2:i] is "<printable ASCII>\n" and text[i] is printable
-# ASCII, or (b) text[i] is a space between two printable ASCII characters.
-_SAFE_CUT = re.compile(r"(?<=[!-~]\n)(?=[!-~])|(?<=[!-~])(?= [!-~])")
+CUT_WINDOW = 16 * PIECE_CHARS  # no safe cut within this many characters: the document is refused
+# A cut before position i is safe when text[i-1] is printable ASCII and text[i] is ASCII whitespace:
+# no alternative of the GPT-2 split regex runs from a non-space character into whitespace, the regex
+# never looks behind, and Unicode normalisation never composes across those characters.
+_SAFE_CUT = re.compile(r"(?<=[!-~])(?=[ \t\r\n])")
+_NON_SPACE = re.compile(r"\S")
+_HASH_SLICE = 1 << 20
 
 
 class Unsplittable(Exception):
     """A long document with no safe place to cut it within CUT_WINDOW characters."""
 
 
-def split_for_encoding(text: str, piece: int = PIECE_CHARS, window: int = CUT_WINDOW) -> list[str]:
-    pieces: list[str] = []
+def cut_points(text: str, piece: int = PIECE_CHARS, window: int = CUT_WINDOW) -> list[int]:
+    """Where to cut `text` into pieces of about `piece` characters; raises Unsplittable."""
+    cuts: list[int] = []
     start = 0
     while len(text) - start > piece:
         match = _SAFE_CUT.search(text, start + piece, start + window)
@@ -36,11 +42,31 @@ def split_for_encoding(text: str, piece: int = PIECE_CHARS, window: int = CUT_WI
             raise Unsplittable(
                 f"no whitespace to cut at between characters {start + piece} and {start + window}"
             )
-        cut = match.start()
-        pieces.append(text[start:cut])
-        start = cut
-    pieces.append(text[start:])
-    return pieces
+        start = match.start()
+        cuts.append(start)
+    return cuts
+
+
+def split_for_encoding(text: str, piece: int = PIECE_CHARS, window: int = CUT_WINDOW) -> list[str]:
+    bounds = [0, *cut_points(text, piece, window), len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def stripped_hash(text: str) -> int | None:
+    """xxh3-128 of text.strip() as UTF-8 (None when empty), without copying a long text."""
+    if len(text) <= _HASH_SLICE:
+        stripped = text.strip()
+        return xxhash.xxh3_128_intdigest(stripped.encode("utf-8", "surrogatepass")) if stripped else None
+    first = _NON_SPACE.search(text)
+    if first is None:
+        return None
+    lo, hi = first.start(), len(text)
+    while text[hi - 1].isspace():
+        hi -= 1
+    digest = xxhash.xxh3_128()
+    for k in range(lo, hi, _HASH_SLICE):
+        digest.update(text[k : min(k + _HASH_SLICE, hi)].encode("utf-8", "surrogatepass"))
+    return int(digest.intdigest())
 
 
 class Encoder:
@@ -84,18 +110,31 @@ class Encoder:
     def is_long(self, text: str) -> bool:
         return self.long_chars is not None and len(text) > self.long_chars
 
-    def encode_long(self, text: str) -> np.ndarray:
-        """One long document, encoded piece by piece so memory stays bounded. Raises Unsplittable."""
-        parts: list[np.ndarray] = []
+    def encode_long(self, text: str, write: Callable[[np.ndarray], None]) -> int:
+        """One long document, encoded piece by piece and handed to `write` as it goes: bounded memory.
+
+        Raises Unsplittable before anything is written. Returns the document's length in tokens.
+        """
+        bounds = [0, *cut_points(text), len(text)]
+        return self.encode_pieces((text[a:b] for a, b in itertools.pairwise(bounds)), write)
+
+    def encode_pieces(self, pieces: Iterator[str], write: Callable[[np.ndarray], None]) -> int:
+        """A document given as safe pieces (see cut_points), with BOS/EOS; returns its length in tokens."""
+        total = 0
         if self.bos is not None:
-            parts.append(np.array([self.bos], dtype=self.dtype))
-        for piece in split_for_encoding(text):
+            write(np.array([self.bos], dtype=self.dtype))
+            total += 1
+        for piece in pieces:
             t0 = time.perf_counter()
             (enc,) = self.tokenizer.encode_batch_fast([piece], add_special_tokens=False)
             t1 = time.perf_counter()
-            parts.append(np.array(enc.ids, dtype=self.dtype))
+            ids = np.array(enc.ids, dtype=self.dtype)
+            del enc
             self.encode_seconds += t1 - t0
             self.ids_seconds += time.perf_counter() - t1
+            write(ids)
+            total += len(ids)
         if self.eos is not None:
-            parts.append(np.array([self.eos], dtype=self.dtype))
-        return np.concatenate(parts)
+            write(np.array([self.eos], dtype=self.dtype))
+            total += 1
+        return total

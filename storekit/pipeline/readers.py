@@ -14,6 +14,7 @@ from typing import IO, Any, NamedTuple
 import orjson
 
 from storekit.errors import InputError
+from storekit.pipeline.giant import GIANT_BYTES, GiantText, blank_text, locate_text
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import Piece
 from storekit.pipeline.sources import SourceFile
@@ -29,12 +30,13 @@ TRUNCATED = "truncated_input"
 
 
 class Doc(NamedTuple):
-    text: str | None  # None: unusable, see reason
+    text: str | None  # None: unusable (see reason), or a giant document (see giant)
     reason: str | None
     detail: str
     position: int  # jsonl: byte offset of the line; parquet/arrow: row; text: 0
     meta: dict[str, Any] | None
     nbytes: int  # input bytes this record took (for progress)
+    giant: GiantText | None = None  # several MiB of text, decoded in chunks when needed
 
 
 class PieceReader:
@@ -100,6 +102,15 @@ class PieceReader:
                             length + 1,
                         )
                         continue
+                    if length > GIANT_BYTES:
+                        whole = line if isinstance(line, bytes) else bytes(line)
+                        del line
+                        found = self._giant_line(whole, offset, length)
+                        if found is not None:
+                            yield found
+                            continue
+                        line = whole
+                        del whole
                     try:
                         obj = loads(line)
                     except decode_error as exc:
@@ -109,6 +120,7 @@ class PieceReader:
                         reason = INVALID_UTF8 if ("UTF-8" in msg or "surrogate" in msg) else MALFORMED
                         yield Doc(None, reason, msg.split(": line 1")[0], offset, None, length + 1)
                         continue
+                    del line  # a giant line is not kept while its document is tokenized
                     if type(obj) is not dict:
                         yield Doc(
                             None,
@@ -145,6 +157,20 @@ class PieceReader:
                         0,
                     )
 
+    def _giant_line(self, raw: bytes, offset: int, length: int) -> Doc | None:
+        """A line whose text field is several MiB: keep the bytes, parse only the small rest."""
+        span = locate_text(raw, self.text_key)
+        if span is None:
+            return None  # not an object with a string text field: the normal path reports why
+        try:
+            rest = orjson.loads(blank_text(raw, span))
+        except orjson.JSONDecodeError:
+            return None
+        meta = {f: rest.get(f) for f in self.keep_fields} if self.keep_fields else None
+        return Doc(
+            None, None, "", offset, meta, length + 1, GiantText(raw, span[0], span[1], json_escaped=True)
+        )
+
     # -- text files: one document per file ----------------------------------------------------------
     def _text(self) -> Iterator[Doc]:
         cap = self.max_doc_bytes
@@ -160,12 +186,15 @@ class PieceReader:
                 None, OVERSIZED, f"file larger than --max-doc-bytes ({cap} bytes)", 0, None, self.src.size
             )
             return
+        meta = {f: (self.src.display if f == "path" else None) for f in self.keep_fields} or None
+        if len(data) > GIANT_BYTES:
+            yield Doc(None, None, "", 0, meta, len(data), GiantText(data, 0, len(data), json_escaped=False))
+            return
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             yield Doc(None, INVALID_UTF8, f"{exc.reason} at byte {exc.start}", 0, None, self.src.size)
             return
-        meta = {f: (self.src.display if f == "path" else None) for f in self.keep_fields} or None
         yield Doc(text, None, "", 0, meta, len(data))
 
     # -- parquet and arrow: row ranges ------------------------------------------------------------

@@ -119,7 +119,7 @@ def _seek(stream: IO[bytes] | Decompressed, offset: int) -> None:
 
 def iter_lines(
     stream: IO[bytes] | Decompressed, start: int, end: int | None, max_line: int
-) -> Iterator[tuple[int, memoryview | None, int]]:
+) -> Iterator[tuple[int, memoryview | bytes | None, int]]:
     """(offset, line or None when longer than max_line, length) for each line starting in [start, end)."""
     pos = max(start - 1, 0)
     _seek(stream, pos)
@@ -162,14 +162,60 @@ def iter_lines(
             if rest:
                 yield line_start, view[i:], rest
             return
-        buf = buf[i:] + chunk
+        if rest < block:  # the usual case: carry the line's start into the next buffer
+            buf = buf[i:] + chunk
+            view = memoryview(buf)
+            pos, i = line_start, 0
+            continue
+        # a line longer than a block: gather its pieces once (no quadratic re-copying) and hand it
+        # over without keeping a reference, so a giant document is in memory once, not twice
+        parts = [buf[i:], chunk]
+        length, buf, i = yield from _long_line(stream, line_start, parts, block, max_line)
+        pos = line_start + length + 1 - i
         view = memoryview(buf)
-        pos, i = line_start, 0
+        if not buf:
+            return
+
+
+def _long_line(
+    stream: IO[bytes] | Decompressed, line_start: int, parts: list[bytes], block: int, max_line: int
+) -> Generator[tuple[int, memoryview | bytes | None, int], None, tuple[int, bytes, int]]:
+    """Read the rest of a multi-block line; yield it (or report it over-long); return like _skip_long_line."""
+    length = sum(len(p) for p in parts[:-1])
+    while True:
+        last = parts[-1]
+        nl = last.find(b"\n")
+        if nl >= 0:
+            length += nl
+            tail, after = last, nl + 1
+            parts[-1] = last[:nl]
+            break
+        length += len(last)
+        if length > max_line:
+            parts.clear()
+            return (yield from _skip_long_line(stream, line_start, length))
+        chunk = stream.read(block)
+        if not chunk:
+            tail, after = b"", 0
+            break
+        parts.append(chunk)
+    if length > max_line:
+        parts.clear()
+        yield line_start, None, length
+    else:
+        yield line_start, _take(parts), length
+    return length, tail, after
+
+
+def _take(parts: list[bytes]) -> bytes:
+    data = b"".join(parts)
+    parts.clear()
+    return data
 
 
 def _skip_long_line(
     stream: IO[bytes] | Decompressed, line_start: int, seen: int
-) -> Generator[tuple[int, memoryview | None, int], None, tuple[int, bytes, int]]:
+) -> Generator[tuple[int, memoryview | bytes | None, int], None, tuple[int, bytes, int]]:
     """Scan past an over-long line; report it; return (length, next buffer, index after its newline)."""
     length = seen
     while True:

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import orjson
-import xxhash
 
 from storekit.config import SiteConfig
 from storekit.errors import InputError
-from storekit.pipeline.encode import Encoder, Unsplittable
+from storekit.pipeline.encode import Encoder, Unsplittable, stripped_hash
+from storekit.pipeline.giant import BadText, measure, pieces
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, PieceReader
@@ -158,6 +158,9 @@ class TaskRunner:
             _maybe_open(tmp / "meta.jsonl", bool(self.keep)) as meta_fh,
         ):
 
+            def write_tokens(ids: np.ndarray) -> None:
+                tokens_fh.write(ids.data)
+
             def flush() -> None:
                 nonlocal batch, batch_chars
                 if batch:
@@ -184,38 +187,49 @@ class TaskRunner:
                     stats.input_bytes += doc.nbytes
                     pending[0] += 1
                     pending[1] += doc.nbytes
-                    text = doc.text
-                    if text is None:
+                    text, giant = doc.text, doc.giant
+                    digest: int | None = 0
+                    if giant is not None:  # measured in a first pass, never held as one str
+                        try:
+                            info = measure(giant)
+                        except (BadText, Unsplittable) as exc:
+                            reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
+                            self._bad(stats, reason, reader, doc.position, str(exc))
+                            continue
+                        n, digest = info.chars, info.digest
+                    elif text is None:
                         self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
                         continue
-                    n = len(text)
+                    else:
+                        n = len(text)
                     if self.min_chars is not None and n < self.min_chars:
                         stats.filtered_short += 1
                         continue
                     if self.max_chars is not None and n > self.max_chars:
                         stats.filtered_long += 1
                         continue
-                    stripped = text.strip()
-                    if not stripped:
+                    if text is not None:
+                        digest = stripped_hash(text) if need_hash else (0 if text.strip() else None)
+                    if digest is None:
                         self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
                         continue
-                    h = 0
-                    if need_hash:
-                        h = xxhash.xxh3_128_intdigest(stripped.encode("utf-8", "surrogatepass"))
-                        if self.dedup and (h in seen or self.prior.get(h, index) < index):
-                            stats.duplicates += 1  # an earlier copy is kept: this one would be dropped
-                            continue
-                    if encoder.is_long(text):
+                    h = digest
+                    if self.dedup and (h in seen or self.prior.get(h, index) < index):
+                        stats.duplicates += 1  # an earlier copy is kept: this one would be dropped
+                        continue
+                    if giant is not None or encoder.is_long(text or ""):
                         flush()
                         try:
-                            ids = encoder.encode_long(text)
-                        except Unsplittable as exc:
+                            if giant is not None:
+                                n_tokens = encoder.encode_pieces(pieces(giant.chunks()), write_tokens)
+                            else:
+                                n_tokens = encoder.encode_long(text or "", write_tokens)
+                        except Unsplittable as exc:  # found before anything was written
                             self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
                             continue
-                        tokens_fh.write(ids.data)
-                        lengths.append(len(ids))
-                        stats.tokens += len(ids)
-                    else:
+                        lengths.append(n_tokens)
+                        stats.tokens += n_tokens
+                    elif text is not None:
                         batch.append(text)
                         batch_chars += n
                     if self.dedup:

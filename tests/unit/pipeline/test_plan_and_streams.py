@@ -149,11 +149,60 @@ def test_split_for_encoding_cuts_only_at_safe_places() -> None:
     pieces = split_for_encoding(text, piece=1000, window=4000)
     assert "".join(pieces) == text and len(pieces) > 50
     for left, right in itertools.pairwise(pieces):
-        newline_cut = left[-1] == "\n" and not left[-2].isspace() and not right[0].isspace()
-        space_cut = right[0] == " " and not left[-1].isspace() and not right[1].isspace()
-        assert newline_cut or space_cut, (left[-5:], right[:5])
+        assert "!" <= left[-1] <= "~" and right[0] in " \t\r\n", (left[-5:], right[:5])
     with pytest.raises(Unsplittable):
         split_for_encoding("x" * 10_000, piece=1000, window=4000)
+
+
+def test_pieces_encode_exactly_like_the_whole_document() -> None:
+    """Cut every few hundred characters through real text and whitespace-heavy edge cases."""
+    from tests.unit.pipeline.helpers import sample_records, tokenizer
+
+    tok = tokenizer()
+    rng = random.Random(5)
+    real = "".join(r["text"] for r in sample_records(limit_bytes=300_000, max_doc=100_000))
+    indented_json = "".join(f'[\n      "arn:aws:iam::{i}:policy/x",\n\t\t"b"]\r\n' for i in range(3000))
+    words = [
+        "word",
+        "x",
+        "'s",
+        "42",
+        "ünï",
+        "\u00a0",
+        "\u3000",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "<EOT>",
+        "e\u0301",
+        "ﬁ",
+        "¨",
+        "...",
+        "'",
+        '"',
+        "\u2028",
+        "😀",
+        "１２",
+    ]
+    noise = "".join(rng.choice(words) + rng.choice(["", " ", "\n", "  "]) for _ in range(60_000))
+    for text in (real, indented_json, noise):
+        pieces = split_for_encoding(text, piece=300, window=60_000)
+        assert len(pieces) > 100
+        whole = tok.encode(text, add_special_tokens=False).ids
+        parts = [i for p in pieces for i in tok.encode(p, add_special_tokens=False).ids]
+        assert parts == whole
+
+
+def test_stripped_hash_of_long_text_equals_the_plain_one() -> None:
+    import xxhash
+
+    from storekit.pipeline.encode import stripped_hash
+
+    body = "\u00a0 \n" + ("naïve text 😀 " * 200_000) + " \t\n\u3000"
+    assert len(body) > 1 << 20
+    assert stripped_hash(body) == xxhash.xxh3_128_intdigest(body.strip().encode("utf-8"))
+    assert stripped_hash(" \n\t" * 500_000) is None and stripped_hash(" ") is None
 
 
 @pytest.mark.parametrize("bucket_entries", [3, 50, 4_000_000])
