@@ -9,9 +9,6 @@ from rich.console import Console
 
 from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
 from storekit.errors import ExitCode
-from storekit.pipeline.inspect import load_dataset_manifest, verify_dataset
-from storekit.pipeline.location import resolve_location
-from storekit.pipeline.summary import manifest_summary, render_manifest_summary
 from storekit.units import format_bytes as format_size
 
 PathArg = Annotated[
@@ -49,6 +46,9 @@ def verify_command(
 
       storekit dataset verify s3://archive/storage/datasets/text/web/v2 --json
     """
+    from storekit.pipeline.inspect import load_dataset_manifest, verify_dataset
+    from storekit.pipeline.location import resolve_location
+
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
     manifest = load_dataset_manifest(location)
@@ -83,6 +83,10 @@ def info_command(
 
       storekit dataset info /lustre/storage/datasets/text/web/v2 --json
     """
+    from storekit.pipeline.inspect import load_dataset_manifest
+    from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.summary import manifest_summary, render_manifest_summary
+
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
     manifest = load_dataset_manifest(location)

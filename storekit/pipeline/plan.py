@@ -26,6 +26,7 @@ MIN_TASK_BYTES = 1 << 20  # ~0.5 s of one core: per-task costs stay ~1% (commits
 MAX_TASK_BYTES = 64 << 20
 TASKS_PER_CORPUS = 1024  # many more tasks than cores: the last ones finish close together
 MAX_COMPRESSED_SPLITS = 8
+BYTES_PER_TOKEN_FLOOR = 3  # for size estimates: real BPE text averages 3.5-4.5 bytes per token
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,13 @@ from storekit.pipeline.commit import check_existing
 from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation, resolve_location
-from storekit.pipeline.plan import PrepPlan, plan_tasks
+from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan, plan_tasks
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.task import peak_rss
 from storekit.pipeline.tokenizer import resolve_tokenizer
 from storekit.pipeline.workdir import WorkDir
 from storekit.units import format_bytes as format_size
-
-BYTES_PER_TOKEN_FLOOR = 3  # for the up-front space estimate: real BPE text averages 3.5-4.5
 
 
 @dataclass

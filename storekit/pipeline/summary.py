@@ -8,8 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from storekit.manifest import Manifest
-from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.prepare import BYTES_PER_TOKEN_FLOOR
+from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan
 from storekit.units import format_bytes as format_size
 
 
