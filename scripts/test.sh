@@ -136,7 +136,7 @@ s3_answers() {
 # slurm_answers CONF: a cluster configured by CONF has a usable node
 slurm_answers() {
   [ -f "$1" ] && command -v sinfo >/dev/null || return 1
-  SLURM_CONF=$1 timeout 5 sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated|completing)'
+  SLURM_CONF=$1 timeout --foreground 5 sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated|completing)'
 }
 can_start() { [ $IS_ROOT = 1 ] && command -v "$1" >/dev/null; }
 SLURM_DIR=$(realpath -m "${STOREKIT_SLURM_DIR:-$REPO/.services/slurm}")

@@ -77,7 +77,7 @@ if [ -f "$DIR/s3.env" ] && grep -q "STOREKIT_TEST_S3_ENDPOINT=$ENDPOINT\$" "$DIR
   write_env
   exit 0
 fi
-if [ -d "$DIR/pids" ]; then
+if compgen -G "$DIR/pids/*.pid" >/dev/null; then
   svc_log "stale instance in $DIR: tearing it down"
   "$SERVICES_HERE/ceph-down.sh" >&2 || true
 fi
@@ -183,7 +183,7 @@ start() {
   echo $! >"$DIR/pids/$name.pid"
 }
 # a dead mon makes every ceph CLI call hang: never call it without a timeout
-cephcli() { timeout "${CLI_TIMEOUT:-15}" ceph "$@"; }
+cephcli() { timeout --foreground "${CLI_TIMEOUT:-15}" ceph "$@"; }
 
 # ---- mon ---------------------------------------------------------------------------------------
 # ceph-mon --mkfs refuses a non-empty data dir, so the keyring and monmap live beside it
@@ -204,16 +204,16 @@ svc_log "mon up on port $MON_PORT (pid $(pid_of "$DIR/pids/mon.a.pid"))"
 OSD_UUID=$(cat /proc/sys/kernel/random/uuid)
 OSD_ID=$(cephcli osd new "$OSD_UUID" 2>"$DIR/log/osd-new.out") || die "ceph osd new failed"
 [ "$OSD_ID" = 0 ] || die "expected osd id 0, got $OSD_ID"
-timeout 120 ceph-osd -i 0 --mkfs --osd-uuid "$OSD_UUID" >"$DIR/log/osd-mkfs.out" 2>&1 || die "ceph-osd --mkfs failed"
+timeout --foreground 120 ceph-osd -i 0 --mkfs --osd-uuid "$OSD_UUID" >"$DIR/log/osd-mkfs.out" 2>&1 || die "ceph-osd --mkfs failed"
 start osd.0 ceph-osd -i 0
 svc_log "osd mkfs done ($STORE), osd started (pid $(pid_of "$DIR/pids/osd.0.pid"))"
 
 # ---- rgw user: radosgw-admin creates the default zone, zonegroup and pools; it does not need
 # the gateway, so it runs while the OSD boots. api_name us-east-1 lets clients send that
 # region as LocationConstraint (the zonegroup only exists after the first user create).
-timeout 90 radosgw-admin -n client.rgw user create --uid storekit-test --display-name "storekit tests" \
+timeout --foreground 90 radosgw-admin -n client.rgw user create --uid storekit-test --display-name "storekit tests" \
   --access-key "$AK" --secret-key "$SK" >"$DIR/log/user-create.out" 2>&1 || die "radosgw-admin user create failed"
-timeout 60 radosgw-admin -n client.rgw zonegroup modify --rgw-zonegroup=default --api-name="$REGION" \
+timeout --foreground 60 radosgw-admin -n client.rgw zonegroup modify --rgw-zonegroup=default --api-name="$REGION" \
   >"$DIR/log/zonegroup.out" 2>&1 || die "radosgw-admin zonegroup modify failed"
 svc_log "S3 user created"
 for _ in $(seq 600); do

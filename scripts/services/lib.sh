@@ -2,6 +2,8 @@
 # Helpers shared by the service scripts (sourced, not run).
 # Every daemon we start is recorded as a pid file; we only ever signal a recorded pid after
 # checking that it still is the program we started (pids get reused), never a process by name.
+# `timeout --foreground` everywhere: plain timeout moves the command into a process group of its
+# own, where stopping a half-finished bring-up (kill -- -PGID) would not reach it.
 
 SERVICES_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SERVICES_HERE/../.." && pwd)

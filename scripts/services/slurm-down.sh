@@ -38,12 +38,12 @@ stop_recorded() {
 }
 
 if alive "$DIR/pids/slurmctld.pid" /usr/sbin/slurmctld; then
-  jobs=$(timeout 10 squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')
+  jobs=$(timeout --foreground 10 squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')
   if [ -n "${jobs// /}" ]; then
     svc_log "cancelling jobs: $jobs"
     # shellcheck disable=SC2086
-    timeout 10 scancel $jobs 2>/dev/null || true
-    for _ in $(seq 150); do [ -z "$(timeout 5 squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.1; done
+    timeout --foreground 10 scancel $jobs 2>/dev/null || true
+    for _ in $(seq 150); do [ -z "$(timeout --foreground 5 squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.1; done
   fi
 fi
 

@@ -151,12 +151,12 @@ else
   "$SLURMCTLD" -f "$CONF" -c || die "slurmctld failed to start" # -c: start with a clean job state
   # the port can answer before the pid file is written: wait for both
   for _ in $(seq 300); do
-    alive "$DIR/run-slurmctld.pid" "$SLURMCTLD" && timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
+    alive "$DIR/run-slurmctld.pid" "$SLURMCTLD" && timeout --foreground 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
     sleep 0.05
   done
   alive "$DIR/run-slurmctld.pid" "$SLURMCTLD" || die "slurmctld did not stay up"
   cp "$DIR/run-slurmctld.pid" "$DIR/pids/slurmctld.pid"
-  timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' || die "slurmctld does not answer on port $CTLD_PORT"
+  timeout --foreground 5 scontrol ping 2>/dev/null | grep -q 'is UP' || die "slurmctld does not answer on port $CTLD_PORT"
   svc_log "slurmctld up on port $CTLD_PORT (pid $(pid_of "$DIR/pids/slurmctld.pid"))"
 fi
 
@@ -177,12 +177,12 @@ fi
 # ---------------------------------------------------------------- wait for idle
 deadline=$((SECONDS + TIMEOUT))
 while :; do
-  state=$(timeout 5 sinfo -h -N -o '%T' 2>/dev/null | head -n 1 || true)
+  state=$(timeout --foreground 5 sinfo -h -N -o '%T' 2>/dev/null | head -n 1 || true)
   case $state in
   idle | mixed | allocated | completing) break ;;
   down* | drain* | drained*)
     # left down by an earlier run of this cluster: put it back to work
-    timeout 5 scontrol update NodeName=localhost State=RESUME 2>/dev/null || true
+    timeout --foreground 5 scontrol update NodeName=localhost State=RESUME 2>/dev/null || true
     ;;
   esac
   [ $SECONDS -ge $deadline ] && die "node not idle after ${TIMEOUT}s (state: ${state:-none})"
