@@ -489,12 +489,45 @@ class S3Store(Store):
         yield from sorted(entries, key=lambda e: e.path.split("/"))
 
     def open_read(self, rel: str) -> IO[bytes]:
+        """A streaming reader pinned to the object's ETag: if the object is replaced while being read,
+        reading raises a retryable error (exit 5) instead of returning bytes of two versions."""
         fh = super().open_read(rel)
         details = getattr(fh, "details", None) or {}
         if details.get("type") == "directory":  # s3fs would read a prefix as an empty file
             fh.close()
-            raise StorekitError(f"{self.display_url}/{rel}: is a directory, not a file")
+            raise self._is_a_directory(rel)
+        cache = getattr(fh, "cache", None)
+        if cache is not None and callable(getattr(cache, "fetcher", None)):
+            cache.fetcher = self._guard_fetch(cache.fetcher, rel)
         return fh
+
+    def read_bytes(self, rel: str) -> bytes:
+        # one GET: a consistent copy of whichever version is current, even during an overwrite
+        try:
+            with self._errors(rel):
+                return bytes(self.fs.cat_file(self.full(rel)))
+        except NotFoundError:
+            if self.exists(rel) and self.info(rel).is_dir:
+                raise self._is_a_directory(rel) from None
+            raise
+
+    def _is_a_directory(self, rel: str) -> StorekitError:
+        return StorekitError(f"{self.display_url}/{rel}: is a directory, not a file")
+
+    def _guard_fetch(self, fetch: Any, rel: str) -> Any:
+        def guarded(start: int, end: int) -> Any:
+            try:
+                return fetch(start, end)
+            except Exception as exc:
+                if _changed_while_reading(exc):
+                    raise UnreachableError(
+                        f"{self.display_url}/{rel} was replaced while it was being read",
+                        hint="retry: the new version is complete, the read started on the old one",
+                    ) from None
+                with self._errors(rel):
+                    raise
+
+        return guarded
 
     def free_space(self) -> None:
         return None
@@ -594,6 +627,21 @@ def _decode_meta(value: str) -> str:
         with contextlib.suppress(ValueError):
             return base64.b64decode(value[len(_RFC2047_PREFIX) : -len(_RFC2047_SUFFIX)]).decode("utf-8")
     return value
+
+
+def _changed_while_reading(exc: BaseException) -> bool:
+    """The object's ETag no longer matches the one the read started with (HTTP 412). s3fs turns
+    this into FileExpired, or, when the gateway sends no message (RGW), into a TypeError."""
+    for e in _chain(exc):
+        if type(e).__name__ == "FileExpired":
+            return True
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") in (
+            "PreconditionFailed",
+            "412",
+        ):
+            return True
+    return False
 
 
 def _is_connection_error(exc: BaseException) -> bool:
