@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from storekit.errors import NotFoundError
+from storekit.errors import NotFoundError, UnreachableError
 from storekit.store import TMP_MARK, S3Store, Store
 
 from .conftest import tree
+
+MIB = 1 << 20
 
 
 class Boom(Exception):
@@ -108,3 +113,52 @@ def test_open_read_streams(store: Store) -> None:
         while block := fh.read(4096):
             parts.append(block)
     assert b"".join(parts) == data
+
+
+def test_concurrent_reader_never_sees_a_partial_file(store: Store) -> None:
+    """A reader polling while the writer streams 18 MiB (two S3 parts) sees the old file or the new one."""
+    old, new = b"o" * 1000, os.urandom(MIB) * 18
+    store.write_bytes("shard.bin", old)
+    sizes: set[int] = set()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                sizes.add(store.info("shard.bin").size)
+                assert store.read_bytes("shard.bin") in (old, new)
+        except BaseException as exc:  # reported by the test thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        with store.atomic_writer("shard.bin") as fh:
+            for i in range(18):
+                fh.write(new[i * MIB : (i + 1) * MIB])
+                time.sleep(0.01)
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    assert errors == []
+    assert sizes <= {len(old), len(new)} and len(old) in sizes
+    assert store.read_bytes("shard.bin") == new
+    assert [e.path for e in store.walk("")] == ["shard.bin"]
+
+
+def test_stream_opened_before_an_overwrite(store: Store) -> None:
+    """An open reader gets the old bytes whole (POSIX keeps the old inode) or, where the backend cannot
+    keep them (S3), a retryable error (exit 5); never bytes of both versions."""
+    old, new = os.urandom(MIB), os.urandom(MIB)
+    store.write_bytes("f.bin", old)
+    with store.open_read("f.bin") as fh:
+        store.write_bytes("f.bin", new)
+        try:
+            got = fh.read()
+        except UnreachableError as exc:
+            assert not store.capabilities.atomic_rename  # only S3 may refuse
+            assert exc.exit_code == 5 and "replaced while it was being read" in str(exc)
+        else:
+            assert got == old
+    assert store.read_bytes("f.bin") == new
