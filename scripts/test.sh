@@ -44,7 +44,7 @@ for a in "$@"; do
   case $a in
   --lint-only) TESTS=0 ;;
   --no-lint) LINT=0 ;;
-  -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
   *) PYTEST_ARGS+=("$a") ;;
   esac
 done
