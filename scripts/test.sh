@@ -139,6 +139,13 @@ slurm_answers() {
   SLURM_CONF=$1 timeout --foreground 5 sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated|completing)'
 }
 can_start() { [ $IS_ROOT = 1 ] && command -v "$1" >/dev/null; }
+# ours_alive PIDFILE EXE: the daemon recorded by scripts/services still runs (a config file left
+# behind by a failed start must not make another cluster on the same ports look like ours)
+ours_alive() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [[ $pid =~ ^[0-9]+$ ]] && [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$2")" ]
+}
 SLURM_DIR=$(realpath -m "${STOREKIT_SLURM_DIR:-$REPO/.services/slurm}")
 CEPH_DIR=$(realpath -m "${STOREKIT_CEPH_DIR:-$REPO/.services/ceph}")
 SERVICES_STARTED_AT=$(elapsed)
@@ -148,7 +155,8 @@ if [ $TESTS = 0 ]; then
   SLURM_NOTE="not needed (--lint-only)"
 elif [ "${STOREKIT_TEST_SLURM:-}" = 1 ]; then
   SLURM_NOTE="given by STOREKIT_TEST_SLURM=1 (SLURM_CONF=${SLURM_CONF:-default})"
-elif [ "$MODE" != always ] && slurm_answers "$SLURM_DIR/slurm.conf"; then
+elif [ "$MODE" != always ] && ours_alive "$SLURM_DIR/pids/slurmctld.pid" /usr/sbin/slurmctld &&
+  slurm_answers "$SLURM_DIR/slurm.conf"; then
   export SLURM_CONF=$SLURM_DIR/slurm.conf STOREKIT_TEST_SLURM=1
   SLURM_NOTE="reusing the running cluster of $SLURM_DIR (left running)"
 elif [ "$MODE" != always ] && slurm_answers "${SLURM_CONF:-/etc/slurm/slurm.conf}"; then
