@@ -5,9 +5,9 @@
   daemonised workers) are re-parented to us and reaped here; their CPU time is counted too.
 - Peak memory: /proc is sampled every `interval` seconds for all our descendants; we keep the maximum
   over time of (a) the sum of RSS over the tree, (b) the sum of PSS over the tree (shared pages
-  counted once, split between sharers), (c) the largest single-process RSS. The kernel's own
-  ru_maxrss of the waited-for child (largest single process among it and its reaped descendants) is
-  kept as a cross-check for spikes between samples.
+  counted once, split between sharers; sampled less often, see _Sampler), (c) the largest
+  single-process RSS, from each process's VmHWM (its own peak, so spikes between samples count).
+  The kernel's ru_maxrss is not used: Linux carries the forking parent's peak across exec into it.
 - The wall time ends when the command and every descendant have exited.
 """
 
@@ -43,7 +43,7 @@ class Measurement:
     peak_tree_rss: int  # bytes
     peak_tree_pss: int
     peak_single_rss: int
-    kernel_maxrss: int  # ru_maxrss of the direct child (bytes)
+    kernel_maxrss: int  # ru_maxrss of the direct child (bytes); includes our RSS at fork: not used
     max_processes: int
     samples: int
     stdout: str = ""
@@ -87,26 +87,43 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _rss_pss(pid: int, with_pss: bool) -> tuple[int, int]:
+def _rss_hwm(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) in bytes. VmHWM is the process's own peak since its exec, so a spike between two
+    samples still shows (unlike ru_maxrss, which keeps the parent's RSS at fork across the exec)."""
+    rss = hwm = 0
     try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            rss = int(f.read().split()[1]) * PAGE
-        pss = 0
-        if with_pss:
-            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Pss:"):
-                        pss = int(line.split()[1]) * 1024
-                        break
-        return rss, pss
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return 0, 0
+        pass
+    return rss, hwm
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 class _Sampler(threading.Thread):
-    def __init__(self, interval: float) -> None:
+    """RSS (cheap: statm) every `interval`; PSS (smaps_rollup walks the page tables: ~40 ms per GiB
+    mapped, charged to us and stealing CPU from the measured tree) at most every `pss_interval`, and
+    only while the tree's RSS is above the PSS peak so far (PSS <= RSS, so only then can it rise)."""
+
+    def __init__(self, interval: float, pss_interval: float) -> None:
         super().__init__(daemon=True)
         self.interval = interval
+        self.pss_interval = pss_interval
+        self.last_pss = 0.0
         self.me = os.getpid()
         self.stop = threading.Event()
         self.tree_rss = self.tree_pss = self.single_rss = 0
@@ -115,14 +132,14 @@ class _Sampler(threading.Thread):
 
     def sample(self) -> None:
         pids = _descendants(self.me)
-        tree_rss = tree_pss = 0
-        for pid in pids:
-            rss, pss = _rss_pss(pid, with_pss=True)
-            tree_rss += rss
-            tree_pss += pss
-            self.single_rss = max(self.single_rss, rss)
+        rss_hwm = [_rss_hwm(pid) for pid in pids]
+        tree_rss = sum(rss for rss, _ in rss_hwm)
         self.tree_rss = max(self.tree_rss, tree_rss)
-        self.tree_pss = max(self.tree_pss, tree_pss)
+        self.single_rss = max(self.single_rss, max((max(r, h) for r, h in rss_hwm), default=0))
+        now = time.monotonic()
+        if tree_rss > self.tree_pss and now - self.last_pss >= self.pss_interval:
+            self.last_pss = now
+            self.tree_pss = max(self.tree_pss, sum(_pss(pid) for pid in pids))
         self.max_procs = max(self.max_procs, len(pids))
         self.samples += 1
 
@@ -151,12 +168,14 @@ def run_measured(
     cwd: str | None = None,
     cpus: str | None = None,
     interval: float = 0.1,
+    pss_interval: float = 1.0,
     timeout: float | None = None,
 ) -> Measurement:
     """Run cmd (pinned to `cpus` with taskset if given) and measure the whole tree."""
     full = (["taskset", "-c", cpus] if cpus else []) + cmd
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    sampler = _Sampler(interval)
+    self_before = resource.getrusage(resource.RUSAGE_SELF)
+    sampler = _Sampler(interval, pss_interval)
     out_path = f"/tmp/storekit-bench-{os.getpid()}-{time.monotonic_ns()}"
     with open(out_path + ".out", "w+b") as fout, open(out_path + ".err", "w+b") as ferr:
         t0 = time.perf_counter()
@@ -176,6 +195,7 @@ def run_measured(
         sampler.stop.set()
         sampler.join()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self_after = resource.getrusage(resource.RUSAGE_SELF)
         fout.seek(0)
         ferr.seek(0)
         stdout = fout.read().decode(errors="replace")
@@ -196,4 +216,10 @@ def run_measured(
         samples=sampler.samples,
         stdout=stdout,
         stderr=stderr,
+        extra={
+            "harness_cpu_s": self_after.ru_utime
+            + self_after.ru_stime
+            - self_before.ru_utime
+            - self_before.ru_stime
+        },
     )

@@ -72,9 +72,10 @@ def _row(m: Measurement, tokens: int, summary: TokenSummary | None, **extra: obj
         "tokens_per_cpu_s": tokens / m.cpu_s if m.cpu_s else 0.0,
         "peak_tree_rss": m.peak_tree_rss,
         "peak_tree_pss": m.peak_tree_pss,
-        "peak_single_rss": max(m.peak_single_rss, m.kernel_maxrss),
+        "peak_single_rss": m.peak_single_rss,
         "max_processes": m.max_processes,
         "cmd": shlex.join(m.cmd),
+        "harness_cpu_s": m.extra.get("harness_cpu_s"),
     }
     if summary is not None:
         row["files"] = summary.__dict__
@@ -162,12 +163,14 @@ def run_storekit(
         "--quiet",
     ]
     cpus = cpus_for(workers)
-    prep = run_measured(cmd, env=s.storekit_env, cpus=cpus, interval=s.interval)
+    # cwd: a folder with no storekit/ in it (`python -m` puts the cwd first on sys.path, before PYTHONPATH)
+    prep = run_measured(cmd, env=s.storekit_env, cwd=str(s.out_root), cpus=cpus, interval=s.interval)
     if prep.returncode != 0:
         raise _fail("storekit prepare dataset", prep)
     verify = run_measured(
         [*s.storekit_cmd, "dataset", "verify", str(out), "--json"],
         env=s.storekit_env,
+        cwd=str(s.out_root),
         cpus=cpus,
         interval=s.interval,
     )
@@ -197,11 +200,10 @@ def run_storekit(
         verify_cpu_s=verify.cpu_s,
         peak_tree_rss=max(prep.peak_tree_rss, verify.peak_tree_rss),
         peak_tree_pss=max(prep.peak_tree_pss, verify.peak_tree_pss),
-        peak_single_rss=max(
-            prep.peak_single_rss, prep.kernel_maxrss, verify.peak_single_rss, verify.kernel_maxrss
-        ),
+        peak_single_rss=max(prep.peak_single_rss, verify.peak_single_rss),
         reported_tokens=_find_number(reported, ("tokens", "total_tokens")),
         reported_docs=_find_number(reported, ("docs", "documents")),
+        storekit_json=reported,
         verify_cmd=shlex.join(verify.cmd),
         workers=workers,
         cpus=cpus,
@@ -301,12 +303,13 @@ def run_ceiling(s: Setup, threads: int, modes: list[str], dataset_tokens: int | 
             "tokens_per_cpu_s": tokens / r["cpu_s"] if r["cpu_s"] else 0.0,
             "peak_tree_rss": m.peak_tree_rss,
             "peak_tree_pss": m.peak_tree_pss,
-            "peak_single_rss": max(m.peak_single_rss, m.kernel_maxrss),
+            "peak_single_rss": m.peak_single_rss,
             "threads": threads,
             "cpus": cpus_for(threads),
             "batch": res["batch"],
             "load_s": res["load_s"],
             "cmd": shlex.join(m.cmd),
+            "harness_cpu_s": m.extra.get("harness_cpu_s"),
             "tokens_match_dataset": dataset_tokens is None or tokens == dataset_tokens,
         }
     return rows

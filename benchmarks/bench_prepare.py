@@ -94,6 +94,26 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
+def storekit_version(args: argparse.Namespace) -> str:
+    """The commit storekit runs from (PYTHONPATH checkout), with '+dirty' for uncommitted changes."""
+    where = args.storekit_pythonpath or str(HERE.parent)
+    try:
+        head = subprocess.run(
+            ["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "storekit"], capture_output=True, text=True
+        )
+        branch = subprocess.run(
+            ["git", "-C", where, "branch", "--show-current"], capture_output=True, text=True
+        )
+    except OSError:
+        return "?"
+    return (
+        f"{branch.stdout.strip()}@{head.stdout.strip()}{'+dirty' if dirty.stdout.strip() else ''} ({where})"
+    )
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -222,6 +242,7 @@ def summarise(results: dict[str, list[dict[str, object]]]) -> dict[str, dict[str
             )
         }
         out[name]["max_peak_tree_rss"] = max(float(r["peak_tree_rss"]) for r in rows)  # type: ignore[arg-type]
+        out[name]["load"] = med(rows, "loadavg_before")
         out[name]["rounds"] = len(rows)
     return out
 
@@ -320,11 +341,12 @@ def markdown(
         f"{env['corpus_bytes'] / 1e6:,.1f} MB jsonl (in {args.parts} part files for the glob readers); "
         f"tokenizer: anthropic 0.34.0 tokenizer.json (65k BPE), EOS `<EOT>` appended; "
         f"{env['dataset_tokens']:,} tokens incl. EOS. Rounds: {args.repeat} (order rotated), medians; "
-        f"spread = ±half the min–max range. Load average at start: {env['loadavg']}.",
+        f"spread = ±half the min–max range. Load average at start: {env['loadavg']}. "
+        f"storekit: {env['storekit']}.",
         "",
         "| tool | given | wall s | tokens/s | tokens/CPU-s | peak tree RSS | peak tree PSS "
-        "| max process RSS |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| max process RSS | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, s in summary.items():
         given = (
@@ -339,7 +361,7 @@ def markdown(
         lines.append(
             f"| {name} | {given.format(n=n)} | {s['wall_s']:.1f} ({spread(rows, 'wall_s')}) | "
             f"{s['tokens_per_s']:,.0f} | {s['tokens_per_cpu_s']:,.0f} | {mib(s['peak_tree_rss'])} | "
-            f"{mib(s['peak_tree_pss'])} | {mib(s['peak_single_rss'])} |"
+            f"{mib(s['peak_tree_pss'])} | {mib(s['peak_single_rss'])} | {s['load']:.1f} |"
         )
     if rat:
         lines += [
@@ -355,14 +377,18 @@ def markdown(
             "",
             "Bounded memory (storekit, one run each):",
             "",
-            "| corpus | tokens | tokens/s | peak tree RSS | peak tree PSS | max process RSS | < 1 GiB |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| corpus | docs in / written | tokens | tokens/s | peak tree RSS | peak tree PSS "
+            "| max process RSS | < 1 GiB |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in memory:
             rss, pss, single = (float(r[k]) for k in ("peak_tree_rss", "peak_tree_pss", "peak_single_rss"))  # type: ignore[arg-type]
+            files = r.get("files") or {}
+            docs = f"{r['corpus_docs']:,} / {files.get('documents', 0):,}"  # type: ignore[union-attr]
+            ok = rss < GIB and bool(r["all_docs_written"])
             lines.append(
-                f"| {r['corpus']} | {r['tokens']:,} | {float(r['tokens_per_s']):,.0f} | {mib(rss)} "  # type: ignore[arg-type]
-                f"| {mib(pss)} | {mib(single)} | **{'PASS' if rss < GIB else 'FAIL'}** |"
+                f"| {r['corpus']} | {docs} | {r['tokens']:,} | {float(r['tokens_per_s']):,.0f} | {mib(rss)} "  # type: ignore[arg-type]
+                f"| {mib(pss)} | {mib(single)} | **{'PASS' if ok else 'FAIL'}** |"
             )
     checks = env.get("checks", [])
     if checks:
@@ -432,7 +458,9 @@ def main() -> None:
     ap.add_argument("--datatrove-args", default="", help="extra args for peers/datatrove_tokenize.py")
     ap.add_argument("--megatron-tree", help="Megatron-LM tree (default benchmarks/.work/megatron-*)")
     ap.add_argument("--memory-check", action="store_true", help="storekit on giant docs and on a 3x corpus")
-    ap.add_argument("--giant-mb", type=int, default=64)
+    ap.add_argument(
+        "--giant-mb", type=int, default=48, help="size of each giant document (storekit drops > 64 MiB lines)"
+    )
     ap.add_argument("--sample-interval", type=float, default=0.1, help="seconds between /proc memory samples")
     ap.add_argument("--out-root", type=Path, default=WORK / "out")
     ap.add_argument("--json-out", type=Path, help="all raw results (default .work/results/<time>.json)")
@@ -467,6 +495,7 @@ def main() -> None:
         "lock": lock,
         "command": "python3 benchmarks/bench_prepare.py " + shlex.join(sys.argv[1:]),
         "tools": tools,
+        "storekit": storekit_version(args),
     }
     log(f"lock {lock}; corpus {corpus} ({env['corpus_docs']} docs); workers {args.workers}; tools {tools}")
 
@@ -521,7 +550,7 @@ def main() -> None:
 
     summary = summarise(results)
     counts = {name: int(r["tokens"]) for name, rows in results.items() for r in rows[-1:]}  # type: ignore[arg-type]
-    env["dataset_tokens"] = dataset_tokens or 0
+    env["dataset_tokens"] = dataset_tokens or next(iter(counts.values()), 0)
     env["checks"] = cross_checks(results) + [
         f"{k}: {v:,} tokens" for k, v in counts.items() if dataset_tokens and v != dataset_tokens
     ]
@@ -549,11 +578,12 @@ def memory_check(args: argparse.Namespace, s: Setup) -> list[dict[str, object]]:
     """storekit once on giant documents and once on a 3x corpus: peak memory must not grow with size."""
     rows: list[dict[str, object]] = []
     size = args.size_mb
+    giant = WORK / "corpus" / f"corpus-{size:g}mb-giant3x{args.giant_mb}.jsonl"
     corpora = [
         (
-            f"{size * 1.25:g} MB incl. 3 giant docs of {args.giant_mb} MiB",
-            ["--size-mb", f"{size * 1.25:g}", "--giant", "3", "--giant-mb", str(args.giant_mb)],
-            WORK / "corpus" / f"corpus-{size * 1.25:g}mb-giant3x{args.giant_mb}.jsonl",
+            f"{size:g} MB + 3 giant docs of {args.giant_mb} MiB",
+            ["--size-mb", f"{size:g}", "--giant", "3", "--giant-mb", str(args.giant_mb)],
+            giant,
         ),
         (
             f"{size * 3:g} MB (3x)",
@@ -572,6 +602,9 @@ def memory_check(args: argparse.Namespace, s: Setup) -> list[dict[str, object]]:
         part_dir = split_parts(path, args.parts)
         row = run_storekit(s, args.workers, "memcheck", corpus_glob=str(part_dir / "*.jsonl"))
         row["corpus"] = label
+        row["corpus_docs"] = count_lines(path)
+        files = row.get("files") or {}
+        row["all_docs_written"] = files.get("documents") == row["corpus_docs"]  # type: ignore[union-attr]
         rows.append(row)
         log(
             f"memory check {label}: tree RSS {mib(float(row['peak_tree_rss']))}, "  # type: ignore[arg-type]

@@ -21,8 +21,8 @@ the stats file, nothing is injected. If the sources run out before --size-mb is 
 starts again from the beginning (every document of a later pass is an exact duplicate of one in
 the first pass); the stats say how many passes were needed.
 
---giant N appends N giant documents (each --giant-mb MiB, a concatenation of source files) at
-evenly spread positions, for the bounded-memory check.
+--giant N adds N giant documents (each --giant-mb MiB, a concatenation of CPython sources, never
+split) at evenly spread positions, on top of --size-mb, for the bounded-memory check.
 
 Output: OUT.jsonl with one {"id", "text", "source"} object per line (UTF-8, ensure_ascii=False),
 and OUT.jsonl.stats.json (documents, bytes, per-source mix, duplicates, size distribution, a digest
@@ -398,17 +398,18 @@ def build(args: argparse.Namespace) -> dict[str, object]:
     sizes: list[int] = []
     written = text_bytes = 0
     giants = list(giant_texts(args.giant, args.giant_mb)) if args.giant else []
-    tmp = out.with_name(out.name + ".tmp")
-    n = 0
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # two builds of one corpus never share a temp
+    n = regular = 0
     with open(tmp, "wb") as f:
 
         def emit(source: str, text: str) -> None:
-            nonlocal n, written, text_bytes, dup_docs, dup_bytes
+            nonlocal n, written, regular, text_bytes, dup_docs, dup_bytes
             data = json.dumps({"id": f"doc-{n:08d}", "text": text, "source": source}, ensure_ascii=False)
             raw = data.encode() + b"\n"
             f.write(raw)
             digest.update(raw)
             written += len(raw)
+            regular += len(raw) if source != "giant" else 0
             encoded = text.encode()
             text_bytes += len(encoded)
             sizes.append(len(encoded))
@@ -425,7 +426,7 @@ def build(args: argparse.Namespace) -> dict[str, object]:
             if giants and n and n % giant_every == 0:
                 emit("giant", giants.pop(0))
             emit(source, text)
-            if written >= target:
+            if regular >= target:  # giant documents come on top of --size-mb
                 break
         for text in giants:
             emit("giant", text)
