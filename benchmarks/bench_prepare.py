@@ -343,11 +343,14 @@ def markdown(
         f"{env['dataset_tokens']:,} tokens incl. EOS. Rounds: {args.repeat} (order rotated), medians; "
         f"spread = ±half the min–max range. Load average at start: {env['loadavg']}. "
         f"storekit: {env['storekit']}.",
-        "",
-        "| tool | given | wall s | tokens/s | tokens/CPU-s | peak tree RSS | peak tree PSS "
-        "| max process RSS | load |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    if summary:
+        lines += [
+            "",
+            "| tool | given | wall s | tokens/s | tokens/CPU-s | peak tree RSS | peak tree PSS "
+            "| max process RSS | load |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
     for name, s in summary.items():
         given = (
             GIVEN.get(name, "")
@@ -506,7 +509,7 @@ def main() -> None:
         order.append("storekit-dedup")
     dataset_tokens: int | None = None
     n = args.workers
-    for rnd in range(args.repeat):
+    for rnd in range(args.repeat if order else 0):
         rotated = order[rnd % len(order) :] + order[: rnd % len(order)]
         for tool in rotated:
             t0 = time.time()
