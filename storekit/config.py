@@ -65,17 +65,20 @@ def mask_value(key: str, value: Any) -> Any:
         return {k: mask_value(k, v) for k, v in value.items()}
     if _SECRET_RE.search(key) and key not in ("endpoint_url",):
         return "***"
+    if isinstance(value, str) and "://" in value:
+        return mask_url(value)  # e.g. an endpoint_url with user:password@ in it
     return value
 
 
 def mask_url(url: str) -> str:
     """Hide credentials embedded in a URL (`s3://key:secret@bucket/...`)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if "@" not in parts.netloc:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rsplit("@", 1)[1]  # keeps the port as written, even an invalid one
     return parts._replace(netloc=f"***@{host}").geturl()
 
 
@@ -145,9 +148,12 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
     if not isinstance(options, dict):
         raise ConfigError(source, f"{key}.options", "expected a table of fsspec storage options")
     tier_layout = _get_str(body, "layout", source, f"{key}.layout", default=layout)
+    normalised = normalise_url(url, source, f"{key}.url", base_dir)
+    if urlsplit(normalised).scheme == "s3":
+        _check_s3_options(options, source, f"{key}.options")
     return TierConfig(
         name=name,
-        url=normalise_url(url, source, f"{key}.url", base_dir),
+        url=normalised,
         role=role,
         options=options,
         layout=tier_layout,
@@ -158,7 +164,10 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays."""
     if not url:
         raise ConfigError(source, key, "expected a URL such as file:///lustre/storage or s3://bucket/prefix")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(source, key, f"not a valid URL ({exc})") from None
     if parts.scheme in ("", "file"):
         raw_path = parts.path if parts.scheme == "file" else url
         if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
@@ -175,6 +184,45 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     if parts.scheme == "s3" and not parts.hostname and not parts.netloc:
         raise ConfigError(source, key, "an s3:// URL needs a bucket: s3://bucket/prefix")
     return url.rstrip("/")
+
+
+# s3fs arguments that only make sense inside a program, never in a config file
+_S3_INTERNAL_OPTIONS = {"self", "kwargs", "session", "loop", "asynchronous"}
+_S3_STRING_OPTIONS = {"endpoint_url", "key", "secret", "token", "username", "password"}
+_S3_TABLE_OPTIONS = {"client_kwargs", "config_kwargs", "s3_additional_kwargs"}
+
+
+def _check_s3_options(options: Mapping[str, Any], source: str, key: str) -> None:
+    """Catch typos and wrong types here, with the key named, instead of as a traceback on first use."""
+    import inspect
+
+    import s3fs  # imported only when a config has an s3 tier
+
+    known = set(inspect.signature(s3fs.S3FileSystem.__init__).parameters) - _S3_INTERNAL_OPTIONS
+    for name, value in options.items():
+        where = f"{key}.{name}"
+        if name not in known:
+            raise ConfigError(source, where, f"unknown s3 option; expected one of {', '.join(sorted(known))}")
+        if name in _S3_STRING_OPTIONS and not isinstance(value, str):
+            raise ConfigError(source, where, f"expected a string, got {type(value).__name__}")
+        if name in _S3_TABLE_OPTIONS and not isinstance(value, dict):
+            raise ConfigError(source, where, "expected a table")
+    endpoint = options.get("endpoint_url")
+    if endpoint is not None:
+        try:
+            parts = urlsplit(endpoint)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # e.g. a port that is not a number, an unclosed [ipv6
+            valid = False
+        if not valid:
+            raise ConfigError(source, f"{key}.endpoint_url", "expected a URL like http(s)://host[:port]")
+        if parts.username is not None or parts.password is not None:
+            raise ConfigError(
+                source,
+                f"{key}.endpoint_url",
+                f"credentials in the URL ({mask_url(endpoint)}) are not used by S3",
+                hint="put them in key/secret, or use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile",
+            )
 
 
 def _get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:

@@ -7,10 +7,12 @@ S3 has no atomic rename, so directories are committed there by writing their man
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import os
 import posixpath
+import re
 import shutil
 import stat
 import uuid
@@ -24,6 +26,7 @@ import fsspec
 
 from storekit.config import TierConfig, mask_url
 from storekit.errors import (
+    InputError,
     NoSpaceError,
     NotFoundError,
     PathEscapeError,
@@ -34,6 +37,8 @@ from storekit.paths import clean_rel
 
 TMP_MARK = ".storekit-tmp-"  # every temporary name we create contains this
 XATTR_PREFIX = "user.storekit."
+# metadata keys every backend keeps as given: S3 lower-cases keys and RGW turns '_' into '-'
+_META_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,21 @@ class Capabilities:
     free_space: bool  # statvfs-like free space is known
     user_metadata: bool  # small key/value metadata per file
     striping: bool  # Lustre `lfs setstripe` can be applied
+
+
+def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """Validate user metadata: portable keys (lowercase letters, digits, '-'), string values."""
+    out: dict[str, str] = {}
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not _META_KEY_RE.match(key):
+            raise InputError(
+                f"metadata key {key!r} is not portable",
+                hint="use 1-64 lowercase letters, digits and '-' (S3 lower-cases keys, RGW rewrites '_')",
+            )
+        if not isinstance(value, str):
+            raise InputError(f"metadata value for {key!r} must be a string, got {type(value).__name__}")
+        out[key] = value
+    return out
 
 
 def temp_name(rel: str) -> str:
@@ -182,7 +202,7 @@ class Store(ABC):
         except FileNotFoundError:
             raise NotFoundError(f"{where} does not exist") from None
         except NotADirectoryError:
-            raise NotFoundError(f"{where}: a parent is not a directory") from None
+            raise NotFoundError(f"{where}: not a directory (or a parent is not)") from None
         except PermissionError as exc:
             raise StorekitError(f"{where}: permission denied ({exc})") from None
         except OSError as exc:
@@ -221,6 +241,13 @@ class PosixStore(Store):
                 hint="a symlink inside the tier points out of it; storekit will not follow it",
             )
 
+    def _full_nofollow(self, rel: str) -> str:
+        """For operations on the entry itself (lstat, unlink): only its parents must resolve inside,
+        so an escaping symlink can still be described and removed, never followed."""
+        path = Store.full(self, rel)
+        self._refuse_symlink_escape(os.path.dirname(path) if path != self.root else path)
+        return path
+
     def local_path(self, rel: str) -> str:
         return self.full(rel)
 
@@ -243,7 +270,7 @@ class PosixStore(Store):
         )
 
     def info(self, rel: str) -> Entry:
-        full = self.full(rel)
+        full = self._full_nofollow(rel)
         with self._errors(rel):
             st = os.lstat(full)
         return self._entry(full, st, stat.S_ISLNK(st.st_mode))
@@ -283,8 +310,10 @@ class PosixStore(Store):
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
+        meta = check_metadata(metadata)
         final = self.full(rel)
         tmp = self.full(temp_name(clean_rel(rel)))
+        created = _missing_dirs(self.root, final)
         with self._errors(rel):
             os.makedirs(os.path.dirname(final), exist_ok=True)
             fh = open(tmp, "wb")  # noqa: SIM115 -- closed below on every path
@@ -294,7 +323,7 @@ class PosixStore(Store):
                 fh.flush()
                 os.fsync(fh.fileno())
                 fh.close()
-                for key, value in (metadata or {}).items():
+                for key, value in meta.items():
                     _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8"))
                 os.replace(tmp, final)
                 _fsync_dir(os.path.dirname(final))
@@ -302,6 +331,9 @@ class PosixStore(Store):
             fh.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            for path in created:  # deepest first; a directory someone else filled meanwhile stays
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
             raise
 
     def makedirs(self, rel: str, mode: int | None = None) -> None:
@@ -316,7 +348,7 @@ class PosixStore(Store):
             os.chmod(self.full(rel), mode)
 
     def delete(self, rel: str, *, recursive: bool = False) -> None:
-        full = self.full(rel)
+        full = self._full_nofollow(rel)
         if full == self.root:
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
         with self._errors(rel):
@@ -335,6 +367,16 @@ class PosixStore(Store):
             os.makedirs(os.path.dirname(d), exist_ok=True)
             os.rename(s, d)
             _fsync_dir(os.path.dirname(d))
+
+
+def _missing_dirs(root: str, final: str) -> list[str]:
+    """Directories between `root` and the file `final` that do not exist yet, deepest first."""
+    missing = []
+    path = os.path.dirname(final)
+    while len(path) > len(root) and not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
 
 
 def _set_xattr(path: str, name: str, value: bytes) -> None:
@@ -394,7 +436,7 @@ class S3Store(Store):
 
     @property
     def endpoint(self) -> str:
-        return str(self.tier.options.get("endpoint_url", "the default AWS endpoint"))
+        return mask_url(str(self.tier.options.get("endpoint_url", "the default AWS endpoint")))
 
     @contextlib.contextmanager
     def _errors(self, rel: str) -> Iterator[None]:
@@ -423,21 +465,69 @@ class S3Store(Store):
         with self._errors(rel):
             return self._entry(self.fs.info(self.full(rel)))
 
+    def _not_a_directory(self, rel: str) -> NotFoundError:
+        return NotFoundError(f"{self.display_url}/{rel}: not a directory")
+
     def list(self, rel: str = "") -> list[Entry]:
-        with self._errors(rel):
-            infos = self.fs.ls(self.full(rel), detail=True, refresh=True)
         full = self.full(rel)
+        with self._errors(rel):
+            infos = self.fs.ls(full, detail=True, refresh=True)
         # `prefix/` directory-marker objects stand for the directory itself: not entries of their own
         out = [self._entry(i) for i in infos if not str(i["name"]).endswith("/") and str(i["name"]) != full]
+        if not out and any(str(i["name"]) == full and i.get("type") == "file" for i in infos):
+            raise self._not_a_directory(rel)  # ls of an object key answers with the object itself
         return sorted(out, key=lambda e: e.path)
 
     def walk(self, rel: str = "") -> Iterator[Entry]:
         # one paginated listing instead of a request per prefix
-        with self._errors(rel):
-            infos = self.fs.find(self.full(rel), withdirs=True, detail=True)
         full = self.full(rel)
+        with self._errors(rel):
+            infos = self.fs.find(full, withdirs=True, detail=True)
         entries = [self._entry(i) for name, i in infos.items() if not name.endswith("/") and name != full]
+        if not entries and not self.info(rel).is_dir:  # info raises NotFoundError when nothing is there
+            raise self._not_a_directory(rel)
         yield from sorted(entries, key=lambda e: e.path.split("/"))
+
+    def open_read(self, rel: str) -> IO[bytes]:
+        """A streaming reader pinned to the object's ETag: if the object is replaced while being read,
+        reading raises a retryable error (exit 5) instead of returning bytes of two versions."""
+        fh = super().open_read(rel)
+        details = getattr(fh, "details", None) or {}
+        if details.get("type") == "directory":  # s3fs would read a prefix as an empty file
+            fh.close()
+            raise self._is_a_directory(rel)
+        cache = getattr(fh, "cache", None)
+        if cache is not None and callable(getattr(cache, "fetcher", None)):
+            cache.fetcher = self._guard_fetch(cache.fetcher, rel)
+        return fh
+
+    def read_bytes(self, rel: str) -> bytes:
+        # one GET: a consistent copy of whichever version is current, even during an overwrite
+        try:
+            with self._errors(rel):
+                return bytes(self.fs.cat_file(self.full(rel)))
+        except NotFoundError:
+            if self.exists(rel) and self.info(rel).is_dir:
+                raise self._is_a_directory(rel) from None
+            raise
+
+    def _is_a_directory(self, rel: str) -> StorekitError:
+        return StorekitError(f"{self.display_url}/{rel}: is a directory, not a file")
+
+    def _guard_fetch(self, fetch: Any, rel: str) -> Any:
+        def guarded(start: int, end: int) -> Any:
+            try:
+                return fetch(start, end)
+            except Exception as exc:
+                if _changed_while_reading(exc):
+                    raise UnreachableError(
+                        f"{self.display_url}/{rel} was replaced while it was being read",
+                        hint="retry: the new version is complete, the read started on the old one",
+                    ) from None
+                with self._errors(rel):
+                    raise
+
+        return guarded
 
     def free_space(self) -> None:
         return None
@@ -445,26 +535,37 @@ class S3Store(Store):
     def get_metadata(self, rel: str) -> dict[str, str]:
         with self._errors(rel):
             head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel))
-        return dict(head.get("Metadata", {}))
+        return {k: _decode_meta(v) for k, v in head.get("Metadata", {}).items()}
 
     def _key(self, rel: str) -> str:
         return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
+        meta = {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
         kwargs: dict[str, Any] = {"block_size": S3_BLOCK_SIZE}
-        if metadata:
-            kwargs["Metadata"] = dict(metadata)
+        if meta:
+            kwargs["Metadata"] = meta
         with self._errors(rel):
             fh = self.fs.open(self.full(rel), "wb", **kwargs)
         try:
             yield fh
+            with self._errors(rel):
+                if fh.tell() == 0:
+                    # s3fs commits an empty file with touch(), which drops the metadata
+                    _make_inert(fh)
+                    self.fs.call_s3(
+                        "put_object",
+                        Bucket=self.bucket,
+                        Key=self._key(rel),
+                        Body=b"",
+                        **({"Metadata": meta} if meta else {}),
+                    )
+                else:
+                    fh.close()  # the single PUT, or completing the multipart upload: appears whole
         except BaseException:
-            with contextlib.suppress(Exception):
-                fh.discard()  # aborts the multipart upload: nothing appears
+            _make_inert(fh)  # aborts a started multipart upload: nothing appears, no parts stay behind
             raise
-        with self._errors(rel):
-            fh.close()
 
     def makedirs(self, rel: str, mode: int | None = None) -> None:
         """Buckets are created; prefixes get a zero-byte `prefix/` marker, as S3 consoles do."""
@@ -481,20 +582,66 @@ class S3Store(Store):
 
     def delete(self, rel: str, *, recursive: bool = False) -> None:
         rel = clean_rel(rel)
-        if not rel and not self._key(rel):
+        if not rel:
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
+        full, key = self.full(rel), self._key(rel)
         with self._errors(rel):
-            full = self.full(rel)
-            if recursive:
-                paths = [p for p in self.fs.find(full, withdirs=False)]
-                if paths:
-                    self.fs.rm(paths)
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self._key(rel) + "/")
-            else:
-                if not self.fs.exists(full):
-                    raise FileNotFoundError(full)
+            kind = self.fs.info(full).get("type")  # FileNotFoundError -> NotFoundError (exit 3)
+            if kind != "directory":
                 self.fs.rm_file(full)
+                return
+            below = self.fs.find(full, withdirs=False)  # objects under `key/`, markers included
+            if not recursive and any(p.rstrip("/") != full for p in below):
+                raise StorekitError(
+                    f"{self.display_url}/{rel}: directory not empty", hint="delete it recursively"
+                )
+            if below:
+                self.fs.rm(below)
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.call_s3("delete_object", Bucket=self.bucket, Key=key + "/")
+
+
+def _make_inert(fh: Any) -> None:
+    """Abort an S3 file being written and mark it closed, so that its __del__ does not try to
+    flush a discarded buffer later ("'NoneType' object has no attribute 'tell'"). Also after a
+    failed close: the multipart upload it may have left open is aborted, so no parts stay behind."""
+    with contextlib.suppress(Exception):
+        fh.discard()
+    fh.closed = True
+
+
+# S3 metadata travels in HTTP headers: ASCII only. Anything else is stored RFC 2047-encoded, the
+# form AWS documents for non-ASCII metadata, and decoded again on read.
+_RFC2047_PREFIX, _RFC2047_SUFFIX = "=?UTF-8?B?", "?="
+
+
+def _encode_meta(value: str) -> str:
+    plain = value.isascii() and value.isprintable() and value == value.strip()
+    if plain and not value.startswith("=?"):
+        return value
+    return _RFC2047_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + _RFC2047_SUFFIX
+
+
+def _decode_meta(value: str) -> str:
+    if value.startswith(_RFC2047_PREFIX) and value.endswith(_RFC2047_SUFFIX):
+        with contextlib.suppress(ValueError):
+            return base64.b64decode(value[len(_RFC2047_PREFIX) : -len(_RFC2047_SUFFIX)]).decode("utf-8")
+    return value
+
+
+def _changed_while_reading(exc: BaseException) -> bool:
+    """The object's ETag no longer matches the one the read started with (HTTP 412). s3fs turns
+    this into FileExpired, or, when the gateway sends no message (RGW), into a TypeError."""
+    for e in _chain(exc):
+        if type(e).__name__ == "FileExpired":
+            return True
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") in (
+            "PreconditionFailed",
+            "412",
+        ):
+            return True
+    return False
 
 
 def _is_connection_error(exc: BaseException) -> bool:

@@ -11,7 +11,7 @@ import typer
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli import bench, dataset, layout, prepare
+from storekit.cli import bench, config, dataset, layout, prepare
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.errors import EXIT_CODE_TABLE, ExitCode, StorekitError
 
@@ -53,6 +53,7 @@ layout.register(app)
 prepare.register(app)
 dataset.register(app)
 bench.register(app)
+config.register(app)
 
 
 def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:

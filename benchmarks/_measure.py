@@ -1,0 +1,225 @@
+"""Run one command and measure it as a whole process tree: wall time, CPU seconds, peak memory.
+
+- CPU seconds: user+sys of every descendant, from getrusage(RUSAGE_CHILDREN) deltas. The bench process
+  makes itself a child subreaper, so helpers that outlive their parent (a multiprocessing forkserver,
+  daemonised workers) are re-parented to us and reaped here; their CPU time is counted too.
+- Peak memory: /proc is sampled every `interval` seconds for all our descendants; we keep the maximum
+  over time of (a) the sum of RSS over the tree, (b) the sum of PSS over the tree (shared pages
+  counted once, split between sharers; sampled less often, see _Sampler), (c) the largest
+  single-process RSS, from each process's VmHWM (its own peak, so spikes between samples count).
+  The kernel's ru_maxrss is not used: Linux carries the forking parent's peak across exec into it.
+- The wall time ends when the command and every descendant have exited.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except OSError:
+        return False
+
+
+@dataclass
+class Measurement:
+    cmd: list[str]
+    returncode: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    peak_tree_rss: int  # bytes
+    peak_tree_pss: int
+    peak_single_rss: int
+    kernel_maxrss: int  # ru_maxrss of the direct child (bytes); includes our RSS at fork: not used
+    max_processes: int
+    samples: int
+    stdout: str = ""
+    stderr: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.sys_s
+
+    def summary(self) -> dict[str, object]:
+        d = asdict(self)
+        d.pop("stdout")
+        d.pop("stderr")
+        d["cpu_s"] = self.cpu_s
+        return d
+
+
+def _descendants(root: int) -> list[int]:
+    parent_of: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may contain spaces/parens: fields after the last ')'
+        rest = stat[stat.rfind(b")") + 2 :].split()
+        parent_of[int(name)] = int(rest[1])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent_of.items():
+        children.setdefault(ppid, []).append(pid)
+    out: list[int] = []
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(children.get(pid, []))
+    return out
+
+
+def _rss_hwm(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) in bytes. VmHWM is the process's own peak since its exec, so a spike between two
+    samples still shows (unlike ru_maxrss, which keeps the parent's RSS at fork across the exec)."""
+    rss = hwm = 0
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss, hwm
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class _Sampler(threading.Thread):
+    """RSS (cheap: statm) every `interval`; PSS (smaps_rollup walks the page tables: ~40 ms per GiB
+    mapped, charged to us and stealing CPU from the measured tree) at most every `pss_interval`, and
+    only while the tree's RSS is above the PSS peak so far (PSS <= RSS, so only then can it rise)."""
+
+    def __init__(self, interval: float, pss_interval: float) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.pss_interval = pss_interval
+        self.last_pss = 0.0
+        self.me = os.getpid()
+        self.stop = threading.Event()
+        self.tree_rss = self.tree_pss = self.single_rss = 0
+        self.max_procs = 0
+        self.samples = 0
+
+    def sample(self) -> None:
+        pids = _descendants(self.me)
+        rss_hwm = [_rss_hwm(pid) for pid in pids]
+        tree_rss = sum(rss for rss, _ in rss_hwm)
+        self.tree_rss = max(self.tree_rss, tree_rss)
+        self.single_rss = max(self.single_rss, max((max(r, h) for r, h in rss_hwm), default=0))
+        now = time.monotonic()
+        if tree_rss > self.tree_pss and now - self.last_pss >= self.pss_interval:
+            self.last_pss = now
+            self.tree_pss = max(self.tree_pss, sum(_pss(pid) for pid in pids))
+        self.max_procs = max(self.max_procs, len(pids))
+        self.samples += 1
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval):
+            self.sample()
+
+
+def _reap_orphans() -> None:
+    """Wait for descendants re-parented to us (we are a subreaper) so their CPU time is counted."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if not _descendants(os.getpid()):
+                return
+            time.sleep(0.02)
+
+
+def run_measured(
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    cpus: str | None = None,
+    interval: float = 0.1,
+    pss_interval: float = 1.0,
+    timeout: float | None = None,
+) -> Measurement:
+    """Run cmd (pinned to `cpus` with taskset if given) and measure the whole tree."""
+    full = (["taskset", "-c", cpus] if cpus else []) + cmd
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self_before = resource.getrusage(resource.RUSAGE_SELF)
+    sampler = _Sampler(interval, pss_interval)
+    out_path = f"/tmp/storekit-bench-{os.getpid()}-{time.monotonic_ns()}"
+    with open(out_path + ".out", "w+b") as fout, open(out_path + ".err", "w+b") as ferr:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(full, env=env, cwd=cwd, stdout=fout, stderr=ferr)
+        sampler.start()
+        deadline = None if timeout is None else t0 + timeout
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline and time.perf_counter() > deadline:
+                proc.kill()
+            time.sleep(0.01)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        _reap_orphans()
+        wall = time.perf_counter() - t0
+        sampler.stop.set()
+        sampler.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self_after = resource.getrusage(resource.RUSAGE_SELF)
+        fout.seek(0)
+        ferr.seek(0)
+        stdout = fout.read().decode(errors="replace")
+        stderr = ferr.read().decode(errors="replace")
+    for suffix in (".out", ".err"):
+        os.unlink(out_path + suffix)
+    return Measurement(
+        cmd=full,
+        returncode=proc.returncode,
+        wall_s=wall,
+        user_s=after.ru_utime - before.ru_utime,
+        sys_s=after.ru_stime - before.ru_stime,
+        peak_tree_rss=sampler.tree_rss,
+        peak_tree_pss=sampler.tree_pss,
+        peak_single_rss=max(sampler.single_rss, 0),
+        kernel_maxrss=ru.ru_maxrss * 1024,
+        max_processes=sampler.max_procs,
+        samples=sampler.samples,
+        stdout=stdout,
+        stderr=stderr,
+        extra={
+            "harness_cpu_s": self_after.ru_utime
+            + self_after.ru_stime
+            - self_before.ru_utime
+            - self_before.ru_stime
+        },
+    )

@@ -1,0 +1,48 @@
+#!/bin/bash
+# ceph-down.sh — stop exactly the daemons ceph-up.sh recorded in $DIR/pids (rgw, osd, mon), never
+# by name: a pid is signalled only while it still is a Ceph daemon started with our CEPH_CONF.
+#
+# Usage: scripts/services/ceph-down.sh [--purge]      (--purge also deletes the runtime dir)
+# Env:   STOREKIT_CEPH_DIR  [<repo>/.services/ceph]
+set -uo pipefail
+SVC_NAME=ceph-down
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+DIR=$(realpath -m "${STOREKIT_CEPH_DIR:-$REPO_ROOT/.services/ceph}")
+PURGE=0
+for a in "$@"; do
+  case $a in
+  --purge) PURGE=1 ;;
+  *) echo "usage: $0 [--purge]" >&2; exit 2 ;;
+  esac
+done
+[ -d "$DIR/pids" ] || { svc_log "nothing recorded in $DIR"; exit 0; }
+
+ours() {
+  local pid=$1 exe
+  running "$pid" || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  case ${exe##*/} in ceph-mon | ceph-osd | radosgw) ;; *) return 1 ;; esac
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "CEPH_CONF=$DIR/ceph.conf"
+}
+
+# the gateway first (clients see a clean refusal), the mon last (the others talk to it)
+for name in rgw osd.0 mon.a; do
+  pf=$DIR/pids/$name.pid
+  pid=$(pid_of "$pf") || continue
+  if ours "$pid"; then
+    stop_pid "$name" "$pid" 10
+  else
+    svc_log "$name: recorded pid $pid is not running (stale record)"
+  fi
+  rm -f "$pf"
+done
+rm -f "$DIR/s3.env"
+if [ $PURGE = 1 ]; then
+  run=$(readlink "$DIR/run" 2>/dev/null || true)
+  [ -n "$run" ] && case $run in /tmp/storekit-ceph-*) rm -rf "$run" ;; esac
+  rm -rf "$DIR"
+  svc_log "removed $DIR"
+fi
+exit 0

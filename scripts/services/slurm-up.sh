@@ -1,0 +1,192 @@
+#!/bin/bash
+# slurm-up.sh — a single-host Slurm cluster (munged + slurmctld + slurmd) on localhost for tests.
+#
+# Runs as root, without systemd. Idempotent: daemons it started earlier (recorded in
+# $DIR/pids) are reused, a changed config restarts them. Waits until the node is idle.
+# The config is written to $DIR/slurm.conf (the system's /etc/slurm is left alone); clients
+# need `export SLURM_CONF=$DIR/slurm.conf`, which is printed on stdout and kept in $DIR/slurm.env.
+#
+# Usage:   eval "$(scripts/services/slurm-up.sh)"      ...      scripts/services/slurm-down.sh
+# Env:
+#   STOREKIT_SLURM_DIR  runtime dir (config, state, spool, logs, pids)  [<repo>/.services/slurm]
+#   SLURMCTLD_PORT      slurmctld port [6817]       SLURMD_PORT   slurmd port [6818]
+#   SLURM_NODE_CPUS     CPUs the node advertises [nproc] (may exceed the real cores)
+#   SLURM_UP_TIMEOUT    seconds to wait for the node to become idle [60]
+# Prereq (Debian 12): apt-get install --no-install-recommends slurmctld slurmd slurm-client munge
+set -euo pipefail
+SVC_NAME=slurm-up
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+DIR=$(realpath -m "${STOREKIT_SLURM_DIR:-$REPO_ROOT/.services/slurm}")
+CTLD_PORT=${SLURMCTLD_PORT:-6817}
+SLURMD_PORT=${SLURMD_PORT:-6818}
+NCPUS=${SLURM_NODE_CPUS:-$(nproc)}
+TIMEOUT=${SLURM_UP_TIMEOUT:-60}
+CONF=$DIR/slurm.conf
+MUNGE_KEY=/etc/munge/munge.key
+SLURMCTLD=/usr/sbin/slurmctld
+SLURMD=/usr/sbin/slurmd
+MUNGED=/usr/sbin/munged
+
+die() {
+  svc_log "ERROR: $*"
+  for f in "$DIR"/log/*.log; do [ -s "$f" ] && { echo "--- tail $f" >&2; tail -n 15 "$f" >&2; }; done
+  exit 1
+}
+
+for b in munge unmunge sinfo scontrol squeue "$MUNGED" "$SLURMCTLD" "$SLURMD"; do
+  command -v "$b" >/dev/null || die "$b not found; install: apt-get install --no-install-recommends slurmctld slurmd slurm-client munge"
+done
+[ "$(id -u)" = 0 ] || die "must run as root (slurmd runs jobs as their users)"
+mkdir -p "$DIR"/{state,spool,log,pids}
+export SLURM_CONF=$CONF
+
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+# ---------------------------------------------------------------- munge
+if [ ! -s "$MUNGE_KEY" ]; then
+  svc_log "creating munge key $MUNGE_KEY"
+  install -d -o munge -g munge -m 0700 /etc/munge
+  (umask 077 && dd if=/dev/urandom of="$MUNGE_KEY" bs=1024 count=1 status=none)
+fi
+# munged refuses a key (or key dir) that others can read or that it does not own
+chown munge:munge /etc/munge "$MUNGE_KEY"
+chmod 0700 /etc/munge
+chmod 0400 "$MUNGE_KEY"
+install -d -o munge -g munge -m 0755 /run/munge # systemd's RuntimeDirectory normally creates it
+install -d -o munge -g munge -m 0700 /var/log/munge
+install -d -o munge -g munge -m 0711 /var/lib/munge
+if alive "$DIR/pids/munged.pid" "$MUNGED" && munge_ok; then
+  svc_log "munged already running (ours, pid $(pid_of "$DIR/pids/munged.pid"))"
+elif munge_ok; then
+  svc_log "reusing a munged we did not start (slurm-down.sh leaves it alone)"
+else
+  rm -f /run/munge/munged.pid
+  # --force: a stale socket or lock left by a killed munged would block the start
+  runuser -u munge -- "$MUNGED" --force || die "munged failed to start"
+  for _ in $(seq 100); do alive /run/munge/munged.pid "$MUNGED" && munge_ok && break; sleep 0.05; done
+  munge_ok || die "munge round trip failed"
+  cp /run/munge/munged.pid "$DIR/pids/munged.pid"
+  svc_log "munged started (pid $(pid_of "$DIR/pids/munged.pid"))"
+fi
+
+# ---------------------------------------------------------------- slurm.conf
+MEM_MB=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+NEW=$(mktemp "$DIR/.slurm.conf.XXXXXX")
+cat >"$NEW" <<EOF
+# written by storekit scripts/services/slurm-up.sh: single-host test cluster
+ClusterName=storekit
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/run-slurmctld.pid
+SlurmdPidFile=$DIR/run-slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# no cgroups (containers, CI VMs without delegation): track job processes by process tree
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+# no slurmdbd: finished jobs stay visible to "scontrol show job" for MinJobAge seconds
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$DIR/log/jobcomp.log
+MinJobAge=3600
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+# the default batch_sched_delay (3 s) and bf_interval (30 s) make every test wait
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1
+DependencyParameters=kill_invalid_depend
+MpiDefault=none
+MailProg=/bin/true
+SwitchType=switch/none
+ReturnToService=2
+# advertise SLURM_NODE_CPUS even when the machine has fewer cores
+SlurmdParameters=config_overrides
+InactiveLimit=0
+KillWait=5
+SlurmdTimeout=60
+SlurmctldTimeout=60
+NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$NCPUS RealMemory=$MEM_MB State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+EOF
+CHANGED=1
+if [ -f "$CONF" ] && cmp -s "$NEW" "$CONF"; then CHANGED=0; fi
+mv -f "$NEW" "$CONF"
+chmod 0644 "$CONF"
+printf 'export SLURM_CONF=%q\n' "$CONF" >"$DIR/slurm.env"
+
+ctld_alive() { alive "$DIR/pids/slurmctld.pid" "$SLURMCTLD"; }
+slurmd_alive() { alive "$DIR/pids/slurmd.pid" "$SLURMD"; }
+
+# an interrupted earlier run may have started daemons before recording them: claim them
+for d in slurmctld slurmd; do
+  exe=$SLURMCTLD
+  [ $d = slurmd ] && exe=$SLURMD
+  pf=$DIR/run-$d.pid
+  [ $d = slurmd ] && pf=$DIR/run-slurmd-localhost.pid
+  if ! alive "$DIR/pids/$d.pid" "$exe" && alive "$pf" "$exe"; then cp "$pf" "$DIR/pids/$d.pid"; fi
+done
+if [ $CHANGED = 1 ] && { ctld_alive || slurmd_alive; }; then
+  svc_log "config changed: restarting our slurm daemons"
+  "$SERVICES_HERE/slurm-down.sh" --keep-munge
+fi
+
+# ---------------------------------------------------------------- slurmctld
+if ctld_alive; then
+  svc_log "slurmctld already running (ours, pid $(pid_of "$DIR/pids/slurmctld.pid"))"
+else
+  port_in_use "$CTLD_PORT" && die "port $CTLD_PORT is in use (another slurmctld?); set SLURMCTLD_PORT/SLURMD_PORT"
+  rm -f "$DIR/run-slurmctld.pid"
+  "$SLURMCTLD" -f "$CONF" -c || die "slurmctld failed to start" # -c: start with a clean job state
+  # the port can answer before the pid file is written: wait for both
+  for _ in $(seq 300); do
+    alive "$DIR/run-slurmctld.pid" "$SLURMCTLD" && timeout --foreground 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
+    sleep 0.05
+  done
+  alive "$DIR/run-slurmctld.pid" "$SLURMCTLD" || die "slurmctld did not stay up"
+  cp "$DIR/run-slurmctld.pid" "$DIR/pids/slurmctld.pid"
+  timeout --foreground 5 scontrol ping 2>/dev/null | grep -q 'is UP' || die "slurmctld does not answer on port $CTLD_PORT"
+  svc_log "slurmctld up on port $CTLD_PORT (pid $(pid_of "$DIR/pids/slurmctld.pid"))"
+fi
+
+# ---------------------------------------------------------------- slurmd
+if slurmd_alive; then
+  svc_log "slurmd already running (ours, pid $(pid_of "$DIR/pids/slurmd.pid"))"
+else
+  port_in_use "$SLURMD_PORT" && die "port $SLURMD_PORT is in use (another slurmd?); set SLURMD_PORT"
+  mkdir -p "$DIR/spool/localhost"
+  rm -f "$DIR/run-slurmd-localhost.pid"
+  "$SLURMD" -f "$CONF" -N localhost || die "slurmd failed to start"
+  for _ in $(seq 100); do alive "$DIR/run-slurmd-localhost.pid" "$SLURMD" && break; sleep 0.05; done
+  alive "$DIR/run-slurmd-localhost.pid" "$SLURMD" || die "slurmd did not stay up"
+  cp "$DIR/run-slurmd-localhost.pid" "$DIR/pids/slurmd.pid"
+  svc_log "slurmd up on port $SLURMD_PORT (pid $(pid_of "$DIR/pids/slurmd.pid"))"
+fi
+
+# ---------------------------------------------------------------- wait for idle
+deadline=$((SECONDS + TIMEOUT))
+while :; do
+  state=$(timeout --foreground 5 sinfo -h -N -o '%T' 2>/dev/null | head -n 1 || true)
+  case $state in
+  idle | mixed | allocated | completing) break ;;
+  down* | drain* | drained*)
+    # left down by an earlier run of this cluster: put it back to work
+    timeout --foreground 5 scontrol update NodeName=localhost State=RESUME 2>/dev/null || true
+    ;;
+  esac
+  [ $SECONDS -ge $deadline ] && die "node not idle after ${TIMEOUT}s (state: ${state:-none})"
+  sleep 0.1
+done
+svc_log "cluster ready: node localhost $state; SLURM_CONF=$CONF"
+cat "$DIR/slurm.env"

@@ -1,0 +1,125 @@
+"""`storekit config show` and `storekit config check`: the resolved site config, and whether each tier
+can be reached. Credentials are masked in every output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.config import SiteConfig, TierConfig, mask_url
+from storekit.errors import StorekitError
+from storekit.store import open_store
+
+config_app = typer.Typer(
+    help="Show the site config (storekit.toml) and check that its tiers can be reached.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(config_app, name="config")
+
+
+def _tier_doc(cfg: SiteConfig, tier: TierConfig) -> dict[str, Any]:
+    return {
+        "name": tier.name,
+        "url": mask_url(tier.url),
+        "scheme": tier.scheme,
+        "role": tier.role,
+        "layout": tier.layout,
+        "default": tier.name == cfg.default_tier,
+        "options": tier.display_options(),
+    }
+
+
+def _selected(cfg: SiteConfig, tier: str | None) -> list[TierConfig]:
+    return [cfg.tier(tier)] if tier else list(cfg.tiers.values())
+
+
+@config_app.command("show")
+def show(
+    tier: TierOpt = None,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Print the resolved tiers: name, URL, role, layout and storage options, credentials masked.
+
+    Shows where the config came from (--config, $STOREKIT_CONFIG, ./storekit.toml or the embedded
+    default) and which tier is the default. Contacts no storage; a malformed config file is reported
+    with its file and key (exit 2).
+
+    Examples:
+
+      storekit config show
+
+      storekit config show --json --config /etc/storekit/storekit.toml | jq '.tiers[].url'
+    """
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    tiers = [_tier_doc(cfg, t) for t in _selected(cfg, tier)]
+    out.result(
+        "config show",
+        {"source": cfg.source, "default_tier": cfg.default_tier, "tiers": tiers},
+        lambda c: _render_show(c, cfg.source, cfg.default_tier, tiers),
+    )
+
+
+def _render_show(c: Console, source: str, default: str, tiers: list[dict[str, Any]]) -> None:
+    # plain lines, not a table: URLs must never be cut short, also when piped or in a narrow terminal
+    c.print(f"tiers from {source} (default: {default})", markup=False)
+    width = max(len(t["name"]) for t in tiers)
+    for t in tiers:
+        options = " ".join(f"{k}={v}" for k, v in t["options"].items())
+        line = f"  {t['name']:<{width}}  {t['role']:<8}  {t['url']}  layout={t['layout']}  {options}"
+        c.print(line.rstrip(), markup=False)
+
+
+@config_app.command("check")
+def check(
+    tier: TierOpt = None,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Contact every tier (or one with --tier) and report whether it can be reached.
+
+    A POSIX tier is reachable when its root or the root's parent exists (the mount is there); an S3
+    tier when its endpoint answers and the bucket exists. Read-only: it creates nothing.
+
+    Exit 0 when all are reachable, 5 when a tier cannot be reached (retry later or fix the mount or
+    endpoint), 3 when a bucket does not exist, 2 for a malformed config.
+
+    Examples:
+
+      storekit config check
+
+      storekit config check --tier archive --json
+    """
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    results: list[dict[str, Any]] = []
+    failures: list[StorekitError] = []
+    for t in _selected(cfg, tier):
+        try:
+            open_store(t).probe()
+            results.append({"name": t.name, "url": mask_url(t.url), "reachable": True, "error": None})
+        except StorekitError as exc:
+            failures.append(exc)
+            results.append({"name": t.name, "url": mask_url(t.url), "reachable": False, "error": exc.message})
+    out.result("config check", {"source": cfg.source, "tiers": results}, lambda c: _render_check(c, results))
+    if failures:
+        first = failures[0]  # its class sets the exit code: 5 unreachable, 3 missing bucket
+        if len(failures) > 1:
+            first.message = f"{len(failures)} tiers failed: " + "; ".join(f.message for f in failures)
+            first.args = (first.message,)
+        raise first
+
+
+def _render_check(c: Console, results: list[dict[str, Any]]) -> None:
+    for r in results:
+        state = "reachable" if r["reachable"] else f"NOT reachable: {r['error']}"
+        c.print(f"tier {r['name']} ({r['url']}): {state}", markup=False)
