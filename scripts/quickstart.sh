@@ -23,7 +23,7 @@ SK=.venv/bin/storekit
 set -x
 $SK init
 $SK prepare dataset
-$SK dataset info datasets/text/sample/v1
-$SK dataset verify datasets/text/sample/v1
+$SK dataset info datasets/code/sample/v1
+$SK dataset verify datasets/code/sample/v1
 $SK layout check
 $SK status

@@ -12,7 +12,7 @@ from typer.main import get_command
 
 from storekit import __version__
 from storekit.cli import bench, config, dataset, layout, prepare
-from storekit.cli.output import dumps, error_document, result_emitted
+from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.errors import EXIT_CODE_TABLE, ExitCode, StorekitError
 
 EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
@@ -74,6 +74,7 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
+    reset_emitted()
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     command = get_command(app)
     try:

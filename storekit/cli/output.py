@@ -35,6 +35,11 @@ def result_emitted() -> bool:
     return _emitted["result"]
 
 
+def reset_emitted() -> None:
+    """Start of a command: nothing on stdout yet (matters when main() runs twice in one process)."""
+    _emitted["result"] = False
+
+
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "to_dict"):
         return obj.to_dict()

@@ -1,0 +1,140 @@
+"""Batch encoding into one flat numpy array per batch, EOS/BOS added here (not by the tokenizer).
+
+Memory: `tokenizers` needs about 130 bytes per input character while it encodes one document, so a
+long document is encoded in pieces of `PIECE_CHARS` cut where no pre-token can straddle the cut
+(`cut_points`). That gives the same ids as encoding it whole, for byte-level BPE (`splittable`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer
+
+PIECE_CHARS = 128 * 1024  # encode long documents in pieces of about this many characters (~17 MB peak)
+CUT_WINDOW = 16 * PIECE_CHARS  # no safe cut within this many characters: the document is refused
+# A cut before position i is safe when text[i-1] is printable ASCII and text[i] is ASCII whitespace:
+# no alternative of the GPT-2 split regex runs from a non-space character into whitespace, the regex
+# never looks behind, and Unicode normalisation never composes across those characters.
+_SAFE_CUT = re.compile(r"(?<=[!-~])(?=[ \t\r\n])")
+_NON_SPACE = re.compile(r"\S")
+_HASH_SLICE = 1 << 20
+
+
+class Unsplittable(Exception):
+    """A long document with no safe place to cut it within CUT_WINDOW characters."""
+
+
+def cut_points(text: str, piece: int = PIECE_CHARS, window: int = CUT_WINDOW) -> list[int]:
+    """Where to cut `text` into pieces of about `piece` characters; raises Unsplittable."""
+    cuts: list[int] = []
+    start = 0
+    while len(text) - start > piece:
+        match = _SAFE_CUT.search(text, start + piece, start + window)
+        if match is None:
+            raise Unsplittable(
+                f"no whitespace to cut at between characters {start + piece} and {start + window}"
+            )
+        start = match.start()
+        cuts.append(start)
+    return cuts
+
+
+def split_for_encoding(text: str, piece: int = PIECE_CHARS, window: int = CUT_WINDOW) -> list[str]:
+    bounds = [0, *cut_points(text, piece, window), len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def stripped_hash(text: str) -> int | None:
+    """xxh3-128 of text.strip() as UTF-8 (None when empty), without copying a long text."""
+    if len(text) <= _HASH_SLICE:
+        stripped = text.strip()
+        return xxhash.xxh3_128_intdigest(stripped.encode("utf-8", "surrogatepass")) if stripped else None
+    first = _NON_SPACE.search(text)
+    if first is None:
+        return None
+    lo, hi = first.start(), len(text)
+    while text[hi - 1].isspace():
+        hi -= 1
+    digest = xxhash.xxh3_128()
+    for k in range(lo, hi, _HASH_SLICE):
+        digest.update(text[k : min(k + _HASH_SLICE, hi)].encode("utf-8", "surrogatepass"))
+    return int(digest.intdigest())
+
+
+class Encoder:
+    """Encodes batches of documents into (tokens, lengths), one worker process per core."""
+
+    def __init__(self, info: TokenizerInfo, tokenizer: Any = None) -> None:
+        self.info = info
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(info)
+        self.dtype = np.dtype(np.uint16 if info.dtype == "uint16" else np.int32)
+        self.eos = info.eos_id
+        self.bos = info.bos_id
+        self.long_chars = PIECE_CHARS * 2 if info.splittable else None
+        self.encode_seconds = 0.0  # inside the tokenizer
+        self.ids_seconds = 0.0  # Encoding.ids -> one numpy array (the Python-side cost of encoding)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        """All documents' ids back to back (with BOS/EOS), and each document's length in tokens."""
+        flat: list[int] = []
+        extend = flat.extend
+        lengths: list[int] = []
+        add_len = lengths.append
+        bos, eos = self.bos, self.eos
+        extra = (bos is not None) + (eos is not None)
+        t0 = time.perf_counter()
+        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        t1 = time.perf_counter()
+        for enc in encodings:
+            ids = enc.ids
+            if bos is not None:
+                flat.append(bos)
+            extend(ids)
+            if eos is not None:
+                flat.append(eos)
+            add_len(len(ids) + extra)
+        del encodings
+        out = np.array(flat, dtype=self.dtype)
+        self.encode_seconds += t1 - t0
+        self.ids_seconds += time.perf_counter() - t1
+        return out, lengths
+
+    def is_long(self, text: str) -> bool:
+        return self.long_chars is not None and len(text) > self.long_chars
+
+    def encode_long(self, text: str, write: Callable[[np.ndarray], None]) -> int:
+        """One long document, encoded piece by piece and handed to `write` as it goes: bounded memory.
+
+        Raises Unsplittable before anything is written. Returns the document's length in tokens.
+        """
+        bounds = [0, *cut_points(text), len(text)]
+        return self.encode_pieces((text[a:b] for a, b in itertools.pairwise(bounds)), write)
+
+    def encode_pieces(self, pieces: Iterator[str], write: Callable[[np.ndarray], None]) -> int:
+        """A document given as safe pieces (see cut_points), with BOS/EOS; returns its length in tokens."""
+        total = 0
+        if self.bos is not None:
+            write(np.array([self.bos], dtype=self.dtype))
+            total += 1
+        for piece in pieces:
+            t0 = time.perf_counter()
+            (enc,) = self.tokenizer.encode_batch_fast([piece], add_special_tokens=False)
+            t1 = time.perf_counter()
+            ids = np.array(enc.ids, dtype=self.dtype)
+            del enc
+            self.encode_seconds += t1 - t0
+            self.ids_seconds += time.perf_counter() - t1
+            write(ids)
+            total += len(ids)
+        if self.eos is not None:
+            write(np.array([self.eos], dtype=self.dtype))
+            total += 1
+        return total

@@ -1,0 +1,210 @@
+"""`finalize(plan)`: cross-task dedup, final shards, manifest last, then the dataset appears.
+
+Runs once, after every task has its completion record. Where it writes and how the result becomes
+visible is `commit.Staging`. Finalize can be killed and rerun at any point: it starts over from the
+task parts, which stay in the work dir until success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from storekit.errors import NoSpaceError, StorekitError
+from storekit.manifest import Manifest, ManifestFile, write_manifest
+from storekit.pipeline import hooks
+from storekit.pipeline.commit import Staging
+from storekit.pipeline.dedup import DropIndex, find_cross_task_duplicates
+from storekit.pipeline.location import DatasetLocation
+from storekit.pipeline.plan import PrepPlan
+from storekit.pipeline.shards import ShardInfo, ShardSeries, ShardWriter
+from storekit.pipeline.task import read_task_array
+from storekit.pipeline.workdir import WorkDir
+
+SPLITS = ("train", "holdout")
+MAX_MANIFEST_EXAMPLES = 10
+
+
+def finalize(
+    plan: PrepPlan,
+    work: WorkDir,
+    location: DatasetLocation,
+    *,
+    force: bool,
+    source_digests: Callable[[], list[dict[str, Any]]],
+    on_shard: Callable[[ShardInfo], None] | None = None,
+) -> Manifest:
+    summaries = [work.read_done(i) for i in range(len(plan.tasks))]
+    drops = None
+    if plan.options["dedup"]:
+        drops = find_cross_task_duplicates(
+            [work.task_dir(i) / "hashes.rec" for i in range(len(plan.tasks))], work.path / "dedup"
+        )
+    staging = Staging(location, work, force=force)
+    staging.begin()
+    try:
+        with _os_errors(location):
+            shards = _write_shards(plan, work, staging, drops, on_shard)
+            manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
+            hooks.maybe_kill("STOREKIT_TEST_KILL_BEFORE_MANIFEST", 1)
+            write_manifest(staging.store, staging.rel, manifest)
+            staging.commit(plan.plan_id)
+    except BaseException:
+        staging.abort()
+        raise
+    return manifest
+
+
+@contextlib.contextmanager
+def _os_errors(location: DatasetLocation) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(
+                f"no space left on device while writing {location.display}; nothing was committed "
+                "and the partial shards were removed",
+                hint="free space and rerun: finished tasks are kept in the work dir",
+            ) from None
+        raise StorekitError(f"writing {location.display}: {exc.strerror or exc}") from None
+
+
+def _write_shards(
+    plan: PrepPlan,
+    work: WorkDir,
+    staging: Staging,
+    drops: DropIndex | None,
+    on_shard: Callable[[ShardInfo], None] | None,
+) -> list[ShardInfo]:
+    dtype = np.dtype(plan.tokenizer.dtype)
+    limit = plan.options["shard_tokens"] or max(1, plan.options["shard_bytes"] // dtype.itemsize)
+    with_meta = bool(plan.options["keep_fields"])
+    scratch = work.path / "finalize"
+    scratch.mkdir(exist_ok=True)
+    closed = [0]
+
+    def open_shard(split: str, name: str) -> ShardWriter:
+        return ShardWriter(staging.store, staging.rel, name, split, plan.tokenizer.dtype, scratch, with_meta)
+
+    def shard_closed(info: ShardInfo) -> None:
+        closed[0] += 1
+        if on_shard:
+            on_shard(info)
+        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_SHARDS", closed[0])
+
+    splits = SPLITS if plan.options["holdout"] > 0 else SPLITS[:1]
+    series = {name: ShardSeries(name, limit, open_shard) for name in splits}
+    for s in series.values():
+        s.on_close = shard_closed
+    try:
+        for index in range(len(plan.tasks)):
+            _add_task(work, index, dtype, drops, series, with_meta)
+        out: list[ShardInfo] = []
+        for s in series.values():
+            out.extend(s.close())
+        return out
+    except BaseException:
+        for s in series.values():
+            s.abort()
+        raise
+
+
+def _add_task(
+    work: WorkDir,
+    index: int,
+    dtype: np.dtype,
+    drops: DropIndex | None,
+    series: dict[str, ShardSeries],
+    with_meta: bool,
+) -> None:
+    folder = work.task_dir(index)
+    lengths = read_task_array(folder / "lengths.i32", np.int32)
+    if not len(lengths):
+        return
+    tokens_path = folder / "tokens.bin"
+    tokens = (
+        np.memmap(tokens_path, dtype=dtype, mode="r") if tokens_path.stat().st_size else np.zeros(0, dtype)
+    )
+    keep = np.ones(len(lengths), dtype=bool)
+    if drops is not None:
+        keep[drops.for_task(index)] = False
+    split_codes = read_task_array(folder / "split.u8", np.uint8) if "holdout" in series else None
+    metas = (folder / "meta.jsonl").read_bytes().splitlines(keepends=True) if with_meta else None
+    for code, s in enumerate(series.values()):
+        mask = keep if split_codes is None else keep & (split_codes == code)
+        if mask.all():
+            s.add(tokens, lengths, metas)
+        elif mask.any():
+            picked = np.nonzero(mask)[0]
+            s.add(
+                tokens[np.repeat(mask, lengths)],
+                lengths[mask],
+                [metas[i] for i in picked] if metas is not None else None,
+            )
+    del tokens
+
+
+def build_manifest(
+    plan: PrepPlan,
+    summaries: Sequence[dict[str, Any]],
+    shards: Sequence[ShardInfo],
+    cross_task_duplicates: int,
+    sources: list[dict[str, Any]],
+) -> Manifest:
+    files = [ManifestFile(path=p, size=d.size, xxh3_128=d.xxh3_128) for s in shards for p, d in s.files()]
+    body = {
+        "dataset": plan.dataset,
+        "plan_id": plan.plan_id,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "format": {"type": "megatron-indexed", "version": 1, "dtype": plan.tokenizer.dtype},
+        "tokenizer": plan.tokenizer.manifest_entry(),
+        "sources": sources,
+        "options": plan.options,
+        "splits": _splits(shards),
+        "shards": [s.manifest_entry() for s in shards],
+        "stats": _stats(summaries, shards, cross_task_duplicates, sum(f.size for f in files)),
+    }
+    return Manifest(kind="dataset", files=tuple(files), body=body)
+
+
+def _splits(shards: Sequence[ShardInfo]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for s in shards:
+        entry = out.setdefault(s.split, {"shards": 0, "documents": 0, "tokens": 0})
+        entry["shards"] += 1
+        entry["documents"] += s.documents
+        entry["tokens"] += s.tokens
+    return out
+
+
+def _stats(
+    summaries: Sequence[dict[str, Any]], shards: Sequence[ShardInfo], cross_dups: int, output_bytes: int
+) -> dict[str, Any]:
+    def total(key: str) -> int:
+        return sum(int(s["stats"][key]) for s in summaries)
+
+    errors: dict[str, int] = {}
+    examples: list[dict[str, str]] = []
+    for s in summaries:
+        for reason, n in s["stats"]["errors"].items():
+            errors[reason] = errors.get(reason, 0) + int(n)
+        examples.extend(s["stats"]["examples"][: MAX_MANIFEST_EXAMPLES - len(examples)])
+    return {
+        "docs_read": total("docs_read"),
+        "docs_kept": sum(s.documents for s in shards),
+        "docs_duplicate": total("duplicates") + cross_dups,
+        "docs_filtered": total("filtered_short") + total("filtered_long"),
+        "docs_malformed": sum(errors.values()),
+        "filtered": {"too_short": total("filtered_short"), "too_long": total("filtered_long")},
+        "errors": dict(sorted(errors.items())),
+        "error_examples": examples,
+        "tokens": sum(s.tokens for s in shards),
+        "input_bytes": total("input_bytes"),
+        "output_bytes": output_bytes,
+        "tasks": len(summaries),
+    }

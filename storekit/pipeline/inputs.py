@@ -1,0 +1,140 @@
+"""Opening input files: local paths directly, `s3://` through s3fs, `bundled:` from the package.
+
+Credentials for `s3://bucket/...` come from the site config's S3 tier on that bucket (else its first
+S3 tier), are held in memory only and never written to the plan or the work dir.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import os
+from typing import IO, Any, cast
+from urllib.parse import urlsplit
+
+from storekit.config import SiteConfig, mask_url
+from storekit.errors import InputError, NotFoundError, StorekitError, UnreachableError
+from storekit.pipeline.bundled import bundled_path, is_bundled
+
+GLOB_CHARS = ("*", "?", "[")
+
+
+def is_s3(url: str) -> bool:
+    return url.startswith("s3://")
+
+
+def s3_options_for(url: str, site: SiteConfig | None) -> dict[str, Any]:
+    if site is None:
+        return {}
+    bucket = urlsplit(url).netloc
+    s3_tiers = [t for t in site.tiers.values() if t.scheme == "s3"]
+    for tier in s3_tiers:
+        if urlsplit(tier.url).netloc == bucket:
+            return dict(tier.options)
+    return dict(s3_tiers[0].options) if s3_tiers else {}
+
+
+class InputFS:
+    """One place that knows how to list, stat and open every kind of input URL."""
+
+    def __init__(self, site: SiteConfig | None) -> None:
+        self.site = site
+        self._s3: dict[str, Any] = {}
+
+    def s3(self, url: str) -> Any:
+        from storekit.store import s3_filesystem
+
+        bucket = urlsplit(url).netloc
+        if bucket not in self._s3:
+            self._s3[bucket] = s3_filesystem(s3_options_for(url, self.site))
+        return self._s3[bucket]
+
+    def local_path(self, url: str) -> str | None:
+        if is_bundled(url):
+            return str(bundled_path(url))
+        return None if is_s3(url) else url
+
+    def open(self, url: str, *, block_size: int = 8 << 20) -> IO[bytes]:
+        try:
+            path = self.local_path(url)
+            if path is not None:
+                return open(path, "rb")
+            return cast(
+                IO[bytes], self.s3(url).open(url, "rb", block_size=block_size, cache_type="readahead")
+            )
+        except FileNotFoundError:
+            raise NotFoundError(f"input {mask_url(url)} does not exist (any more)") from None
+        except PermissionError:
+            raise InputError(f"input {mask_url(url)}: permission denied") from None
+        except StorekitError:
+            raise
+        except Exception as exc:
+            raise _remote_error(url, exc) from None
+
+    def expand(self, pattern: str) -> list[tuple[str, int, float | None]]:
+        """(url, size, mtime) of every file an input names: a file, a directory (recursive) or a glob."""
+        if is_bundled(pattern):
+            path = bundled_path(pattern)
+            st = path.stat()
+            return [(pattern, st.st_size, st.st_mtime)]
+        if is_s3(pattern):
+            return self._expand_s3(pattern)
+        return _expand_local(os.path.expanduser(pattern))
+
+    def _expand_s3(self, pattern: str) -> list[tuple[str, int, float | None]]:
+        fs = self.s3(pattern)
+        try:
+            if any(c in pattern for c in GLOB_CHARS):
+                infos = fs.glob(pattern, detail=True)
+            elif fs.isdir(pattern):
+                infos = fs.find(pattern, detail=True)
+            else:
+                info = fs.info(pattern)
+                infos = {info["name"]: info}
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise _remote_error(pattern, exc) from None
+        out = []
+        for name, info in infos.items():
+            if info.get("type") == "directory" or _hidden(name.split("/", 1)[-1]):
+                continue
+            out.append((f"s3://{name}", int(info.get("size") or 0), None))
+        return sorted(out)
+
+
+def _remote_error(url: str, exc: Exception) -> StorekitError:
+    from storekit.store import _is_connection_error
+
+    if _is_connection_error(exc):
+        return UnreachableError(f"cannot reach the S3 endpoint for input {mask_url(url)}")
+    return InputError(f"input {mask_url(url)}: {type(exc).__name__}: {exc}")
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/") if part)
+
+
+def _expand_local(pattern: str) -> list[tuple[str, int, float | None]]:
+    if any(c in pattern for c in GLOB_CHARS):
+        paths = sorted(p for p in globmod.glob(pattern, recursive=True) if os.path.isfile(p))
+    elif os.path.isdir(pattern):
+        paths = []
+        for root, dirs, files in os.walk(pattern):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            paths.extend(os.path.join(root, f) for f in files if not f.startswith("."))
+        paths.sort()  # the order of `find DIR | sort`, whatever order the file system lists in
+    elif os.path.isfile(pattern):
+        paths = [pattern]
+    else:
+        return []
+    out: list[tuple[str, int, float | None]] = []
+    for path in paths:
+        st = os.stat(path)
+        out.append((os.path.abspath(path), st.st_size, st.st_mtime))
+    return out
+
+
+def read_range(fs: InputFS, url: str, start: int, length: int) -> bytes:
+    with fs.open(url, block_size=max(length, 1 << 16)) as fh:
+        fh.seek(start)
+        return fh.read(length)

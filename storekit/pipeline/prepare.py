@@ -1,0 +1,228 @@
+"""`prepare_dataset`: spec -> plan -> (dry run | no-op | run tasks -> finalize), with timings.
+
+This is the whole command minus the CLI: find inputs and the tokenizer, plan, check the output place
+and free space, run the unfinished tasks on the local executor, finalize, remove the work dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storekit.config import SiteConfig
+from storekit.errors import NoSpaceError, UsageError
+from storekit.executors.local import default_workers, run_tasks
+from storekit.manifest import Manifest
+from storekit.ops import hash_stream
+from storekit.paths import join_rel
+from storekit.pipeline.commit import check_existing
+from storekit.pipeline.finalize import finalize
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.location import DatasetLocation, resolve_location
+from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan, plan_tasks
+from storekit.pipeline.sources import discover_sources
+from storekit.pipeline.spec import PipelineSpec
+from storekit.pipeline.task import peak_rss
+from storekit.pipeline.tokenizer import resolve_tokenizer
+from storekit.pipeline.workdir import WorkDir
+from storekit.units import format_bytes as format_size
+
+
+@dataclass
+class Progress:
+    """What the CLI shows while tasks run; all callbacks are optional."""
+
+    start: Callable[[int, int, int], None] = lambda total_bytes, tasks, done: None
+    advance: Callable[[int, int, int], None] = lambda docs, tokens, nbytes: None
+    finalizing: Callable[[], None] = lambda: None
+    info: Callable[[str], None] = lambda message: None
+
+
+@dataclass
+class PrepareOutcome:
+    status: str  # planned | unchanged | prepared
+    plan: PrepPlan
+    location: DatasetLocation
+    work_dir: Path
+    manifest: Manifest | None = None
+    tasks_resumed: int = 0
+    timings: dict[str, Any] = field(default_factory=dict)
+
+
+def make_plan(spec: PipelineSpec, site: SiteConfig, fs: InputFS) -> tuple[PrepPlan, DatasetLocation, WorkDir]:
+    location = resolve_location(spec.output_location, site, spec.tier)
+    tokenizer = resolve_tokenizer(
+        spec.tokenizer, eos=spec.eos, bos=spec.bos, eos_token=spec.eos_token, bos_token=spec.bos_token
+    )
+    sources = discover_sources(spec.inputs, forced_format=spec.input_format, text_key=spec.text_key, fs=fs)
+    plan = plan_tasks(spec, sources, tokenizer)
+    return plan, location, WorkDir(work_dir_for(spec, site, location, plan))
+
+
+def work_dir_for(spec: PipelineSpec, site: SiteConfig, location: DatasetLocation, plan: PrepPlan) -> Path:
+    """--work-dir, else the output tier's scratch/, else the default tier's (S3 output), else refuse."""
+    name = f"storekit-prepare-{spec.name}-{spec.version}-{plan.plan_id[:12]}"
+    if spec.work_dir:
+        return Path(spec.work_dir).expanduser().resolve() / name
+    local = location.store.local_path(location.parent or "")
+    if local is not None:
+        if location.tier_name is None:
+            return Path(local) / f".{name}"
+        return Path(location.store.local_path(join_rel("scratch", name)) or "")
+    default = site.tier(None)
+    if default.scheme == "file":
+        from storekit.store import open_store
+
+        path = open_store(default).local_path(join_rel("scratch", name))
+        if path:
+            return Path(path)
+    raise UsageError(
+        f"the output {location.display} is on S3 and no POSIX tier is configured for task parts",
+        hint="give --work-dir on a local or shared POSIX file system (e.g. node-local NVMe)",
+    )
+
+
+def prepare_dataset(
+    spec: PipelineSpec,
+    site: SiteConfig,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> PrepareOutcome:
+    progress = progress or Progress()
+    started = time.monotonic()
+    fs = InputFS(site)
+    plan, location, work = make_plan(spec, site, fs)
+    existing = check_existing(location, plan.plan_id, force=force, work=work if work.path.is_dir() else None)
+    outcome = PrepareOutcome(status="planned", plan=plan, location=location, work_dir=work.path)
+    if dry_run:
+        return outcome
+    if existing is not None and not force:
+        if work.path.is_dir():
+            work.remove()  # a finished dataset's leftover work dir (killed after the commit)
+        outcome.status, outcome.manifest = "unchanged", existing
+        return outcome
+    check_space(plan, location, work)
+    with work.locked():
+        resumed = work.start(plan, fresh=force)  # --force rebuilds from scratch, finished tasks too
+        done = work.done_tasks()
+        todo = [t.index for t in plan.tasks if t.index not in done]
+        outcome.tasks_resumed = len(done)
+        if resumed:
+            progress.info(f"resuming: {len(done)} of {len(plan.tasks)} tasks already done in {work.path}")
+        digests = SourceHasher(plan, fs)
+        digests.start()
+        progress.start(sum(plan.tasks[i].est_bytes for i in todo), len(plan.tasks), len(done))
+        workers = spec.workers or default_workers()
+        t0 = time.monotonic()
+        spent = {"encode": 0.0, "ids": 0.0, "total": 0.0}
+
+        def task_done(index: int, summary: dict[str, Any]) -> None:
+            for key in spent:
+                spent[key] += float(summary.get(f"{key}_seconds" if key != "total" else "seconds", 0.0))
+
+        report = run_tasks(
+            plan, work, site, todo, workers=workers, progress=progress.advance, on_done=task_done
+        )
+        t1 = time.monotonic()
+        progress.finalizing()
+        manifest = finalize(plan, work, location, force=force, source_digests=digests.result)
+        t2 = time.monotonic()
+    work.remove()
+    stats = manifest.body["stats"]
+    total = t2 - started
+    outcome.status, outcome.manifest = "prepared", manifest
+    rss = [peak_rss(), *report.worker_peak_rss] if workers > 1 else [peak_rss()]
+    outcome.timings = {
+        "seconds": round(total, 3),
+        "tokenize_seconds": round(t1 - t0, 3),
+        "finalize_seconds": round(t2 - t1, 3),
+        "tokens_per_s": round(stats["tokens"] / total, 1) if total else 0.0,
+        "docs_per_s": round(stats["docs_read"] / total, 1) if total else 0.0,
+        "mb_per_s": round(stats["input_bytes"] / 1e6 / total, 3) if total else 0.0,
+        "workers": workers,
+        "tasks_run": report.tasks_run,
+        "peak_rss_bytes": sum(rss),
+        "peak_rss_max_process_bytes": max(rss),
+        # split of the task time (summed over workers): the tokenizer itself, turning its ids into
+        # arrays, everything else (read, parse, check, hash, write); commits run in the background
+        "task_seconds": {
+            "tokenizer": round(spent["encode"], 3),
+            "ids_to_numpy": round(spent["ids"], 3),
+            "read_parse_hash_write": round(spent["total"] - spent["encode"] - spent["ids"], 3),
+        },
+    }
+    return outcome
+
+
+def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> None:
+    """Refuse up front (exit 6) when the estimated shards cannot fit; nothing is written yet."""
+    itemsize = 2 if plan.tokenizer.dtype == "uint16" else 4
+    estimate = plan.total_bytes // BYTES_PER_TOKEN_FLOOR * itemsize
+    work_dev, work_free = _device_and_free(work.path)
+    needs = {work_dev: estimate}
+    out_free = None
+    out_local = location.store.local_path(location.parent) if location.store.capabilities.free_space else None
+    if out_local is not None:
+        out_dev, out_free = _device_and_free(Path(out_local))
+        needs[out_dev] = needs.get(out_dev, 0) + estimate
+    for dev, need in needs.items():
+        free = work_free if dev == work_dev else out_free
+        if free is not None and need > free:
+            where = work.path if dev == work_dev else out_local
+            raise NoSpaceError(
+                f"not enough free space on {where}: the shards need about {format_size(need)}, "
+                f"{format_size(free)} is free",
+                hint="free space, or write task parts elsewhere with --work-dir",
+            )
+
+
+def _device_and_free(path: Path) -> tuple[int, int]:
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    return os.stat(probe).st_dev, shutil.disk_usage(probe).free
+
+
+class SourceHasher(threading.Thread):
+    """xxh3-128 of every source file for the manifest, computed while the workers tokenize."""
+
+    def __init__(self, plan: PrepPlan, fs: InputFS) -> None:
+        super().__init__(daemon=True, name="storekit-source-hash")
+        self.plan = plan
+        self.fs = fs
+        self._entries: list[dict[str, Any]] | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            entries = []
+            for src in self.plan.sources:
+                with self.fs.open(src.url) as fh:
+                    digest = hash_stream(fh.read)
+                entries.append(
+                    {
+                        "path": src.display,
+                        "size": digest.size,
+                        "xxh3_128": digest.xxh3_128,
+                        "format": src.format,
+                        "compression": src.compression,
+                    }
+                )
+            self._entries = entries
+        except BaseException as exc:  # re-raised in the main thread by result()
+            self._error = exc
+
+    def result(self) -> list[dict[str, Any]]:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._entries is not None
+        return self._entries

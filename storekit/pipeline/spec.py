@@ -1,0 +1,264 @@
+"""`PipelineSpec`: a dataset pipeline (`pipelines/*.toml`) merged with command-line overrides.
+
+Validation is eager: every problem names the file (or `<command line>`) and the key (or flag).
+Relative input and tokenizer paths are taken relative to the current directory, as flags are.
+
+    [dataset]   name, kind (text|code|multimodal), version
+    [input]     paths (list), format, text_key, keep_fields
+    [tokenizer] path, eos, bos, eos_token, bos_token
+    [filters]   dedup, min_chars, max_chars, max_doc_bytes
+    [split]     holdout (fraction of documents, chosen by document hash)
+    [output]    tier, path, shard_size | shard_tokens
+    [run]       workers, on_error (skip|fail), work_dir, task_size
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from storekit.errors import ConfigError
+from storekit.units import parse_size
+
+KINDS = ("text", "code", "multimodal")
+FORMATS = ("auto", "jsonl", "parquet", "arrow", "hf-disk", "text")
+ON_ERROR = ("skip", "fail")
+DEFAULT_SHARD_BYTES = 1 << 30
+DEFAULT_MAX_DOC_BYTES = 64 << 20
+CLI_SOURCE = "<command line>"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+# field -> (toml table, toml key, flag): error messages name the key a user actually wrote
+_KEYS: dict[str, tuple[str, str, str]] = {
+    "name": ("dataset", "name", "--name"),
+    "kind": ("dataset", "kind", "--kind"),
+    "version": ("dataset", "version", "--version"),
+    "inputs": ("input", "paths", "--input"),
+    "input_format": ("input", "format", "--format"),
+    "text_key": ("input", "text_key", "--text-key"),
+    "keep_fields": ("input", "keep_fields", "--keep-fields"),
+    "tokenizer": ("tokenizer", "path", "--tokenizer"),
+    "eos": ("tokenizer", "eos", "--eos/--no-eos"),
+    "bos": ("tokenizer", "bos", "--bos/--no-bos"),
+    "eos_token": ("tokenizer", "eos_token", "--eos-token"),
+    "bos_token": ("tokenizer", "bos_token", "--bos-token"),
+    "dedup": ("filters", "dedup", "--dedup/--no-dedup"),
+    "min_chars": ("filters", "min_chars", "--min-chars"),
+    "max_chars": ("filters", "max_chars", "--max-chars"),
+    "max_doc_bytes": ("filters", "max_doc_bytes", "--max-doc-bytes"),
+    "holdout": ("split", "holdout", "--holdout"),
+    "tier": ("output", "tier", "--tier"),
+    "output": ("output", "path", "--output"),
+    "shard_bytes": ("output", "shard_size", "--shard-size"),
+    "shard_tokens": ("output", "shard_tokens", "--shard-tokens"),
+    "workers": ("run", "workers", "--workers"),
+    "on_error": ("run", "on_error", "--on-error"),
+    "work_dir": ("run", "work_dir", "--work-dir"),
+    "task_bytes": ("run", "task_size", "--task-size"),
+}
+_SIZE_FIELDS = ("shard_bytes", "max_doc_bytes", "task_bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSpec:
+    source: str  # the pipeline file, or "<command line>"
+    name: str
+    kind: str = "text"
+    version: str = "v1"
+    inputs: tuple[str, ...]
+    input_format: str = "auto"
+    text_key: str = "text"
+    keep_fields: tuple[str, ...] = ()
+    tokenizer: str
+    eos: bool = True
+    bos: bool = False
+    eos_token: str | None = None
+    bos_token: str | None = None
+    dedup: bool = True
+    min_chars: int | None = None
+    max_chars: int | None = None
+    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES
+    holdout: float = 0.0
+    tier: str | None = None
+    output: str | None = None  # tier-relative path, absolute path or URL; default below
+    shard_bytes: int | None = DEFAULT_SHARD_BYTES
+    shard_tokens: int | None = None
+    workers: int | None = None  # None: all cores. Not part of the plan: output never depends on it
+    on_error: str = "skip"
+    work_dir: str | None = None
+    task_bytes: int | None = None  # None: chosen from the corpus size
+
+    @property
+    def default_output(self) -> str:
+        return posixpath.join("datasets", self.kind, self.name, self.version)
+
+    @property
+    def output_location(self) -> str:
+        return self.output or self.default_output
+
+    def plan_options(self) -> dict[str, Any]:
+        """The options the shards depend on (recorded in the manifest and in the plan id)."""
+        return {
+            "format": self.input_format,
+            "text_key": self.text_key,
+            "keep_fields": list(self.keep_fields),
+            "eos": self.eos,
+            "bos": self.bos,
+            "dedup": self.dedup,
+            "min_chars": self.min_chars,
+            "max_chars": self.max_chars,
+            "max_doc_bytes": self.max_doc_bytes,
+            "holdout": self.holdout,
+            "shard_bytes": self.shard_bytes,
+            "shard_tokens": self.shard_tokens,
+            "on_error": self.on_error,
+        }
+
+
+def where(spec_source: str, field_name: str) -> tuple[str, str]:
+    table, key, flag = _KEYS[field_name]
+    return (spec_source, flag) if spec_source == CLI_SOURCE else (spec_source, f"{table}.{key}")
+
+
+def load_pipeline_file(path: Path) -> dict[str, Any]:
+    """Read a pipeline TOML into a flat {field: value} mapping (validated later)."""
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(source, None, "pipeline file does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
+    by_key = {(table, key): name for name, (table, key, _) in _KEYS.items()}
+    tables = {table for table, _ in by_key}
+    flat: dict[str, Any] = {}
+    for table, body in raw.items():
+        if table not in tables:
+            raise ConfigError(source, table, f"unknown table; expected one of {', '.join(sorted(tables))}")
+        if not isinstance(body, dict):
+            raise ConfigError(source, table, "expected a table, e.g. [input]")
+        for key, value in body.items():
+            name = by_key.get((table, key))
+            if name is None:
+                known = sorted(k for t, k in by_key if t == table)
+                raise ConfigError(
+                    source, f"{table}.{key}", f"unknown key; expected one of {', '.join(known)}"
+                )
+            flat[name] = value
+    flat.setdefault("name", path.stem)
+    return flat
+
+
+def build_spec(source: str, values: Mapping[str, Any], overrides: Mapping[str, Any]) -> PipelineSpec:
+    """Merge file values with command-line overrides (None = not given) and validate everything."""
+    merged: dict[str, Any] = dict(values)
+    origin = dict.fromkeys(values, source)
+    for name, value in overrides.items():
+        if value is not None:
+            merged[name] = value
+            origin[name] = CLI_SOURCE
+    _resolve_shard_target(source, values, overrides, merged)
+    checked: dict[str, Any] = {}
+    for name, value in merged.items():
+        checked[name] = value if value is None else _check(name, value, origin.get(name, source))
+    for required in ("inputs", "tokenizer", "name"):
+        if not checked.get(required):
+            file, key = where(origin.get(required, source), required)
+            raise ConfigError(file, key, "is required", hint=_REQUIRED_HINTS[required])
+    spec = PipelineSpec(source=source, **checked)
+    _check_relations(spec, origin)
+    return spec
+
+
+def _resolve_shard_target(
+    source: str, values: Mapping[str, Any], overrides: Mapping[str, Any], merged: dict[str, Any]
+) -> None:
+    """Shards are sized by bytes or by tokens; a flag for one overrides the file's choice of the other."""
+    for layer, origin in ((overrides, CLI_SOURCE), (values, source)):
+        if layer.get("shard_bytes") is not None and layer.get("shard_tokens") is not None:
+            file, key = where(origin, "shard_tokens")
+            raise ConfigError(file, key, "give either a shard size in bytes or in tokens, not both")
+    if overrides.get("shard_bytes") is not None:
+        merged["shard_tokens"] = None
+    elif merged.get("shard_tokens") is not None:
+        merged["shard_bytes"] = None
+
+
+_REQUIRED_HINTS = {
+    "inputs": "give --input PATH|GLOB|s3://... (repeatable) or [input] paths in the pipeline file",
+    "tokenizer": "give --tokenizer PATH/tokenizer.json, a tokenizer folder or a cached hub name",
+    "name": "give --name NAME",
+}
+
+
+def _check(name: str, value: Any, origin: str) -> Any:
+    file, key = where(origin, name)
+    known = {f.name for f in fields(PipelineSpec)}
+    if name not in known:
+        raise ConfigError(file, key, "unknown option")
+
+    def fail(problem: str) -> ConfigError:
+        return ConfigError(file, key, problem)
+
+    if name == "inputs":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) and i for i in items):
+            raise fail("expected a list of paths, globs, directories or s3:// URLs")
+        return tuple(items)
+    if name == "keep_fields":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise fail("expected a list of field names (or a,b,c on the command line)")
+        return tuple(i.strip() for i in items if i.strip())
+    if name in ("eos", "bos", "dedup"):
+        if not isinstance(value, bool):
+            raise fail(f"expected true or false, got {value!r}")
+        return value
+    if name in _SIZE_FIELDS:
+        try:
+            size = parse_size(value)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        if size <= 0:
+            raise fail("must be greater than zero")
+        return size
+    if name in ("min_chars", "max_chars", "shard_tokens", "workers"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if "chars" in name else 1):
+            raise fail(
+                f"expected a {'non-negative' if 'chars' in name else 'positive'} integer, got {value!r}"
+            )
+        return value
+    if name == "holdout":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+            raise fail(f"expected a fraction in [0, 1), e.g. 0.01, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise fail(f"expected a string, got {type(value).__name__} {value!r}")
+    choices = {"kind": KINDS, "input_format": FORMATS, "on_error": ON_ERROR}.get(name)
+    if choices and value not in choices:
+        raise fail(f"expected one of {', '.join(choices)}, got {value!r}")
+    if name in ("name", "version") and not _NAME_RE.match(value):
+        raise fail(f"{value!r} is not a valid {name}: use letters, digits, '.', '_' and '-'")
+    if name == "text_key" and not value:
+        raise fail("must not be empty")
+    return value
+
+
+def _check_relations(spec: PipelineSpec, origin: Mapping[str, str]) -> None:
+    if spec.min_chars is not None and spec.max_chars is not None and spec.min_chars > spec.max_chars:
+        file, key = where(origin.get("min_chars", spec.source), "min_chars")
+        raise ConfigError(file, key, f"min_chars {spec.min_chars} is larger than max_chars {spec.max_chars}")
+    if spec.text_key in spec.keep_fields:
+        file, key = where(origin.get("keep_fields", spec.source), "keep_fields")
+        raise ConfigError(file, key, f"{spec.text_key!r} is the text field; it is already in the shards")
+
+
+def with_overrides(spec: PipelineSpec, **changes: Any) -> PipelineSpec:
+    return replace(spec, **changes)

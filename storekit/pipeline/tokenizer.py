@@ -1,0 +1,239 @@
+"""Finding, fingerprinting and loading the tokenizer (Hugging Face `tokenizers`, offline only).
+
+A tokenizer is a `tokenizer.json` (optionally `.gz`), a local Hugging Face tokenizer folder, a hub
+name that is already in the local Hugging Face cache, or `bundled:NAME`. Nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from storekit.errors import ConfigError, InputError, NotFoundError
+from storekit.pipeline.bundled import bundled_path, is_bundled
+
+# Megatron's own rule (DType.optimal_dtype): uint16 below 65500 token ids, else int32
+UINT16_VOCAB_LIMIT = 65500
+EOS_CANDIDATES = (
+    "<|endoftext|>",
+    "</s>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "<eos>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "[SEP]",
+)
+BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<SOS>", "[CLS]", "<|endoftext|>")
+_HUB_NAME_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_SPLIT_SAFE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerInfo:
+    name: str  # what the user gave (path, folder, hub name or bundled:NAME)
+    file: str  # the tokenizer.json (or .json.gz) actually loaded
+    xxh3_128: str  # of the uncompressed tokenizer.json bytes
+    vocab_size: int  # including added tokens
+    eos_id: int | None
+    bos_id: int | None
+    eos_token: str | None
+    bos_token: str | None
+    dtype: str  # uint16 | int32 (Megatron's choice for this vocabulary)
+    splittable: bool  # documents may be encoded in pieces cut at whitespace (byte-level BPE)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> TokenizerInfo:
+        return cls(**doc)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "xxh3_128": self.xxh3_128,
+            "eos": {"token": self.eos_token, "id": self.eos_id},
+            "bos": {"token": self.bos_token, "id": self.bos_id},
+            "dtype": self.dtype,
+        }
+
+
+def hub_cache_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def _from_hub_cache(name: str) -> Path | None:
+    repo = hub_cache_dir() / ("models--" + name.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        candidate = snapshots / ref.read_text().strip()
+        if candidate.is_dir():
+            return candidate
+    found = sorted(p for p in snapshots.iterdir() if (p / "tokenizer.json").is_file())
+    return found[-1] if len(found) == 1 else None
+
+
+def locate(ref: str) -> tuple[Path, Path | None]:
+    """(tokenizer.json file, folder with tokenizer_config.json or None)."""
+    if is_bundled(ref):
+        return bundled_path(ref), None
+    path = Path(os.path.expanduser(ref))
+    if path.is_file():
+        return path, path.parent if (path.parent / "tokenizer_config.json").is_file() else None
+    if path.is_dir():
+        if not (path / "tokenizer.json").is_file():
+            raise InputError(
+                f"tokenizer folder {ref} has no tokenizer.json",
+                hint="only fast tokenizers (tokenizer.json) are supported: save one with save_pretrained()",
+            )
+        return path / "tokenizer.json", path
+    if _HUB_NAME_RE.match(ref) and not ref.endswith((".json", ".gz")):
+        folder = _from_hub_cache(ref)
+        if folder is not None and (folder / "tokenizer.json").is_file():
+            return folder / "tokenizer.json", folder
+        raise NotFoundError(
+            f"tokenizer {ref!r} is not a local file or folder and is not in the Hugging Face cache "
+            f"({hub_cache_dir()}); storekit works offline and never downloads",
+            hint=f"on a machine with internet: `hf download {ref} tokenizer.json tokenizer_config.json`, "
+            "then copy the cache, or pass --tokenizer PATH/tokenizer.json",
+        )
+    raise NotFoundError(
+        f"tokenizer {ref!r} does not exist", hint="pass a tokenizer.json or a tokenizer folder"
+    )
+
+
+def read_tokenizer_json(file: str | Path) -> str:
+    data = Path(file).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data.decode("utf-8")
+
+
+# Loading takes ~0.25 s; forked workers inherit the parent's instance (it never ran a thread pool).
+_LOADED: dict[str, Any] = {}
+
+
+def load_tokenizer(info: TokenizerInfo) -> Any:
+    if info.xxh3_128 not in _LOADED:
+        from tokenizers import Tokenizer
+
+        _LOADED[info.xxh3_128] = Tokenizer.from_str(read_tokenizer_json(info.file))
+    return _LOADED[info.xxh3_128]
+
+
+def resolve_tokenizer(
+    ref: str, *, eos: bool, bos: bool, eos_token: str | None = None, bos_token: str | None = None
+) -> TokenizerInfo:
+    from tokenizers import Tokenizer
+
+    file, folder = locate(ref)
+    try:
+        text = read_tokenizer_json(file)
+        tokenizer = Tokenizer.from_str(text)
+    except (OSError, UnicodeDecodeError, ValueError, Exception) as exc:
+        raise InputError(f"tokenizer {file}: cannot be loaded ({exc})") from None
+    config = _tokenizer_config(folder)
+    eos_tok, eos_id = _special(tokenizer, "eos", eos, eos_token, config, EOS_CANDIDATES)
+    bos_tok, bos_id = _special(tokenizer, "bos", bos, bos_token, config, BOS_CANDIDATES)
+    vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    digest = xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+    _LOADED[digest] = tokenizer
+    return TokenizerInfo(
+        name=ref,
+        file=str(Path(file).resolve()),
+        xxh3_128=digest,
+        vocab_size=vocab,
+        eos_id=eos_id,
+        bos_id=bos_id,
+        eos_token=eos_tok,
+        bos_token=bos_tok,
+        dtype="uint16" if vocab < UINT16_VOCAB_LIMIT else "int32",
+        splittable=is_splittable(json.loads(text)),
+    )
+
+
+def _tokenizer_config(folder: Path | None) -> dict[str, Any]:
+    if folder is None or not (folder / "tokenizer_config.json").is_file():
+        return {}
+    try:
+        doc = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _special(
+    tokenizer: Any,
+    which: str,
+    wanted: bool,
+    explicit: str | None,
+    config: dict[str, Any],
+    candidates: tuple[str, ...],
+) -> tuple[str | None, int | None]:
+    if not wanted:
+        return None, None
+    names: list[str] = []
+    if explicit:
+        names = [explicit]
+    else:
+        configured = config.get(f"{which}_token")
+        if isinstance(configured, dict):
+            configured = configured.get("content")
+        if isinstance(configured, str):
+            names.append(configured)
+        names.extend(candidates)
+    for name in names:
+        token_id = tokenizer.token_to_id(name)
+        if token_id is not None:
+            return name, int(token_id)
+    flag = f"--{which}-token"
+    if explicit:
+        raise ConfigError("<command line>", flag, f"token {explicit!r} is not in the tokenizer's vocabulary")
+    raise ConfigError(
+        "<command line>",
+        flag,
+        f"cannot tell which token is the {which.upper()} token of this tokenizer",
+        hint=f"name it with {flag} TOKEN, or turn it off with --no-{which}",
+    )
+
+
+def is_splittable(doc: dict[str, Any]) -> bool:
+    """True when encoding a text in pieces cut at whitespace gives the same ids as encoding it whole.
+
+    Holds for byte-level BPE with the GPT-2 split regex: no pre-token spans `x|<space>y` or
+    `x\\n|y` (x, y printable ASCII), and Unicode normalisation never composes across them either.
+    Cuts are chosen by `storekit.pipeline.encode.safe_cut`.
+    """
+    pre = doc.get("pre_tokenizer") or {}
+    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
+        return False
+    norm = doc.get("normalizer")
+    norms = (
+        (norm.get("normalizers") or []) if norm and norm.get("type") == "Sequence" else [norm] if norm else []
+    )
+    if any(n.get("type") not in _SPLIT_SAFE_NORMALIZERS for n in norms):
+        return False
+    for token in doc.get("added_tokens") or []:
+        # a token that contains or swallows whitespace could straddle a cut
+        if (
+            token.get("lstrip")
+            or token.get("rstrip")
+            or any(c.isspace() for c in str(token.get("content", "")))
+        ):
+            return False
+    return True

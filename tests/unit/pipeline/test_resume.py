@@ -1,0 +1,133 @@
+"""A killed run (SIGKILL at several points, SIGTERM, SIGUSR1) resumes from its completion records and
+produces exactly the bytes of an uninterrupted run; nothing is visible under the final name before."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.pipeline.helpers import (
+    TOKENIZER,
+    cli_subprocess,
+    run_subprocess,
+    sample_records,
+    tree_bytes,
+    write_jsonl,
+)
+
+ARGS = [
+    "prepare",
+    "dataset",
+    "-i",
+    "in/a.jsonl",
+    "--tokenizer",
+    TOKENIZER,
+    "--name",
+    "res",
+    "--json",
+    "--quiet",
+    "--workers",
+    "2",
+    "--shard-size",
+    "32KiB",
+]
+FINAL = Path("storage/datasets/text/res/v1")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("resume")
+    write_jsonl(root / "in" / "a.jsonl", sample_records(limit_bytes=160_000, max_doc=20_000))
+    return root
+
+
+@pytest.fixture(scope="module")
+def baseline(corpus: Path) -> dict[str, bytes]:
+    res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+    assert res.code == 0, res.stderr
+    tree = tree_bytes(corpus / FINAL)
+    assert len([n for n in tree if n.endswith(".bin")]) >= 3
+    _remove(corpus / "storage")
+    return tree
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "hook",
+    [
+        ("STOREKIT_TEST_KILL_AFTER_TASKS", "1"),
+        ("STOREKIT_TEST_KILL_AFTER_TASKS", "5"),
+        ("STOREKIT_TEST_KILL_AFTER_SHARDS", "2"),
+        ("STOREKIT_TEST_KILL_BEFORE_MANIFEST", "1"),
+    ],
+)
+def test_sigkill_then_rerun_is_byte_identical(
+    corpus: Path, baseline: dict[str, bytes], hook: tuple[str, str]
+) -> None:
+    try:
+        killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env={hook[0]: hook[1]})
+        assert killed.code == -signal.SIGKILL
+        assert not (corpus / FINAL).exists()  # no dataset without its manifest
+        scratch = corpus / "storage" / "scratch"
+        done = list(scratch.glob("storekit-prepare-*/tasks/[0-9]*"))
+        if hook[0] == "STOREKIT_TEST_KILL_AFTER_TASKS":
+            assert len(done) >= int(hook[1])
+        res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        assert res.code == 0, res.stderr
+        assert res.json()["tasks_resumed"] == len(done)
+        assert tree_bytes(corpus / FINAL) == baseline
+        assert not list(scratch.glob("storekit-prepare-*"))  # the work dir is gone after success
+        assert not list((corpus / FINAL).parent.glob(".*storekit-tmp-*"))
+    finally:
+        _remove(corpus / "storage")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_preemption_signal_stops_cleanly_and_resumes(
+    corpus: Path, baseline: dict[str, bytes], signum: int
+) -> None:
+    try:
+        proc = cli_subprocess([*ARGS, "--task-size", "16KiB", "--workers", "1"], corpus)
+        tasks = corpus / "storage" / "scratch"
+        deadline = time.monotonic() + 60
+        while not list(tasks.glob("storekit-prepare-*/tasks/[0-9]*")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "rerun" in err
+        assert not (corpus / FINAL).exists()
+        assert not list(tasks.glob("storekit-prepare-*/tasks/.*storekit-tmp-*"))  # no half-written task
+        res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        assert res.code == 0, res.stderr
+        assert res.json()["tasks_resumed"] >= 1
+        assert tree_bytes(corpus / FINAL) == baseline
+    finally:
+        _remove(corpus / "storage")
+
+
+@pytest.mark.slow
+def test_rerun_of_finished_dataset_is_a_noop_unless_forced(corpus: Path, baseline: dict[str, bytes]) -> None:
+    try:
+        assert run_subprocess([*ARGS, "--task-size", "16KiB"], corpus).code == 0
+        manifest = (corpus / FINAL / "manifest.json").read_bytes()
+        again = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        assert again.code == 0 and again.json()["status"] == "unchanged"
+        assert (corpus / FINAL / "manifest.json").read_bytes() == manifest  # not rewritten
+        forced = run_subprocess([*ARGS, "--task-size", "16KiB", "--force"], corpus)
+        assert forced.code == 0 and forced.json()["status"] == "prepared"
+        assert tree_bytes(corpus / FINAL) == baseline
+    finally:
+        _remove(corpus / "storage")
