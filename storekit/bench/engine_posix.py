@@ -1,0 +1,316 @@
+"""POSIX I/O for the workers: O_DIRECT with aligned buffers, pwritev/preadv, io_uring for queue depth.
+
+Buffers are anonymous mmaps (page aligned, as O_DIRECT requires) filled with random bytes, and every
+written block carries its file and offset in its first 16 bytes, so compression or deduplication in
+the storage cannot flatter the numbers. Where a filesystem refuses O_DIRECT (EINVAL) the worker falls
+back to buffered I/O and says so; it never pretends.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from storekit.bench import uring
+from storekit.bench.plan import WorkerTask
+from storekit.bench.spec import DIRECT_ALIGN
+from storekit.bench.worker import Job, Recorder, run_threads
+
+O_DIRECT = getattr(os, "O_DIRECT", 0)
+REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"
+
+
+class IOFailure(OSError):
+    """An I/O error with the file it happened on; the coordinator reports it in one line."""
+
+
+def aligned_buffer(size: int, seed: int) -> mmap.mmap:
+    size = max(size, DIRECT_ALIGN)
+    buf = mmap.mmap(-1, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
+    rng = np.random.default_rng(seed)
+    np.frombuffer(buf, dtype=np.uint8)[:] = rng.integers(0, 256, size=len(buf), dtype=np.uint8)
+    return buf
+
+
+def open_direct(path: str, flags: int, want_direct: bool, notes: list[str]) -> tuple[int, bool]:
+    """Open with O_DIRECT when wanted; fall back (and note it) where the filesystem refuses."""
+    if want_direct and O_DIRECT:
+        try:
+            return os.open(path, flags | O_DIRECT | os.O_CLOEXEC, 0o644), True
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
+            if REFUSED not in notes:
+                notes.append(REFUSED)
+    try:
+        return os.open(path, flags | os.O_CLOEXEC, 0o644), False
+    except OSError as exc:
+        raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
+
+
+class _Base:
+    engine = "psync"
+
+    def __init__(self, task: WorkerTask) -> None:
+        self.task = task
+        self.paths = [os.path.join(task.run_root, f) for f in task.files]
+        self.direct: bool | None = task.direct
+        self.notes: list[str] = []
+
+    def close(self) -> None:
+        return None
+
+
+class SeqWrite(_Base):
+    """Create and write whole files block by block; fsync each before closing (inside the timing)."""
+
+    def __init__(self, task: WorkerTask) -> None:
+        super().__init__(task)
+        self.buf = aligned_buffer(task.block_size, task.seed)
+        self.view = memoryview(self.buf)[: task.block_size]
+
+    def run(self, rec: Recorder) -> None:
+        task, bs = self.task, self.task.block_size
+        for index, path in enumerate(self.paths):
+            # create first (O_EXCL: never overwrite anything), then reopen for direct writes
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+            except OSError as exc:
+                raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
+            fd, direct = open_direct(path, os.O_WRONLY, task.direct, self.notes)
+            self.direct = bool(self.direct and direct)
+            try:
+                for offset in range(0, task.file_size, bs):
+                    struct.pack_into("<QQ", self.buf, 0, task.seed * 65_536 + index, offset)
+                    t0 = rec.now()
+                    written = os.pwritev(fd, [self.view], offset)
+                    t1 = rec.now()
+                    if written != bs:
+                        raise IOFailure(errno.EIO, f"{path}: short write ({written} of {bs} bytes)")
+                    rec.op(t0, t1, bs)
+                if task.fsync:
+                    os.fsync(fd)
+            except OSError as exc:
+                if isinstance(exc, IOFailure):
+                    raise
+                raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        self.view.release()
+        self.buf.close()
+
+
+class SeqRead(_Base):
+    """Read whole files block by block, checking every read returns a full block."""
+
+    def __init__(self, task: WorkerTask) -> None:
+        super().__init__(task)
+        self.buf = aligned_buffer(task.block_size, task.seed)
+        self.view = memoryview(self.buf)[: task.block_size]
+
+    def run(self, rec: Recorder) -> None:
+        task, bs = self.task, self.task.block_size
+        for path in self.paths:
+            fd, direct = open_direct(path, os.O_RDONLY, task.direct, self.notes)
+            self.direct = bool(self.direct and direct)
+            try:
+                for offset in range(0, task.file_size, bs):
+                    t0 = rec.now()
+                    got = os.preadv(fd, [self.view], offset)
+                    t1 = rec.now()
+                    if got != bs:
+                        raise IOFailure(errno.EIO, f"{path}: short read at {offset} ({got} of {bs} bytes)")
+                    rec.op(t0, t1, bs)
+            except OSError as exc:
+                if isinstance(exc, IOFailure):
+                    raise
+                raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        self.view.release()
+        self.buf.close()
+
+
+class RandRead(_Base):
+    """Random training windows from the shards for `duration` seconds at a queue depth.
+
+    QD 1 uses plain preadv; deeper queues use io_uring from one thread, or one thread per slot where
+    io_uring is unavailable. With O_DIRECT, a window that is not 4 KiB aligned is read as the aligned
+    range that covers it (what a direct-I/O loader would do); bytes counted are bytes read.
+    """
+
+    def __init__(self, task: WorkerTask) -> None:
+        super().__init__(task)
+        self.fds: list[int] = []
+        for path in self.paths:
+            fd, direct = open_direct(path, os.O_RDONLY, task.direct, self.notes)
+            self.fds.append(fd)
+            self.direct = bool(self.direct and direct)
+        self.align = DIRECT_ALIGN if self.direct else 1
+        self.windows = task.file_size // task.window
+        slot = -(-task.window // self.align) * self.align + (self.align if self.align > 1 else 0)
+        self.slot_bytes = -(-slot // DIRECT_ALIGN) * DIRECT_ALIGN
+        self.qd = task.queue_depth
+        self.buf = aligned_buffer(self.slot_bytes * self.qd, task.seed)
+        self.rng = np.random.default_rng(task.seed)
+        self.ring: uring.Ring | None = None
+        self.engine = "psync"
+        if self.qd > 1:
+            try:
+                self.ring = uring.Ring(max(self.qd, 2))
+                self.engine = "io_uring"
+            except OSError as exc:
+                self.engine = "threads"
+                self.notes.append(f"io_uring unavailable ({exc}); one thread per queue slot")
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(file index, aligned offset, length) of n random windows."""
+        files = self.rng.integers(0, len(self.fds), size=n)
+        start = self.rng.integers(0, self.windows, size=n, dtype=np.int64) * self.task.window
+        low = start // self.align * self.align
+        high = -(-(start + self.task.window) // self.align) * self.align
+        return files, low, high - low
+
+    def run(self, rec: Recorder) -> None:
+        deadline = rec.now() + int(self.task.duration * 1e9)
+        if self.ring is not None:
+            self._run_uring(rec, deadline)
+        elif self.qd > 1:
+            run_threads(self.qd, lambda i, r: self._run_sync(r, deadline, i), rec)
+        else:
+            self._run_sync(rec, deadline, 0)
+
+    def _run_sync(self, rec: Recorder, deadline: int, slot: int) -> None:
+        view = memoryview(self.buf)[slot * self.slot_bytes : (slot + 1) * self.slot_bytes]
+        fds, batch = self.fds, 256
+        try:
+            while rec.now() < deadline:
+                files, offsets, lengths = self.draw(batch)
+                for f, off, length in zip(files.tolist(), offsets.tolist(), lengths.tolist(), strict=True):
+                    t0 = rec.now()
+                    got = os.preadv(fds[f], [view[:length]], off)
+                    t1 = rec.now()
+                    if got != length:
+                        raise IOFailure(errno.EIO, f"{self.paths[f]}: short read at {off}")
+                    rec.op(t0, t1, length)
+                    if t1 >= deadline:
+                        return
+        finally:
+            view.release()
+
+    def _run_uring(self, rec: Recorder, deadline: int) -> None:
+        ring, qd = self.ring, self.qd
+        assert ring is not None
+        base = uring.buffer_address(self.buf)
+        addrs = base + np.arange(qd, dtype=np.uint64) * self.slot_bytes
+        fds = np.asarray(self.fds, dtype=np.int32)
+        template = uring.read_entries(
+            fds[np.zeros(qd, dtype=np.int64)], np.zeros(qd, np.uint64), addrs, np.zeros(qd)
+        )
+        lengths = np.zeros(qd, dtype=np.int64)
+        submitted = np.zeros(qd, dtype=np.int64)
+
+        def submit(slots: np.ndarray) -> None:
+            files, offsets, lens = self.draw(len(slots))
+            entries = template[slots]
+            entries["fd"] = fds[files]
+            entries["off"] = offsets
+            entries["len"] = lens
+            lengths[slots] = lens
+            ring.prepare(entries)
+            submitted[slots] = rec.now()
+
+        submit(np.arange(qd))
+        inflight = qd
+        ring.enter(1)
+        while inflight:
+            slots, res = ring.reap()
+            if len(slots) == 0:
+                ring.enter(1)
+                continue
+            now = rec.now()
+            if (res != lengths[slots]).any():
+                bad = int(res[res != lengths[slots]][0])
+                why = os.strerror(-bad) if bad < 0 else f"short read ({bad} bytes)"
+                raise IOFailure(-bad if bad < 0 else errno.EIO, f"io_uring read failed: {why}")
+            rec.batch(now, now - submitted[slots], int(res.sum()))
+            inflight -= len(slots)
+            if now < deadline:
+                submit(slots)
+                inflight += len(slots)
+            if inflight:
+                ring.enter(1)
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
+        for fd in self.fds:
+            os.close(fd)
+        self.buf.close()
+
+
+class Meta(_Base):
+    """mdtest-style small-file operations: create (with payload), stat, read, delete."""
+
+    engine = "posix"
+
+    def __init__(self, task: WorkerTask) -> None:
+        super().__init__(task)
+        self.direct = None
+        self.names = [os.path.join(task.run_root, n) for n in task.meta_names()]
+        self.payload = os.urandom(task.file_size)
+
+    def run(self, rec: Recorder) -> None:
+        op = {"create": self._create, "stat": self._stat, "readsmall": self._read, "delete": self._delete}[
+            self.task.op
+        ]
+        path = ""
+        try:
+            for path in self.names:
+                t0 = rec.now()
+                nbytes = op(path)
+                rec.op(t0, rec.now(), nbytes)
+        except OSError as exc:
+            raise IOFailure(exc.errno, f"{self.task.op} {path}: {exc.strerror}") from None
+
+    def _create(self, path: str) -> int:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            if self.payload:
+                os.write(fd, self.payload)
+        finally:
+            os.close(fd)
+        return len(self.payload)
+
+    def _stat(self, path: str) -> int:
+        os.stat(path)
+        return 0
+
+    def _read(self, path: str) -> int:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, self.task.file_size + 1)
+        finally:
+            os.close(fd)
+        if len(data) != self.task.file_size:
+            raise OSError(errno.EIO, f"expected {self.task.file_size} bytes, got {len(data)}")
+        return len(data)
+
+    def _delete(self, path: str) -> int:
+        os.unlink(path)
+        return 0
+
+
+def prepare(task: WorkerTask) -> Job:
+    kinds: dict[str, Any] = {"write": SeqWrite, "read": SeqRead, "randread": RandRead}
+    job: Job = kinds[task.op](task) if task.op in kinds else Meta(task)
+    return job
