@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storekit.errors import UsageError
+from storekit.units import parse_duration
 from storekit.units import parse_size as _parse_size_units
 
 PATTERNS = ("shards", "checkpoint", "tokens", "meta")
@@ -36,6 +37,32 @@ MODEL_PRESETS: dict[str, float] = {
 # Sustained training throughput of one GPU, used when --gpu-tokens-per-s is not given: about an H100
 # at 40% MFU on bf16 (400 TFLOP/s effective), with 6 FLOPs per parameter per token.
 EFFECTIVE_GPU_FLOPS = 400e12
+# The defaults of `storekit bench io`: small enough to finish in well under a minute on one disk.
+DEFAULTS: dict[str, Any] = {
+    "pattern": "all",
+    "size": "256M",
+    "file_size": "32M",
+    "workers": "1,4",
+    "block_size": "1M",
+    "queue_depth": "1,32",
+    "duration": "1",
+    "repeat": 3,
+    "direct": True,
+    "drop_caches": True,
+    "model": "7b",
+    "ranks": 8,
+    "bytes_per_param": 2.0,
+    "optimizer_bytes_per_param": 12.0,
+    "full_checkpoint": False,
+    "seq_len": 4096,
+    "token_bytes": 2,
+    "files": 500,
+    "small_file_size": "4k",
+    "seed": 0,
+    "gpu_tokens_per_s": None,
+    "gpus": None,
+    "target_checkpoint_s": 60.0,
+}
 _MODEL_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([mMbB])\s*$")
 
 
@@ -277,3 +304,47 @@ def validate(spec: BenchSpec) -> BenchSpec:
                     hint="raise --size or lower --ranks/--block-size",
                 )
     return spec
+
+
+def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
+    """A validated spec from option values as typed on the command line (missing ones: DEFAULTS)."""
+    unknown = set(options) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown bench options: {', '.join(sorted(unknown))}")
+    o = {**DEFAULTS, **options}
+    pattern = str(o["pattern"]).strip()
+    patterns = PATTERNS if pattern == "all" else tuple(p.strip() for p in pattern.split(",") if p.strip())
+    try:
+        seconds = parse_duration(str(o["duration"]))
+    except ValueError as exc:
+        raise UsageError(f"--duration: {exc}") from None
+    model = parse_model(
+        str(o["model"]),
+        bytes_per_param=float(o["bytes_per_param"]),
+        optimizer_bytes_per_param=float(o["optimizer_bytes_per_param"]),
+    )
+    spec = BenchSpec(
+        patterns=patterns,
+        target=target,
+        size=parse_size(str(o["size"]), "--size"),
+        file_size=parse_size(str(o["file_size"]), "--file-size"),
+        workers=parse_list(str(o["workers"]), "--workers"),
+        block_sizes=parse_list(str(o["block_size"]), "--block-size", parse_size),
+        queue_depths=parse_list(str(o["queue_depth"]), "--queue-depth"),
+        duration=seconds,
+        repeat=int(o["repeat"]),
+        direct=bool(o["direct"]),
+        drop_caches=bool(o["drop_caches"]),
+        model=model,
+        ranks=int(o["ranks"]),
+        full_checkpoint=bool(o["full_checkpoint"]),
+        seq_len=int(o["seq_len"]),
+        token_bytes=int(o["token_bytes"]),
+        files=int(o["files"]),
+        small_file_size=parse_size(str(o["small_file_size"]), "--small-file-size"),
+        seed=int(o["seed"]),
+        gpu_tokens_per_s=float(o["gpu_tokens_per_s"] or model.default_gpu_tokens_per_s()),
+        gpus=int(o["gpus"] or o["ranks"]),
+        target_checkpoint_s=float(o["target_checkpoint_s"]),
+    )
+    return validate(spec)

@@ -17,12 +17,12 @@ from storekit.bench.report import (
     write_prometheus,
 )
 from storekit.bench.scratch import open_scratch
-from storekit.bench.spec import PATTERNS, BenchSpec, TargetSpec, parse_list, parse_model, parse_size, validate
+from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
 from storekit.bench.suite import Suite, now_run_id
 from storekit.bench.verdict import judge
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
 from storekit.errors import UsageError
-from storekit.units import format_bytes, parse_duration
+from storekit.units import format_bytes
 
 bench_app = typer.Typer(
     name="bench",
@@ -31,38 +31,51 @@ bench_app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-IO_HELP = """Measure whether a storage target can feed training and absorb checkpoints.
+IO_HELP = """Measure whether storage can feed training and absorb checkpoints.
 
-Patterns (each on a POSIX directory or an S3 bucket/prefix):
+Patterns, each on a POSIX directory or an S3 bucket/prefix:
 
-  shards      W workers write large shard files (fsync included), then read them back sequentially
-  checkpoint  N ranks write their share of a model checkpoint at once (fsync inside the timing), then
-              read it back; sizes from --model/--ranks; the slowest rank sets the time
-  tokens      random reads of training windows (--seq-len x --token-bytes) at each --queue-depth
-  meta        create/stat/read/delete small files in per-worker and shared directories (mdtest-like);
-              put/list/head/get/delete small objects on S3
+  shards      W workers write large shard files (fsync included),
+              then stream them back
+  checkpoint  N ranks write their share of a model checkpoint at once
+              (fsync timed), then read it back; sizes from --model and
+              --ranks; the slowest rank sets the time
+  tokens      random reads of training windows (--seq-len x
+              --token-bytes) at each --queue-depth
+  meta        create/stat/read/delete small files in per-worker and
+              shared directories (mdtest-like); put/list/head/get/delete
+              small objects on S3
   all         all of the above: the bring-up suite (default)
 
-Method: workers are processes released together by a barrier; bandwidth = bytes / (last finish - first
-start), plus the rate while all workers were active and a per-worker straggler table; O_DIRECT with
-aligned buffers by default (reported when the filesystem refuses it); page cache dropped before reads
-where permitted and the run's files evicted always; a read phase never reads what its own process
-wrote; --repeat runs with median and spread; latency percentiles from merged histograms; the
-benchmark's own CPU use is reported so a Python ceiling is not taken for a storage ceiling.
+Method: workers are processes started together on a barrier; bandwidth
+is bytes / (last finish - first start), with the rate while all workers
+were active and a per-worker straggler table. O_DIRECT with aligned
+buffers by default (a refusal is detected and reported); the page cache
+is dropped before reads where permitted and the run's files are always
+evicted; no process reads what it wrote; --repeat gives median and
+spread; latency percentiles come from merged histograms; the
+benchmark's own CPU use is shown so a Python ceiling is not taken for a
+storage ceiling.
 
-Safety: everything is written under <target>/scratch/storekit-bench-<run-id>/ and removed afterwards,
-also on Ctrl-C; the run is refused before writing if free space is short.
+Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
+removed afterwards, also on Ctrl-C; refused before writing when free
+space is short.
 
-Sizes: k/M/G/T and KiB/MiB/GiB are binary (as fio reads them); KB/MB/GB are decimal.
+Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
+are decimal.
 
 Examples:
 
-  storekit bench io                                   # bring-up suite on the default tier
-  storekit bench io --target /lustre/storage --pattern shards --workers 1,4,16 --block-size 1M,4M
-  storekit bench io --pattern checkpoint --model 70b --ranks 64 --size 64G --target-checkpoint-s 120
-  storekit bench io --pattern tokens --seq-len 8192 --queue-depth 1,8,32,128 --duration 10
-  storekit bench io --target s3://bench/storage --endpoint-url http://rgw:7480 --pattern meta --files 2000
-  storekit bench io --json --prometheus /var/lib/node_exporter/storekit.prom --plot bench.png
+  storekit bench io                         # suite on the default tier
+  storekit bench io --target /lustre/storage --pattern shards \\
+      --workers 1,4,16 --block-size 1M,4M
+  storekit bench io --pattern checkpoint --model 70b --ranks 64 \\
+      --size 64G --target-checkpoint-s 120
+  storekit bench io --pattern tokens --queue-depth 1,8,32,128 --duration 10
+  storekit bench io --target s3://bench/storage \\
+      --endpoint-url http://rgw:7480 --pattern meta --files 2000
+  storekit bench io --json --prometheus /var/lib/node_exporter/sk.prom \\
+      --plot bench.png
 """
 
 
@@ -102,7 +115,7 @@ def _target(config: str | None, tier: str | None, target: str | None, endpoint_u
 def io(
     pattern: Annotated[
         str, typer.Option("--pattern", "-p", help=f"{', '.join(PATTERNS)} (comma-separated) or all.")
-    ] = "all",
+    ] = DEFAULTS["pattern"],
     target: Annotated[
         str | None,
         typer.Option(
@@ -131,13 +144,13 @@ def io(
                 "write together."
             ),
         ),
-    ] = "256M",
+    ] = DEFAULTS["size"],
     file_size: Annotated[
         str, typer.Option("--file-size", help="Size of each shard file (shards, tokens).")
-    ] = "32M",
+    ] = DEFAULTS["file_size"],
     workers: Annotated[
         str, typer.Option("--workers", "-w", help="Worker processes; a list sweeps, e.g. 1,2,4,8.")
-    ] = "1,4",
+    ] = DEFAULTS["workers"],
     block_size: Annotated[
         str,
         typer.Option(
@@ -148,21 +161,21 @@ def io(
                 "4k with O_DIRECT."
             ),
         ),
-    ] = "1M",
+    ] = DEFAULTS["block_size"],
     queue_depth: Annotated[
         str,
         typer.Option(
             "--queue-depth",
             help="tokens: requests in flight per worker (io_uring); a list sweeps, e.g. 1,8,32,128.",
         ),
-    ] = "1,32",
+    ] = DEFAULTS["queue_depth"],
     duration: Annotated[
         str, typer.Option("--duration", help="tokens: seconds per sweep point, e.g. 1, 10s, 2m.")
-    ] = "1",
+    ] = DEFAULTS["duration"],
     repeat: Annotated[
         int,
         typer.Option("--repeat", "-r", help="Repeats of every point; the median and spread are reported."),
-    ] = 3,
+    ] = DEFAULTS["repeat"],
     direct: Annotated[
         bool,
         typer.Option(
@@ -172,7 +185,7 @@ def io(
                 "reported."
             ),
         ),
-    ] = True,
+    ] = DEFAULTS["direct"],
     drop_caches: Annotated[
         bool,
         typer.Option(
@@ -182,7 +195,7 @@ def io(
                 "are always evicted."
             ),
         ),
-    ] = True,
+    ] = DEFAULTS["drop_caches"],
     model: Annotated[
         str,
         typer.Option(
@@ -192,13 +205,13 @@ def io(
                 "such as 3.2b, 350m."
             ),
         ),
-    ] = "7b",
+    ] = DEFAULTS["model"],
     ranks: Annotated[
         int, typer.Option("--ranks", help="checkpoint: ranks writing their share at once (one process each).")
-    ] = 8,
+    ] = DEFAULTS["ranks"],
     bytes_per_param: Annotated[
         float, typer.Option("--bytes-per-param", help="checkpoint: bytes per weight (2 = bf16).")
-    ] = 2.0,
+    ] = DEFAULTS["bytes_per_param"],
     optimizer_bytes_per_param: Annotated[
         float,
         typer.Option(
@@ -208,44 +221,48 @@ def io(
                 "weights only)."
             ),
         ),
-    ] = 12.0,
+    ] = DEFAULTS["optimizer_bytes_per_param"],
     full_checkpoint: Annotated[
         bool,
         typer.Option(
             "--full-checkpoint",
             help="checkpoint: write the whole model checkpoint instead of a --size sample.",
         ),
-    ] = False,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="tokens: tokens per training window.")] = 4096,
+    ] = DEFAULTS["full_checkpoint"],
+    seq_len: Annotated[int, typer.Option("--seq-len", help="tokens: tokens per training window.")] = DEFAULTS[
+        "seq_len"
+    ],
     token_bytes: Annotated[
         int,
         typer.Option("--token-bytes", help="tokens: bytes per token (2 for vocabularies < 65536, 4 above)."),
-    ] = 2,
-    files: Annotated[int, typer.Option("--files", help="meta: small files (objects) per worker.")] = 500,
+    ] = DEFAULTS["token_bytes"],
+    files: Annotated[int, typer.Option("--files", help="meta: small files (objects) per worker.")] = DEFAULTS[
+        "files"
+    ],
     small_file_size: Annotated[
         str,
         typer.Option(
             "--small-file-size", help="meta: bytes written to each small file (0 = empty, as mdtest)."
         ),
-    ] = "4k",
+    ] = DEFAULTS["small_file_size"],
     seed: Annotated[
         int, typer.Option("--seed", help="Seed for random offsets and data (results are reproducible).")
-    ] = 0,
+    ] = DEFAULTS["seed"],
     gpu_tokens_per_s: Annotated[
         float | None,
         typer.Option(
             "--gpu-tokens-per-s",
             help="Verdict: tokens/s one GPU consumes. Default: 400 TFLOP/s / (6 x parameters) of --model.",
         ),
-    ] = None,
+    ] = DEFAULTS["gpu_tokens_per_s"],
     gpus: Annotated[
         int | None,
         typer.Option("--gpus", help="Verdict: GPUs the dataset bandwidth must feed. Default: --ranks."),
-    ] = None,
+    ] = DEFAULTS["gpus"],
     target_checkpoint_s: Annotated[
         float,
         typer.Option("--target-checkpoint-s", help="Verdict: longest acceptable checkpoint save, seconds."),
-    ] = 60.0,
+    ] = DEFAULTS["target_checkpoint_s"],
     prometheus: Annotated[
         str | None,
         typer.Option(
@@ -278,45 +295,33 @@ def io(
     if print_schema:
         typer.echo("\n".join(schema.describe()))
         return
-    patterns = (
-        tuple(PATTERNS)
-        if pattern.strip() == "all"
-        else tuple(p.strip() for p in pattern.split(",") if p.strip())
-    )
     if plot:
         require_matplotlib()
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        raise UsageError(f"--duration: {exc}") from None
-    model_spec = parse_model(
-        model, bytes_per_param=bytes_per_param, optimizer_bytes_per_param=optimizer_bytes_per_param
-    )
-    spec = validate(
-        BenchSpec(
-            patterns=patterns,
-            target=_target(config, tier, target, endpoint_url),
-            size=parse_size(size, "--size"),
-            file_size=parse_size(file_size, "--file-size"),
-            workers=parse_list(workers, "--workers"),
-            block_sizes=parse_list(block_size, "--block-size", parse_size),
-            queue_depths=parse_list(queue_depth, "--queue-depth"),
-            duration=seconds,
-            repeat=repeat,
-            direct=direct,
-            drop_caches=drop_caches,
-            model=model_spec,
-            ranks=ranks,
-            full_checkpoint=full_checkpoint,
-            seq_len=seq_len,
-            token_bytes=token_bytes,
-            files=files,
-            small_file_size=parse_size(small_file_size, "--small-file-size"),
-            seed=seed,
-            gpu_tokens_per_s=gpu_tokens_per_s or model_spec.default_gpu_tokens_per_s(),
-            gpus=gpus or ranks,
-            target_checkpoint_s=target_checkpoint_s,
-        )
+    spec = build_spec(
+        _target(config, tier, target, endpoint_url),
+        pattern=pattern,
+        size=size,
+        file_size=file_size,
+        workers=workers,
+        block_size=block_size,
+        queue_depth=queue_depth,
+        duration=duration,
+        repeat=repeat,
+        direct=direct,
+        drop_caches=drop_caches,
+        model=model,
+        ranks=ranks,
+        bytes_per_param=bytes_per_param,
+        optimizer_bytes_per_param=optimizer_bytes_per_param,
+        full_checkpoint=full_checkpoint,
+        seq_len=seq_len,
+        token_bytes=token_bytes,
+        files=files,
+        small_file_size=small_file_size,
+        seed=seed,
+        gpu_tokens_per_s=gpu_tokens_per_s,
+        gpus=gpus,
+        target_checkpoint_s=target_checkpoint_s,
     )
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
