@@ -40,19 +40,23 @@ class PosixScratch:
                 f"target {self.root} does not exist or is not a directory",
                 hint="create it (storekit init creates a tier's layout) or fix --target/--tier",
             )
-        st = os.statvfs(self.root)
-        if st.f_flag & os.ST_RDONLY or not os.access(self.root, os.W_OK):
-            raise StorekitError(f"target {self.root} is not writable", hint="benchmark a writable mount")
+        # only scratch/ is written: it must be writable (or creatable in a writable root)
         if os.path.lexists(self.scratch):
             real, root_real = os.path.realpath(self.scratch), os.path.realpath(self.root)
             if not os.path.isdir(self.scratch):
                 raise StorekitError(f"{self.scratch} exists and is not a directory")
             if not real.startswith(root_real.rstrip("/") + "/"):
                 raise PathEscapeError(f"{self.scratch} resolves to {real}, outside the target {root_real}")
-            if not os.access(self.scratch, os.W_OK):
-                raise StorekitError(f"{self.scratch} is not writable")
+            writes_to = self.scratch
+        else:
+            writes_to = self.root
+        st = os.statvfs(writes_to)
+        if st.f_flag & os.ST_RDONLY or not os.access(writes_to, os.W_OK):
+            raise StorekitError(
+                f"target {self.root} is not writable ({writes_to})", hint="benchmark a writable mount"
+            )
         free = st.f_bavail * st.f_frsize
-        if free < space_needed:
+        if st.f_blocks and free < space_needed:  # f_blocks 0: the filesystem does not say (ramfs)
             have, need = format_bytes(free), format_bytes(space_needed)
             raise NoSpaceError(
                 f"target {self.root} has {have} free; this run needs {need}",

@@ -11,10 +11,14 @@ SECOND = 1_000_000_000
 T0 = 1_700_000_000 * SECOND  # wall clock, on a 10 ms boundary
 
 
-def worker(index: int, start_s: float, seconds: float, total_bytes: int, op_ns: int = 1_000_000) -> WorkerResult:
+def worker(
+    index: int, start_s: float, seconds: float, total_bytes: int, op_ns: int = 1_000_000
+) -> WorkerResult:
     """A worker moving `total_bytes` evenly, one op per 10 ms, from start_s for `seconds`."""
     start = T0 + int(start_s * SECOND)
-    r = WorkerResult(worker=index, op="read", host="h", pid=index, start_ns=start, end_ns=start + int(seconds * SECOND))
+    r = WorkerResult(
+        worker=index, op="read", host="h", pid=index, start_ns=start, end_ns=start + int(seconds * SECOND)
+    )
     steps = int(seconds * SECOND // FINE_NS)
     for i in range(steps):
         r.trace.add(start + i * FINE_NS + FINE_NS // 2, total_bytes // steps)

@@ -42,7 +42,9 @@ def test_plan_for_7b_on_8_ranks_writes_an_equal_sample_per_rank() -> None:
     write, read = point.phases
     assert [t.file_size for t in write.tasks] == [64 * MiB] * 8
     assert write.bytes == read.bytes == 512 * MiB
-    assert [t.files for t in write.tasks] == [(f"checkpoint/step_000001/rank_{r:05d}.distcp",) for r in range(8)]
+    assert [t.files for t in write.tasks] == [
+        (f"checkpoint/step_000001/rank_{r:05d}.distcp",) for r in range(8)
+    ]
     # every rank reads another rank's file: nobody reads back its own page cache
     assert [t.files[0] for t in read.tasks] == [write.tasks[(r + 1) % 8].files[0] for r in range(8)]
     assert all(t.fsync and t.direct for t in write.tasks)
