@@ -22,7 +22,11 @@ from storekit.bench.results import WorkerResult
 from storekit.bench.worker import StartBarrier, run_worker
 from storekit.errors import StorekitError
 
-PRELOAD = ["storekit.bench.worker", "storekit.bench.engine_posix", "numpy"]
+# imported once by the forkserver, so each worker process starts in milliseconds
+PRELOAD = {
+    "posix": ["storekit.bench.worker", "storekit.bench.engine_posix", "numpy"],
+    "s3": ["storekit.bench.worker", "storekit.bench.engine_s3_warm", "numpy"],
+}
 STOP_GRACE_S = 5.0
 
 
@@ -44,10 +48,10 @@ def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any) -> None
 
 
 class PhaseRunner:
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "posix") -> None:
         self.ctx = mp.get_context("forkserver")
         with contextlib.suppress(ValueError):
-            self.ctx.set_forkserver_preload(PRELOAD)
+            self.ctx.set_forkserver_preload(PRELOAD[kind])
 
     def run(self, phase: PhasePlan, repeat: int) -> list[WorkerResult]:
         tasks = [replace(t, seed=t.seed + 7919 * repeat) for t in phase.tasks]

@@ -27,6 +27,7 @@ from storekit.units import format_bytes
 
 RESIDENT_WARN = 0.05
 RAM_FACTOR = 2
+DELAYED_ACK_MS = 35.0
 
 
 @contextlib.contextmanager
@@ -51,6 +52,7 @@ class Suite:
         self.warnings: list[str] = []
         self.honesty: dict[str, Any] = {}
         self.cpu_bound: list[tuple[str, bool]] = []
+        self.delayed_ack_seen = False
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -58,7 +60,7 @@ class Suite:
         self.scratch.check(plan.space_needed)
         started = datetime.now(UTC)
         environment = env.capture(spec.target, uring.available() if self.posix else None)
-        runner = PhaseRunner()
+        runner = PhaseRunner(spec.target.kind)
         points: list[dict[str, Any]] = []
         setups: list[dict[str, Any]] = []
         cleanup: dict[str, Any] = {}
@@ -131,6 +133,8 @@ class Suite:
                     "repeats": [res.to_dict() for res in results],
                 }
             )
+        if point.pattern == "meta" and not self.posix:
+            self._delayed_ack_check(phases)
         return {"pattern": point.pattern, "params": point.params, "label": point.label, "phases": phases}
 
     def _run_phase(self, runner: PhaseRunner, phase: PhasePlan, repeat: int) -> PhaseResult:
@@ -217,6 +221,17 @@ class Suite:
                 f"{len(kernel)} phase(s) had a worker near 100% of a core, mostly in the kernel: the "
                 f"filesystem's CPU cost per operation limits them; add workers to see if it scales "
                 f"({kernel[0]}, ...)"
+            )
+
+    def _delayed_ack_check(self, phases: list[dict[str, Any]]) -> None:
+        """Small GETs ~40 ms while HEADs are fast: the gateway waits for a delayed ACK (Nagle)."""
+        p50 = {ph["phase"]: ph["summary"]["latency"]["p50_ms"] for ph in phases}
+        get, head = p50.get("get"), p50.get("head")
+        if get and head and get >= DELAYED_ACK_MS and head * 3 < get and not self.delayed_ack_seen:
+            self.delayed_ack_seen = True
+            self.warnings.append(
+                f"small-object GETs take {get:.0f} ms (p50) while HEADs take {head:.1f} ms: the gateway "
+                "waits for TCP delayed ACKs (Nagle); on Ceph RGW set tcp_nodelay=1 in rgw_frontends"
             )
 
     def _warn_once(self, message: str) -> None:
