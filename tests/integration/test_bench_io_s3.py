@@ -51,7 +51,7 @@ def test_every_pattern_on_s3_moves_the_planned_bytes_and_removes_its_objects(
         "bench", "io", "--target", bucket_prefix, "--endpoint-url", s3_tier.options["endpoint_url"],
         "--pattern", "all", "--size", "32M", "--file-size", "16M", "--workers", "2", "--repeat", "1",
         "--block-size", "1M", "--queue-depth", "4", "--duration", "0.3", "--files", "10", "--ranks", "2",
-        # 64 KiB: RGW answers 1-8 KiB GETs only after a 40 ms delayed-ACK stall, which would just slow the test
+        # 64 KiB: RGW answers 1-8 KiB GETs after a 40 ms delayed-ACK stall, which only slows the test
         "--seq-len", "32768", "--small-file-size", "64k", "--json",
         env=aws_env(s3_tier),
     )  # fmt: skip
@@ -85,10 +85,12 @@ def test_a_tier_with_credentials_in_the_config_never_shows_them(s3_tier: TierCon
     o = s3_tier.options
     config.write_text(
         f'[tiers.archive]\nurl = "{s3_tier.url}"\nrole = "archive"\n'
-        f'options = {{ endpoint_url = "{o["endpoint_url"]}", key = "{o["key"]}", secret = "{o["secret"]}" }}\n'
+        f'options = {{ endpoint_url = "{o["endpoint_url"]}", key = "{o["key"]}", '
+        f'secret = "{o["secret"]}" }}\n'
     )
     proc = storekit("bench", "io", "--config", str(config), "--tier", "archive", "--pattern", "meta",
-                    "--workers", "1", "--repeat", "1", "--files", "5", "--small-file-size", "0", "--json", env={})  # fmt: skip
+                    "--workers", "1", "--repeat", "1", "--files", "5", "--small-file-size", "0",
+                    "--json", env={})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["environment"]["bucket"] == s3_tier.url[5:].split("/")[0]
