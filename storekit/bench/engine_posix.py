@@ -208,24 +208,33 @@ class RandRead(_Base):
             view.release()
 
     def _run_uring(self, rec: Recorder, deadline: int) -> None:
+        """Keep `qd` reads in flight: reap whatever completed, resubmit as many, like fio's io_uring.
+
+        The per-loop Python cost is kept to a few numpy operations: random requests are drawn in
+        big batches up front and latencies are histogrammed in bulk, not per completion."""
         ring, qd = self.ring, self.qd
         assert ring is not None
-        base = uring.buffer_address(self.buf)
-        addrs = base + np.arange(qd, dtype=np.uint64) * self.slot_bytes
+        addrs = uring.buffer_address(self.buf) + np.arange(qd, dtype=np.uint64) * self.slot_bytes
         fds = np.asarray(self.fds, dtype=np.int32)
-        template = uring.read_entries(
-            fds[np.zeros(qd, dtype=np.int64)], np.zeros(qd, np.uint64), addrs, np.zeros(qd)
-        )
         lengths = np.zeros(qd, dtype=np.int64)
         submitted = np.zeros(qd, dtype=np.int64)
+        pool = np.zeros(0, dtype=uring.SQE_DTYPE)
+        used = 0
+        latencies = np.empty(1 << 16, dtype=np.int64)
+        filled = 0
 
         def submit(slots: np.ndarray) -> None:
-            files, offsets, lens = self.draw(len(slots))
-            entries = template[slots]
-            entries["fd"] = fds[files]
-            entries["off"] = offsets
-            entries["len"] = lens
-            lengths[slots] = lens
+            nonlocal pool, used
+            n = len(slots)
+            if used + n > len(pool):
+                files, offsets, lens = self.draw(max(4 * qd, 1 << 14))
+                pool = uring.read_entries(fds[files], offsets.astype(np.uint64), np.zeros(len(files)), lens)
+                used = 0
+            entries = pool[used : used + n]
+            used += n
+            entries["addr"] = addrs[slots]
+            entries["user_data"] = slots
+            lengths[slots] = entries["len"]
             ring.prepare(entries)
             submitted[slots] = rec.now()
 
@@ -234,21 +243,32 @@ class RandRead(_Base):
         ring.enter(1)
         while inflight:
             slots, res = ring.reap()
-            if len(slots) == 0:
+            n = len(slots)
+            if n == 0:
                 ring.enter(1)
                 continue
             now = rec.now()
-            if (res != lengths[slots]).any():
-                bad = int(res[res != lengths[slots]][0])
+            expected = lengths[slots]
+            if (res != expected).any():
+                bad = int(res[res != expected][0])
                 why = os.strerror(-bad) if bad < 0 else f"short read ({bad} bytes)"
                 raise IOFailure(-bad if bad < 0 else errno.EIO, f"io_uring read failed: {why}")
-            rec.batch(now, now - submitted[slots], int(res.sum()))
-            inflight -= len(slots)
+            if filled + n > len(latencies):
+                rec.latency.record_many(latencies[:filled])
+                filled = 0
+            latencies[filled : filled + n] = now - submitted[slots]
+            filled += n
+            nbytes = int(expected.sum())
+            rec.trace.add(now + rec.wall_offset, nbytes, n)
+            rec.bytes += nbytes
+            rec.ops += n
+            inflight -= n
             if now < deadline:
                 submit(slots)
-                inflight += len(slots)
+                inflight += n
             if inflight:
                 ring.enter(1)
+        rec.latency.record_many(latencies[:filled])
 
     def close(self) -> None:
         if self.ring is not None:
