@@ -6,12 +6,12 @@ Both tools run with the same parameters, side by side in one run, alternating wh
 PASS when the ratio is within +-10%, plus the CPU each tool used, and a markdown block for
 benchmarks/RESULTS.md.
 
-  POSIX (a directory on / by default):
-    sequential write 1 MiB O_DIRECT, fsync inside the timing   storekit shards write  vs fio rw=write end_fsync=1
-    sequential read 1 MiB O_DIRECT                              storekit shards read   vs fio rw=read
-    random read 4 KiB at queue depth 32                         storekit tokens        vs fio randread io_uring
-    random read 4 KiB at queue depth 1 (extra: per-I/O cost)    storekit tokens        vs fio randread psync
-    small files: create / stat / delete                         storekit meta          vs fio filecreate/filestat/filedelete
+  POSIX (a directory on / by default), storekit pattern vs fio job:
+    sequential write 1 MiB O_DIRECT, fsync timed   shards write  vs rw=write psync end_fsync=1
+    sequential read 1 MiB O_DIRECT                  shards read   vs rw=read psync
+    random read 4 KiB at queue depth 32             tokens        vs randread io_uring iodepth=32
+    random read 4 KiB at queue depth 1 (extra)      tokens        vs randread psync
+    small files: create / stat / delete             meta          vs filecreate / filestat / filedelete
   S3 (Ceph RGW): PUT/GET of large objects and put/head/get/delete of small ones, storekit vs the same
   requests from a bare boto3 loop (same sizes, count and concurrency, processes started on a barrier).
 
@@ -248,22 +248,25 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
     meta_dir = fio_dir / "meta"
 
     def storekit_meta() -> None:
-        doc = storekit("--target", str(sk_dir), "--no-drop-caches", "--pattern", "meta", "--workers", "1",
-                       "--files", n, "--small-file-size", "0")  # fmt: skip
-        for name, comp in ops.items():
-            rep = phase(doc, "meta", name, "dirs=unique")
-            comp.storekit.append(rep["ops_per_s"])
-            total, user = cpu_pct(rep)
-            comp.storekit_cpu.append(total)
-            comp.storekit_user.append(user)
+        # fio's filecreate makes empty files, while filestat and filedelete work on 4 KiB files it lays
+        # out first: storekit runs once with empty files (create, stat) and once with 4 KiB (delete)
+        for size, names in (("0", ("create", "stat")), ("4k", ("delete",))):
+            doc = storekit("--target", str(sk_dir), "--no-drop-caches", "--pattern", "meta", "--workers", "1",
+                           "--files", n, "--small-file-size", size)  # fmt: skip
+            for name in names:
+                rep = phase(doc, "meta", name, "dirs=unique")
+                ops[name].storekit.append(rep["ops_per_s"])
+                total, user = cpu_pct(rep)
+                ops[name].storekit_cpu.append(total)
+                ops[name].storekit_user.append(user)
 
     def fio_meta() -> None:
         for name, engine in (("create", "filecreate"), ("stat", "filestat"), ("delete", "filedelete")):
-            if meta_dir.exists() and engine != "filestat":
-                shutil.rmtree(meta_dir)
-            meta_dir.mkdir(exist_ok=True)
-            job = fio(f"--name={name}", f"--ioengine={engine}", f"--directory={meta_dir}", f"--nrfiles={n}",
-                      "--filesize=4k", "--bs=4k", "--openfiles=1", "--create_on_open=1", "--unlink=0")  # fmt: skip
+            shutil.rmtree(meta_dir, ignore_errors=True)
+            meta_dir.mkdir()
+            job = fio(f"--name={name}", f"--ioengine={engine}", f"--directory={meta_dir}",
+                      f"--nrfiles={n}", "--filesize=4k", "--bs=4k", "--openfiles=1",
+                      "--create_on_open=1", "--unlink=0")  # fmt: skip
             ddir = "write" if job["write"]["total_ios"] else "read"
             ops[name].other.append(job[ddir]["iops"])
             ops[name].other_cpu.append(fio_cpu(job))
@@ -401,8 +404,8 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, conditions: s
         "",
         conditions,
         "",
-        "| comparison | unit | storekit median (spread) | peer median (spread) | peer | ratio | within ±10% | "
-        "storekit CPU % of a core (user) | peer CPU % |",
+        "| comparison | unit | storekit median (spread) | peer median (spread) | peer | ratio "
+        "| within ±10% | storekit CPU % of a core (user) | peer CPU % |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
@@ -410,14 +413,14 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, conditions: s
         user = f" ({fmt(r['storekit_user_pct'])})" if r["storekit_user_pct"] is not None else ""
         lines.append(
             f"| {r['name']} | {r['unit']} | {fmt(r['storekit_median'])} ({r['storekit_spread']:.0%}) | "
-            f"{fmt(r['peer_median'])} ({r['peer_spread']:.0%}) | {r['peer']} | {r['ratio']:.2f} | {verdict} | "
-            f"{fmt(r['storekit_cpu_pct'])}{user} | {fmt(r['peer_cpu_pct'])} |"
+            f"{fmt(r['peer_median'])} ({r['peer_spread']:.0%}) | {r['peer']} | {r['ratio']:.2f} "
+            f"| {verdict} | {fmt(r['storekit_cpu_pct'])}{user} | {fmt(r['peer_cpu_pct'])} |"
         )
     lines += [
         "",
-        "Spread = (max - min) / median over the rounds; ratio = storekit median / peer median. The two tools "
-        "alternate (which goes first swaps every round). storekit CPU is its busiest worker process; fio's is "
-        "usr+sys of its job.",
+        "Spread = (max - min) / median over the rounds; ratio = storekit median / peer median. The two "
+        "tools alternate (which goes first swaps every round). storekit CPU is its busiest worker "
+        "process; fio's is usr+sys of its job.",
     ]
     return "\n".join(lines)
 
@@ -459,9 +462,10 @@ def main() -> None:
     load_after = os.getloadavg()
     uname = os.uname()
     conditions = (
-        f"Conditions: {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {uname.nodename}, kernel "
-        f"{uname.release}, {os.cpu_count()} cores shared with teammates (load average {load_before[0]:.1f} before, "
-        f"{load_after[0]:.1f} after), {version}, {args.repeat} alternating rounds, directory {args.dir} "
+        f"Conditions: {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {uname.nodename}, "
+        f"kernel {uname.release}, {os.cpu_count()} cores shared with teammates (load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), {version}, {args.repeat} alternating "
+        f"rounds, directory {args.dir} "
         f"({fs_of(args.dir)}), sequential {args.size}, random {args.rand_size} for {args.rand_runtime:g} s, "
         f"{args.files} small files, S3 at {args.s3_endpoint}; took {time.time() - started:.0f} s."
     )
