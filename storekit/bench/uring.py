@@ -110,6 +110,18 @@ class Ring:
             raise OSError("io_uring is Linux only")
         self._syscall = _libc().syscall
         self._syscall.restype = ctypes.c_long
+        # a second handle with fixed argument types: no ctypes objects to build on the hot path
+        self._enter = _libc().syscall
+        self._enter.restype = ctypes.c_long
+        self._enter.argtypes = [
+            ctypes.c_long,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+        ]
         params = _Params()
         fd = self._syscall(SYS_IO_URING_SETUP, ctypes.c_uint(entries), ctypes.byref(params))
         if fd < 0:
@@ -162,15 +174,7 @@ class Ring:
         """Submit what is prepared and wait until at least `min_complete` completions are posted."""
         while True:
             flags = IORING_ENTER_GETEVENTS if min_complete else 0
-            ret = self._syscall(
-                SYS_IO_URING_ENTER,
-                ctypes.c_int(self.fd),
-                ctypes.c_uint(self._pending),
-                ctypes.c_uint(min_complete),
-                ctypes.c_uint(flags),
-                None,
-                ctypes.c_size_t(0),
-            )
+            ret = self._enter(SYS_IO_URING_ENTER, self.fd, self._pending, min_complete, flags, None, 0)
             if ret >= 0:
                 self._pending -= min(int(ret), self._pending)
                 if self._pending == 0:

@@ -148,3 +148,21 @@ def test_a_failing_worker_fails_the_phase_with_the_file_named(tmp_path: Path) ->
     )
     with pytest.raises(WorkerFailed, match=r"missing\.bin"):
         PhaseRunner().run(PhasePlan(name="read", op="read", tasks=tasks), 0)
+
+
+def test_without_io_uring_a_queue_depth_runs_on_threads_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(entries: int) -> None:
+        raise OSError(1, "io_uring_setup: Operation not permitted")
+
+    monkeypatch.setattr(uring, "Ring", refuse)  # as under a seccomp profile that blocks io_uring
+    (tmp_path / "s.bin").write_bytes(os.urandom(1024 * KiB))
+    t = task(tmp_path, "randread", files=("s.bin",), file_size=1024 * KiB, window=4096, queue_depth=4,
+             duration=0.2, direct=True, seed=2)  # fmt: skip
+    job = RandRead(t)
+    rec = Recorder()
+    job.run(rec)
+    job.close()
+    assert job.engine == "threads" and "io_uring unavailable" in job.notes[0]
+    assert rec.ops > 10 and rec.bytes == 4096 * rec.ops and rec.latency.count == rec.ops
