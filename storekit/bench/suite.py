@@ -28,6 +28,8 @@ from storekit.units import format_bytes
 RESIDENT_WARN = 0.05
 RAM_FACTOR = 2
 DELAYED_ACK_MS = 35.0
+THROTTLE_MIN_BUCKETS = 4  # seconds of full 1 s buckets before a slowdown is judged
+THROTTLE_DROP = 0.6
 
 
 @contextlib.contextmanager
@@ -123,6 +125,7 @@ class Suite:
         for phase in point.phases:
             results = repeats[phase.name]
             self._cpu_check(point, phase.name, results)
+            self._throttle_check(point, phase.name, results)
             phases.append(
                 {
                     "phase": phase.name,
@@ -222,6 +225,20 @@ class Suite:
                 f"filesystem's CPU cost per operation limits them; add workers to see if it scales "
                 f"({kernel[0]}, ...)"
             )
+
+    def _throttle_check(self, point: PointPlan, phase: str, results: list[PhaseResult]) -> None:
+        """A phase whose last seconds run far slower than its first: throttling, or a cache running out."""
+        for r in results:
+            full = [row["bytes_per_s"] for row in r.series[:-1]]  # the last bucket is partial
+            if len(full) >= THROTTLE_MIN_BUCKETS and max(full[:2]) > 0:
+                start, end = max(full[:2]), min(full[-2:])
+                if end < THROTTLE_DROP * start:
+                    self.warnings.append(
+                        f"{point.pattern} {point.label} {phase}: throughput fell from {start / 1e6:.0f} to "
+                        f"{end / 1e6:.0f} MB/s within the phase (throttling, or a write cache filling up); "
+                        "see the time series"
+                    )
+                    return
 
     def _delayed_ack_check(self, phases: list[dict[str, Any]]) -> None:
         """Small GETs ~40 ms while HEADs are fast: the gateway waits for a delayed ACK (Nagle)."""
