@@ -78,6 +78,7 @@ def phases(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]
             yield point, ph
 
 
+@pytest.mark.slow
 def test_every_pattern_runs_moves_the_planned_bytes_and_leaves_nothing_behind(
     target: Path, tmp_path: Path
 ) -> None:

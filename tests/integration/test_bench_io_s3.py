@@ -41,6 +41,7 @@ def all_keys(store: Store) -> set[str]:
     return {e.path for e in store.walk("") if not e.is_dir}
 
 
+@pytest.mark.slow
 def test_every_pattern_on_s3_moves_the_planned_bytes_and_removes_its_objects(
     s3_tier: TierConfig, s3_store: Store
 ) -> None:
