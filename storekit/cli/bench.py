@@ -84,6 +84,8 @@ def _target(config: str | None, tier: str | None, target: str | None, endpoint_u
 
     if tier and target:
         raise UsageError("give either --tier or --target, not both")
+    if endpoint_url and not (target or "").startswith("s3://") and target:
+        raise UsageError("--endpoint-url applies to s3:// targets only")
     if target:
         if target.startswith("s3://"):
             root = target[len("s3://") :].strip("/")

@@ -200,6 +200,8 @@ def test_missing_targets_and_tiers_are_not_found(tmp_path: Path) -> None:
         assert json.loads(proc.stdout)["error"]["exit_code"] == 3
     proc = storekit("bench", "io", "--target", "ftp://host/x")
     assert proc.returncode == 2 and "--target" in one_line_error(proc)
+    proc = storekit("bench", "io", "--target", str(tmp_path), "--endpoint-url", "http://x:1")
+    assert proc.returncode == 2 and "s3://" in one_line_error(proc)
 
 
 def test_a_tier_from_the_site_config_is_benchmarked(tmp_path: Path) -> None:
