@@ -8,7 +8,8 @@ import typer
 from rich.console import Console
 
 from storekit.bench import schema
-from storekit.bench.plan import BenchPlan, build_plan
+from storekit.bench.patterns import build_plan
+from storekit.bench.plan import BenchPlan
 from storekit.bench.report import (
     build_document,
     render_human,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from storekit.bench.plan import build_plan
+from storekit.bench.patterns import build_plan
 from storekit.bench.spec import MODEL_PRESETS, BenchSpec, TargetSpec, build_spec, parse_size
 from storekit.errors import UsageError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storekit.bench.plan import build_plan
+from storekit.bench.patterns import build_plan
 from storekit.bench.results import WorkerResult, merge_phase
 from storekit.bench.scratch import PosixScratch
 from storekit.bench.spec import TargetSpec, build_spec
