@@ -427,7 +427,8 @@ class S3Store(Store):
         with self._errors(rel):
             infos = self.fs.ls(self.full(rel), detail=True, refresh=True)
         full = self.full(rel)
-        out = [self._entry(i) for i in infos if str(i["name"]).rstrip("/") != full]
+        # `prefix/` directory-marker objects stand for the directory itself: not entries of their own
+        out = [self._entry(i) for i in infos if not str(i["name"]).endswith("/") and str(i["name"]) != full]
         return sorted(out, key=lambda e: e.path)
 
     def walk(self, rel: str = "") -> Iterator[Entry]:
@@ -435,7 +436,7 @@ class S3Store(Store):
         with self._errors(rel):
             infos = self.fs.find(self.full(rel), withdirs=True, detail=True)
         full = self.full(rel)
-        entries = [self._entry(i) for name, i in infos.items() if name.rstrip("/") != full]
+        entries = [self._entry(i) for name, i in infos.items() if not name.endswith("/") and name != full]
         yield from sorted(entries, key=lambda e: e.path.split("/"))
 
     def free_space(self) -> None:

@@ -60,12 +60,8 @@ def s3_tier() -> Iterator[TierConfig]:
     store = open_store(tier)
     store.makedirs("")
     yield tier
-    fs = store.fs
     try:
-        paths = fs.find(bucket)
-        if paths:
-            fs.rm(paths)
-        fs.rmdir(bucket)
+        store.fs.rm(bucket, recursive=True)
     except Exception as exc:  # cleanup must not hide the test's own result
         print(f"warning: could not remove bucket {bucket}: {exc}")
 

@@ -12,7 +12,7 @@ from typer.main import get_command
 
 from storekit import __version__
 from storekit.cli import bench, dataset, layout, prepare
-from storekit.cli.output import dumps, error_document
+from storekit.cli.output import dumps, error_document, result_emitted
 from storekit.errors import EXIT_CODE_TABLE, ExitCode, StorekitError
 
 EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
@@ -57,7 +57,7 @@ bench.register(app)
 
 def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
     code = int(exc.exit_code)
-    if json_mode:
+    if json_mode and not result_emitted():
         sys.stdout.write(dumps(error_document(exc.message, exc.hint, code)) + "\n")
     sys.stderr.write(f"error: {exc.message}\n")
     if exc.hint:

@@ -1,9 +1,304 @@
-"""CLI for `storekit init`, `storekit layout check` and `storekit status` (being built)."""
+"""`storekit init`, `storekit layout check|show` and `storekit status`."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    make_output,
+    site_config,
+    tier_store,
+)
+from storekit.errors import ExitCode, NotFoundError, UnreachableError
+from storekit.layout.check import RULES, CheckReport, check_layout
+from storekit.layout.init import LayoutPlan, apply_init, plan_init
+from storekit.layout.spec import LayoutSpec, load_layout
+from storekit.layout.status import TierStatus, prometheus_text, tier_status, write_textfile
+from storekit.store import S3Store, Store, open_store
+from storekit.units import format_bytes, format_duration
+
+LayoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--layout",
+        "-l",
+        metavar="NAME|FILE",
+        help="Layout to apply: a name from layouts/ (e.g. llm-cluster) or a .toml path. "
+        "Default: the tier's `layout` in storekit.toml, else llm-cluster.",
+    ),
+]
+
+layout_app = typer.Typer(
+    help="Check and show the /storage layout (datasets, checkpoints, logs, models, scratch).",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("init")(init)
+    app.command("status")(status)
+    app.add_typer(layout_app, name="layout")
+
+
+def init(
+    tier: TierOpt = None,
+    layout: LayoutOpt = None,
+    dry_run: DryRunOpt = False,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Create the layout's hierarchy on a tier, with its permissions.
+
+    Creates the tier root and every area (datasets/{code,text,multimodal}, checkpoints, logs, models,
+    scratch with the sticky bit), fixes the modes of existing area directories and applies Lustre
+    striping hints where `lfs` exists (reported as skipped elsewhere). Idempotent: run it again at any
+    time; it never deletes or moves anything. On an S3 tier it creates the bucket and prefix markers.
+
+    Examples:
+
+      storekit init                       # ./storage with no config file
+
+      storekit init --tier lustre --dry-run --json
+    """
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    store = tier_store(cfg, tier, probe=False)
+    _probe_for_init(store)
+    spec = load_layout(layout or store.tier.layout)
+    plan = plan_init(spec, store)
+    if not dry_run:
+        apply_init(
+            plan, store, on_action=lambda a: out.info(f"{a.action:<10} {a.path or '.'} {a.mode or ''}")
+        )
+    out.result(
+        "init",
+        {"dry_run": dry_run, "applied": not dry_run, **plan.to_dict()},
+        lambda c: _render_plan(c, plan, dry_run),
+    )
+
+
+def _probe_for_init(store: Store) -> None:
+    try:
+        store.probe()
+    except NotFoundError:
+        if not isinstance(store, S3Store):
+            raise  # a missing S3 bucket is created by init; anything else is an error
+
+
+def _render_plan(c: Console, plan: LayoutPlan, dry_run: bool) -> None:
+    verb = "would apply" if dry_run else "applied"
+    if not plan.actions:
+        c.print(f"tier {plan.tier} ({plan.url}) already matches layout {plan.layout}: nothing to do")
+    else:
+        table = Table(title=f"{verb}: layout {plan.layout} on tier {plan.tier} ({plan.url})")
+        for col in ("action", "path", "mode", "detail"):
+            table.add_column(col)
+        for a in plan.actions:
+            table.add_row(a.action, a.path or ".", a.mode or "", a.detail)
+        c.print(table)
+    for s in plan.skipped:
+        c.print(f"skipped: {s}")
+
+
+@layout_app.command("check")
+def check(
+    tier: TierOpt = None,
+    layout: LayoutOpt = None,
+    all_tiers: Annotated[bool, typer.Option("--all", help="Check every tier in the config.")] = False,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Report every violation of the layout, with its path and rule.
+
+    Rules: missing-area, unknown-entry, misnamed (runs, steps, dataset kinds and versions), unexpected-file,
+    incomplete (half-written leftovers: temp or partial names), missing-manifest (uncommitted checkpoint
+    steps and dataset versions), ttl-expired (scratch), mode (wrong area modes; anything group/world-
+    writable in read-only areas), quota, symlink-escape. Read-only: it changes nothing.
+
+    Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached.
+
+    Examples:
+
+      storekit layout check
+
+      storekit layout check --all --json | jq '.tiers[].findings[] | select(.rule=="missing-manifest")'
+    """
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    names = list(cfg.tiers) if all_tiers else [cfg.tier(tier).name]
+    reports: list[CheckReport] = []
+    for name in names:
+        store = tier_store(cfg, name)
+        spec = load_layout(layout or store.tier.layout)
+        reports.append(check_layout(spec, store))
+    total = sum(len(r.findings) + sum(r.truncated.values()) for r in reports)
+    out.result(
+        "layout check",
+        {"clean": total == 0, "findings_total": total, "tiers": [r.to_dict() for r in reports]},
+        lambda c: _render_check(c, reports),
+    )
+    if total:
+        raise typer.Exit(int(ExitCode.MISMATCH))
+
+
+def _render_check(c: Console, reports: list[CheckReport]) -> None:
+    for r in reports:
+        if r.clean:
+            c.print(f"tier {r.tier} ({r.url}): clean against layout {r.layout} ({r.entries_scanned} entries)")
+            continue
+        table = Table(title=f"tier {r.tier} ({r.url}): {len(r.findings)} finding(s), layout {r.layout}")
+        for col in ("rule", "path", "problem"):
+            table.add_column(col, overflow="fold")
+        for f in r.findings:
+            table.add_row(f.rule, f.path, f.message)
+        c.print(table)
+        for rule, n in r.truncated.items():
+            c.print(f"... and {n} more {rule} finding(s) not listed")
+    for r in reports:
+        for s in r.skipped:
+            c.print(f"skipped on {r.tier}: {s}")
+
+
+@layout_app.command("show")
+def show(
+    tier: TierOpt = None,
+    layout: LayoutOpt = None,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Print the layout: areas, modes, name patterns, TTLs, quotas and striping, and the check rules."""
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    spec = load_layout(layout or cfg.tier(tier).layout)
+    out.result("layout show", {"layout": _spec_dict(spec), "rules": RULES}, lambda c: _render_spec(c, spec))
+
+
+def _spec_dict(spec: LayoutSpec) -> dict[str, object]:
+    return {
+        "name": spec.name,
+        "source": spec.source,
+        "description": spec.description,
+        "root_mode": f"{spec.root_mode:04o}",
+        "temp_patterns": list(spec.temp_patterns),
+        "areas": [
+            {
+                "name": a.name,
+                "description": a.description,
+                "mode": f"{a.mode:04o}",
+                "read_only": a.read_only,
+                "create": list(a.create),
+                "levels": [
+                    {"name": lv.name, "pattern": lv.pattern.pattern, "committed_by": lv.committed_by}
+                    for lv in a.levels
+                ],
+                "ttl_seconds": a.ttl_seconds,
+                "quota_bytes": a.quota_bytes,
+                "quota_files": a.quota_files,
+                "striping": None
+                if a.striping is None
+                else {"count": a.striping.count, "size": a.striping.size},
+            }
+            for a in spec.areas
+        ],
+    }
+
+
+def _render_spec(c: Console, spec: LayoutSpec) -> None:
+    table = Table(title=f"layout {spec.name} ({spec.source})")
+    for col in ("area", "mode", "levels", "rules", "description"):
+        table.add_column(col, overflow="fold")
+    for a in spec.areas:
+        levels = "/".join(f"{lv.name}:{lv.pattern.pattern}" for lv in a.levels) or "free-form"
+        rules = []
+        if a.read_only:
+            rules.append("read-only")
+        if a.ttl_seconds:
+            rules.append(f"ttl {format_duration(a.ttl_seconds)}")
+        if a.quota_bytes:
+            rules.append(f"quota {format_bytes(a.quota_bytes)}")
+        if a.striping:
+            rules.append(f"stripe {a.striping.count}x{format_bytes(a.striping.size)}")
+        rules += [f"{lv.name} committed by {lv.committed_by}" for lv in a.levels if lv.committed_by]
+        table.add_row(a.name, f"{a.mode:04o}", levels, ", ".join(rules), a.description)
+    c.print(table)
+
+
+def status(
+    tier: TierOpt = None,
+    layout: LayoutOpt = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            metavar="FILE",
+            help="Also write a node_exporter textfile-collector file (metrics storekit_*), atomically.",
+        ),
+    ] = None,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Bytes, files and free space per area, for every tier (or one with --tier).
+
+    An unreachable tier is reported (storekit_tier_up 0) and makes the exit code 5 after everything
+    else was reported and written.
+
+    Examples:
+
+      storekit status
+
+      storekit status --prometheus /var/lib/node_exporter/textfile/storekit.prom --quiet
+    """
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    names = [cfg.tier(tier).name] if tier else list(cfg.tiers)
+    statuses = []
+    for name in names:
+        store = open_store(cfg.tiers[name])
+        spec = load_layout(layout or store.tier.layout)
+        statuses.append(tier_status(spec, store))
+    if prometheus:
+        write_textfile(prometheus, prometheus_text(statuses))
+    out.result(
+        "status",
+        {"tiers": [s.to_dict() for s in statuses], "prometheus_file": prometheus},
+        lambda c: _render_status(c, statuses),
+    )
+    down = [s for s in statuses if not s.reachable]
+    if down:
+        raise UnreachableError(
+            f"{len(down)} tier(s) unreachable: " + "; ".join(s.error or s.tier for s in down)
+        )
+
+
+def _render_status(c: Console, statuses: list[TierStatus]) -> None:
+    for st in statuses:
+        if not st.reachable:
+            c.print(f"tier {st.tier} ({st.url}): UNREACHABLE: {st.error}")
+            continue
+        free = "unknown" if st.free_bytes is None else format_bytes(st.free_bytes)
+        table = Table(title=f"tier {st.tier} [{st.role}] {st.url}, free {free}")
+        for col in ("area", "bytes", "files", "dirs", "free", "quota"):
+            table.add_column(col, justify="right" if col != "area" else "left")
+        for a in st.areas:
+            table.add_row(
+                a.area if a.exists else f"{a.area} (missing)",
+                format_bytes(a.bytes),
+                str(a.files),
+                str(a.dirs),
+                "-" if a.free_bytes is None else format_bytes(a.free_bytes),
+                "-" if a.quota_bytes is None else format_bytes(a.quota_bytes),
+            )
+        c.print(table)

@@ -28,6 +28,11 @@ from rich.progress import (
 from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
+_emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
+
+
+def result_emitted() -> bool:
+    return _emitted["result"]
 
 
 def _json_default(obj: Any) -> Any:
@@ -95,6 +100,7 @@ class Output:
         self._started = time.monotonic()
 
     def result(self, command: str, data: Mapping[str, Any], human: Callable[[Console], None]) -> None:
+        _emitted["result"] = True
         if self.json_mode:
             doc = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **data}
             sys.stdout.write(dumps(doc) + "\n")

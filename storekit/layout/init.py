@@ -1,0 +1,127 @@
+"""`storekit init`: plan (pure, from spec + what exists) and apply (exactly that plan).
+
+Idempotent: a tier that already matches yields an empty plan. Nothing is ever deleted or moved;
+unknown entries are left for `layout check` to report.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from storekit.errors import NotFoundError, StorekitError
+from storekit.layout.spec import AreaSpec, LayoutSpec, StripingSpec
+from storekit.paths import join_rel
+from storekit.store import Store
+
+
+@dataclass(frozen=True)
+class LayoutAction:
+    action: str  # create-root | mkdir | chmod | setstripe
+    path: str  # relative to the tier root ('' is the root)
+    mode: str | None = None  # octal string, for mkdir/chmod
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    tier: str
+    url: str
+    layout: str
+    actions: tuple[LayoutAction, ...]
+    skipped: tuple[str, ...]  # what could not be applied on this backend, and why
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "tier": self.tier,
+            "url": self.url,
+            "layout": self.layout,
+            "actions": [a.to_dict() for a in self.actions],
+            "skipped": list(self.skipped),
+        }
+
+
+def _octal(mode: int) -> str:
+    return f"{mode:04o}"
+
+
+def plan_init(spec: LayoutSpec, store: Store) -> LayoutPlan:
+    caps = store.capabilities
+    actions: list[LayoutAction] = []
+    skipped: list[str] = []
+    if not caps.posix_modes:
+        skipped.append(f"permissions: {store.display_url} has no POSIX modes (object store)")
+
+    def want_dir(rel: str, mode: int, striping: StripingSpec | None = None) -> None:
+        try:
+            entry = store.info(rel)
+        except NotFoundError:
+            entry = None
+        if entry is not None and not entry.is_dir:
+            raise StorekitError(
+                f"{store.display_url}/{rel} exists and is not a directory; the layout needs one there",
+                hint="move it away, then run storekit init again",
+            )
+        if entry is None:
+            actions.append(LayoutAction("create-root" if not rel else "mkdir", rel, _octal(mode)))
+        elif caps.posix_modes and entry.mode is not None and entry.mode != mode:
+            actions.append(LayoutAction("chmod", rel, _octal(mode), f"was {_octal(entry.mode)}"))
+        if striping is not None:
+            if caps.striping and shutil.which("lfs"):
+                actions.append(LayoutAction("setstripe", rel, None, _stripe_detail(striping)))
+            else:
+                skipped.append(
+                    f"striping {rel}: {_stripe_detail(striping)} (lfs not found or not a Lustre tier)"
+                )
+
+    want_dir("", spec.root_mode)
+    for area in spec.areas:
+        want_dir(area.name, area.mode, area.striping)
+        for child in area.create:
+            want_dir(join_rel(area.name, child), _child_mode(area))
+    return LayoutPlan(
+        tier=store.name,
+        url=store.display_url,
+        layout=spec.name,
+        actions=tuple(actions),
+        skipped=tuple(skipped),
+    )
+
+
+def _child_mode(area: AreaSpec) -> int:
+    # sticky belongs to the area directory only; setgid is inherited as Linux does for new dirs
+    return area.mode & ~0o1000
+
+
+def _stripe_detail(striping: StripingSpec) -> str:
+    return f"stripe_count={striping.count} stripe_size={striping.size}"
+
+
+def apply_init(
+    plan: LayoutPlan, store: Store, on_action: Callable[[LayoutAction], None] | None = None
+) -> None:
+    for action in plan.actions:
+        if action.action in ("create-root", "mkdir"):
+            store.makedirs(action.path, int(action.mode or "0755", 8))
+        elif action.action == "chmod":
+            store.chmod(action.path, int(action.mode or "0755", 8))
+        elif action.action == "setstripe":
+            _setstripe(store, action)
+        if on_action:
+            on_action(action)
+
+
+def _setstripe(store: Store, action: LayoutAction) -> None:
+    path = store.local_path(action.path)
+    if path is None:
+        return
+    fields = dict(part.split("=") for part in action.detail.split())
+    cmd = ["lfs", "setstripe", "-c", fields["stripe_count"], "-S", fields["stripe_size"], path]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise StorekitError(f"{' '.join(cmd)} failed: {done.stderr.strip() or done.returncode}")

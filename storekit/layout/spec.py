@@ -1,0 +1,241 @@
+"""LayoutSpec: a `layouts/*.toml` file parsed into a frozen, validated object.
+
+Validation is eager; every error names the file, the key and what was expected. Names in a layout
+are single path components, so no spec can point outside the tier root.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from storekit.errors import ConfigError
+from storekit.resources import resolve_declarative
+from storekit.units import parse_duration, parse_size
+
+_AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
+_MODE_RE = re.compile(r"^[0-7]{3,4}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LevelSpec:
+    name: str
+    pattern: re.Pattern[str]
+    committed_by: str | None = None
+
+    def matches(self, entry_name: str) -> bool:
+        return self.pattern.fullmatch(entry_name) is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StripingSpec:
+    count: int  # -1 = all OSTs
+    size: int  # bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class AreaSpec:
+    name: str
+    description: str
+    mode: int
+    read_only: bool = False
+    create: tuple[str, ...] = ()
+    levels: tuple[LevelSpec, ...] = ()
+    ttl_seconds: float | None = None
+    quota_bytes: int | None = None
+    quota_files: int | None = None
+    striping: StripingSpec | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutSpec:
+    name: str
+    source: str
+    description: str
+    root_mode: int
+    temp_patterns: tuple[str, ...]
+    areas: tuple[AreaSpec, ...]
+
+    def area(self, name: str) -> AreaSpec | None:
+        return next((a for a in self.areas if a.name == name), None)
+
+    def is_temp_name(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in self.temp_patterns)
+
+
+def load_layout(name_or_path: str) -> LayoutSpec:
+    path = resolve_declarative("layouts", name_or_path)
+    return parse_layout(path.read_bytes(), source=str(path))
+
+
+def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
+    _only(raw, {"layout", "areas"}, source, "")
+    head = _table(raw, "layout", source, "layout")
+    _only(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")
+    areas_raw = _table(raw, "areas", source, "areas")
+    if not areas_raw:
+        raise ConfigError(source, "areas", "expected at least one area, e.g. [areas.datasets]")
+    areas = tuple(_parse_area(name, body, source) for name, body in areas_raw.items())
+    patterns = head.get("temp_patterns", ["*.storekit-tmp-*"])
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise ConfigError(source, "layout.temp_patterns", "expected a list of glob patterns")
+    return LayoutSpec(
+        name=_str(head, "name", source, "layout.name"),
+        source=source,
+        description=_str(head, "description", source, "layout.description", default=""),
+        root_mode=_mode(head.get("root_mode", "0755"), source, "layout.root_mode"),
+        temp_patterns=tuple(patterns),
+        areas=areas,
+    )
+
+
+def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
+    key = f"areas.{name}"
+    if not _AREA_RE.match(name):
+        raise ConfigError(
+            source, key, "area names are one path component: lowercase letters, digits, '-', '_'"
+        )
+    if not isinstance(body, dict):
+        raise ConfigError(source, key, "expected a table")
+    allowed = {
+        "description",
+        "mode",
+        "read_only",
+        "create",
+        "levels",
+        "ttl",
+        "quota",
+        "quota_files",
+        "striping",
+    }
+    _only(body, allowed, source, key)
+    levels = tuple(
+        _parse_level(i, lv, source, f"{key}.levels[{i}]") for i, lv in enumerate(body.get("levels", []))
+    )
+    create = body.get("create", [])
+    if not isinstance(create, list) or not all(isinstance(c, str) for c in create):
+        raise ConfigError(source, f"{key}.create", "expected a list of directory names")
+    for i, c in enumerate(create):
+        _component(c, source, f"{key}.create[{i}]")
+        if levels and not levels[0].matches(c):
+            raise ConfigError(
+                source,
+                f"{key}.create[{i}]",
+                f"{c!r} does not match the first level's pattern {levels[0].pattern.pattern!r}",
+            )
+    read_only = body.get("read_only", False)
+    if not isinstance(read_only, bool):
+        raise ConfigError(source, f"{key}.read_only", "expected true or false")
+    return AreaSpec(
+        name=name,
+        description=_str(body, "description", source, f"{key}.description", default=""),
+        mode=_mode(body.get("mode", "0755"), source, f"{key}.mode"),
+        read_only=read_only,
+        create=tuple(create),
+        levels=levels,
+        ttl_seconds=_optional(body, "ttl", parse_duration, source, key, "a duration such as 14d or 12h"),
+        quota_bytes=_optional(body, "quota", parse_size, source, key, "a size such as 50TiB"),
+        quota_files=_optional(body, "quota_files", _positive_int, source, key, "a positive integer"),
+        striping=_parse_striping(body.get("striping"), source, f"{key}.striping"),
+    )
+
+
+def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(source, key, "expected an inline table { name = ..., pattern = ... }")
+    _only(raw, {"name", "pattern", "committed_by"}, source, key)
+    pattern_text = _str(raw, "pattern", source, f"{key}.pattern")
+    try:
+        pattern = re.compile(pattern_text)
+    except re.error as exc:
+        raise ConfigError(source, f"{key}.pattern", f"not a valid regular expression: {exc}") from None
+    committed_by = raw.get("committed_by")
+    if committed_by is not None:
+        committed_by = _component(committed_by, source, f"{key}.committed_by")
+    return LevelSpec(
+        name=_str(raw, "name", source, f"{key}.name"), pattern=pattern, committed_by=committed_by
+    )
+
+
+def _parse_striping(raw: Any, source: str, key: str) -> StripingSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, key, 'expected { count = N, size = "4MiB" }')
+    _only(raw, {"count", "size"}, source, key)
+    count = raw.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count == 0 or count < -1:
+        raise ConfigError(source, f"{key}.count", "expected a positive integer or -1 (all OSTs)")
+    try:
+        size = parse_size(raw.get("size", "1MiB"))
+    except ValueError as exc:
+        raise ConfigError(source, f"{key}.size", str(exc)) from None
+    if size < 65536 or size % 65536:
+        raise ConfigError(source, f"{key}.size", "Lustre stripe sizes are multiples of 64KiB")
+    return StripingSpec(count=count, size=size)
+
+
+def _positive_int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{value!r} is not a positive integer")
+    return value
+
+
+def _optional(body: dict[str, Any], name: str, parse: Any, source: str, key: str, expected: str) -> Any:
+    if name not in body:
+        return None
+    try:
+        return parse(body[name])
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(source, f"{key}.{name}", f"expected {expected} ({exc})") from None
+
+
+def _component(value: Any, source: str, key: str) -> str:
+    if not isinstance(value, str) or value in (".", "..") or "/" in value or not _COMPONENT_RE.match(value):
+        raise ConfigError(
+            source, key, f"{value!r} is not a single path component (no '/', '..' or absolute paths)"
+        )
+    return value
+
+
+def _mode(value: Any, source: str, key: str) -> int:
+    if not isinstance(value, str) or not _MODE_RE.match(value):
+        raise ConfigError(
+            source, key, f'expected an octal mode string such as "0755" or "1777", got {value!r}'
+        )
+    return int(value, 8)
+
+
+def _str(raw: dict[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:
+    if name not in raw:
+        if default is None:
+            raise ConfigError(source, key, "is required (a string)")
+        return default
+    value = raw[name]
+    if not isinstance(value, str):
+        raise ConfigError(source, key, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _table(raw: dict[str, Any], name: str, source: str, key: str) -> dict[str, Any]:
+    value = raw.get(name)
+    if not isinstance(value, dict):
+        raise ConfigError(source, key, "expected a table")
+    return value
+
+
+def _only(raw: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:
+    for name in raw:
+        if name not in allowed:
+            key = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(source, key, f"unknown key; expected one of {', '.join(sorted(allowed))}")

@@ -1,0 +1,114 @@
+"""init / layout check / status through the real CLI: exit codes, --json documents, Prometheus file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parents[3]
+
+
+def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env.pop("STOREKIT_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "storekit", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(proc.stdout)
+
+
+def test_init_check_status_on_embedded_default(tmp_path: Path) -> None:
+    dry = run(tmp_path, "init", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = as_json(dry)
+    assert plan["schema_version"] == 1 and plan["dry_run"] is True
+    assert {"action": "mkdir", "path": "scratch", "mode": "1777", "detail": ""} in plan["actions"]
+    assert not (tmp_path / "storage").exists()  # dry run changes nothing
+
+    done = run(tmp_path, "init", "--json")
+    assert done.returncode == 0, done.stderr
+    assert as_json(done)["actions"] == plan["actions"]
+    assert (tmp_path / "storage/datasets/multimodal").is_dir()
+    again = run(tmp_path, "init", "--json")
+    assert as_json(again)["actions"] == []
+
+    clean = run(tmp_path, "layout", "check", "--json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    doc = as_json(clean)
+    assert doc["clean"] is True and doc["tiers"][0]["tier"] == "local"
+
+    (tmp_path / "storage/checkpoints/run_001/step_000100").mkdir(parents=True)
+    dirty = run(tmp_path, "layout", "check", "--json")
+    assert dirty.returncode == 4
+    findings = as_json(dirty)["tiers"][0]["findings"]
+    assert findings == [
+        {
+            "rule": "missing-manifest",
+            "path": "checkpoints/run_001/step_000100",
+            "message": "no manifest.json: not committed (half-written?)",
+        }
+    ]
+    human = run(tmp_path, "layout", "check")
+    assert human.returncode == 4 and "missing-manifest" in human.stdout
+
+    (tmp_path / "storage/logs/a.log").write_bytes(b"x" * 1234)
+    prom = tmp_path / "storekit.prom"
+    st = run(tmp_path, "status", "--json", "--prometheus", str(prom))
+    assert st.returncode == 0, st.stderr
+    areas = {a["area"]: a for a in as_json(st)["tiers"][0]["areas"]}
+    assert areas["logs"]["bytes"] == 1234 and areas["logs"]["files"] == 1
+    assert areas["checkpoints"]["dirs"] == 2
+    text = prom.read_text()
+    assert 'storekit_area_bytes{tier="local",role="plain",area="logs"} 1234' in text
+    assert 'storekit_tier_up{tier="local",role="plain"} 1' in text
+    assert "# TYPE storekit_area_files gauge" in text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".storekit.prom")]  # temp renamed away
+
+
+def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path) -> None:
+    cfg = tmp_path / "storekit.toml"
+    cfg.write_text(
+        '[tiers.nvme]\nurl = "./storage"\nrole = "burst"\n'
+        '[tiers.lustre]\nurl = "file:///nonexistent-mount-xyz/storage"\nrole = "parallel"\n'
+    )
+    (tmp_path / "storage").mkdir()
+    prom = tmp_path / "s.prom"
+    st = run(tmp_path, "status", "--json", "--prometheus", str(prom))
+    assert st.returncode == 5
+    tiers = {t["tier"]: t for t in as_json(st)["tiers"]}
+    assert tiers["nvme"]["reachable"] is True and tiers["lustre"]["reachable"] is False
+    assert "/nonexistent-mount-xyz" in tiers["lustre"]["error"]
+    assert 'storekit_tier_up{tier="lustre",role="parallel"} 0' in prom.read_text()
+    assert "error:" in st.stderr and "Traceback" not in st.stderr
+
+
+def test_check_bad_layout_file_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[layout]\nname = "x"\n[areas.data]\nmode = "rwx"\n')
+    proc = run(tmp_path, "layout", "check", "--layout", str(bad))
+    assert proc.returncode == 2
+    assert f"error: {bad}: areas.data.mode: expected an octal mode string" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run(tmp_path, "layout", "check", "--layout", str(bad), "--json")
+    assert as_json(proc)["error"]["exit_code"] == 2
+
+
+def test_layout_show_json(tmp_path: Path) -> None:
+    proc = run(tmp_path, "layout", "show", "--json")
+    assert proc.returncode == 0
+    doc = as_json(proc)
+    names = [a["name"] for a in doc["layout"]["areas"]]
+    assert names == ["datasets", "checkpoints", "logs", "models", "scratch"]
+    assert "missing-manifest" in doc["rules"]

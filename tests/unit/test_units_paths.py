@@ -1,0 +1,60 @@
+"""Sizes, durations and the relative-path guard every store operation goes through."""
+
+from __future__ import annotations
+
+import pytest
+
+from storekit.errors import PathEscapeError
+from storekit.paths import clean_rel, join_rel
+from storekit.units import format_bytes, parse_duration, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("512", 512), ("4KiB", 4096), ("16 MiB", 16 << 20), ("1GB", 10**9), ("1.5TiB", int(1.5 * 2**40)),
+     ("2g", 2 * 10**9), (7, 7)],
+)
+def test_parse_size(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "4 XB", "-1", "1e3", -5])
+def test_parse_size_rejects(bad: str | int) -> None:
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("90s") == 90
+    assert parse_duration("15m") == 900
+    assert parse_duration("14d") == 14 * 86400
+    assert parse_duration("2w") == 14 * 86400
+    assert parse_duration("12") == 12
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration("soon")
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(2048) == "2.0 KiB"
+    assert format_bytes(3 * 2**40) == "3.0 TiB"
+
+
+@pytest.mark.parametrize(
+    ("rel", "expected"),
+    [("", ""), ("a/b", "a/b"), ("./a//b/", "a/b"), ("datasets/text/çorba/数据", "datasets/text/çorba/数据")],
+)
+def test_clean_rel_normalises(rel: str, expected: str) -> None:
+    assert clean_rel(rel) == expected
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/../../b", "a/..", "/etc/passwd", "a\\..\\b", "a\x00b"])
+def test_clean_rel_refuses_escapes(bad: str) -> None:
+    with pytest.raises(PathEscapeError):
+        clean_rel(bad)
+
+
+def test_join_rel() -> None:
+    assert join_rel("datasets", "", "text/x") == "datasets/text/x"
+    with pytest.raises(PathEscapeError):
+        join_rel("datasets", "../../etc")
