@@ -255,27 +255,27 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
     meta_dir = fio_dir / "meta"
 
     def storekit_meta() -> None:
-        # fio's filecreate makes empty files, while filestat and filedelete work on 4 KiB files it lays
-        # out first: storekit runs once with empty files (create, stat) and once with 4 KiB (delete)
-        for size, names in (("0", ("create", "stat")), ("4k", ("delete",))):
-            doc = storekit("--target", str(sk_dir), "--no-drop-caches", "--pattern", "meta", "--workers", "1",
-                           "--files", n, "--small-file-size", size)  # fmt: skip
-            for name in names:
-                rep = phase(doc, "meta", name, "dirs=unique")
-                total, user = cpu_pct(rep)
-                for comp, value in (
-                    (service[name], 1e3 / rep["latency"]["mean_ms"]),
-                    (wall[name], rep["ops_per_s"]),
-                ):
-                    comp.storekit.append(value)
-                    comp.storekit_cpu.append(total)
-                    comp.storekit_user.append(user)
+        # the same life cycle as the fio jobs below: empty files created, stat'ed, deleted, one worker
+        doc = storekit("--target", str(sk_dir), "--no-drop-caches", "--pattern", "meta", "--workers", "1",
+                       "--files", n, "--small-file-size", "0")  # fmt: skip
+        for name in what:
+            rep = phase(doc, "meta", name, "dirs=unique")
+            total, user = cpu_pct(rep)
+            for comp, value in (
+                (service[name], 1e3 / rep["latency"]["mean_ms"]),
+                (wall[name], rep["ops_per_s"]),
+            ):
+                comp.storekit.append(value)
+                comp.storekit_cpu.append(total)
+                comp.storekit_user.append(user)
 
     def fio_meta() -> None:
-        for name in ("create", "stat", "delete"):
-            shutil.rmtree(meta_dir, ignore_errors=True)
-            meta_dir.mkdir()
-            job = fio(f"--name={name}", f"--ioengine=file{name}", f"--directory={meta_dir}",
+        # one job name, one directory: filecreate makes empty files; filestat and filedelete (with
+        # create_on_open, so nothing is laid out first) stat and unlink those same files
+        shutil.rmtree(meta_dir, ignore_errors=True)
+        meta_dir.mkdir()
+        for name in what:
+            job = fio("--name=meta", f"--ioengine=file{name}", f"--directory={meta_dir}",
                       f"--nrfiles={n}", "--filesize=4k", "--bs=4k", "--openfiles=1",
                       "--create_on_open=1", "--unlink=0")  # fmt: skip
             ddir = "write" if job["write"]["total_ios"] else "read"
