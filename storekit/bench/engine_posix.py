@@ -28,6 +28,9 @@ REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"
 class IOFailure(OSError):
     """An I/O error with the file it happened on; the coordinator reports it in one line."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def aligned_buffer(size: int, seed: int) -> mmap.mmap:
     size = max(size, DIRECT_ALIGN)

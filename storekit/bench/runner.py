@@ -9,6 +9,7 @@ nobody waits forever; Ctrl-C or SIGTERM stops every worker before the caller cle
 from __future__ import annotations
 
 import contextlib
+import errno
 import multiprocessing as mp
 import queue
 import signal
@@ -20,7 +21,7 @@ from typing import Any
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.results import WorkerResult
 from storekit.bench.worker import StartBarrier, run_worker
-from storekit.errors import StorekitError
+from storekit.errors import NoSpaceError, StorekitError
 
 # imported once by the forkserver, so each worker process starts in milliseconds
 PRELOAD = {
@@ -44,7 +45,9 @@ def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any) -> None
     except BaseException as exc:
         with contextlib.suppress(Exception):
             barrier.abort()  # type: ignore[attr-defined]
-        results.put((task.worker, "error", f"{exc}" or type(exc).__name__))
+        # "nospace:" lets the coordinator answer with exit 6 instead of a generic failure
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        results.put((task.worker, "error", ("nospace:" if full else "") + (f"{exc}" or type(exc).__name__)))
 
 
 class PhaseRunner:
@@ -73,7 +76,12 @@ class PhaseRunner:
             p.join()
         errors = [msg for status, msg in outcomes.values() if status == "error"]
         if errors:
-            raise WorkerFailed(f"{phase.name} phase failed: {errors[0]}")
+            message = errors[0].removeprefix("nospace:")
+            if errors[0].startswith("nospace:"):
+                raise NoSpaceError(
+                    f"{phase.name} phase ran out of space: {message}", hint="lower --size or free space"
+                )
+            raise WorkerFailed(f"{phase.name} phase failed: {message}")
         if any(status != "ok" for status, _ in outcomes.values()):
             raise WorkerFailed(f"{phase.name} phase failed: a worker stopped before finishing")
         return [WorkerResult.from_dict(msg) for _, (_, msg) in sorted(outcomes.items())]

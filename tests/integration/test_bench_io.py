@@ -349,3 +349,15 @@ def test_a_filesystem_that_refuses_o_direct_is_reported_not_hidden(
     warnings = " ".join(doc["warnings"])
     assert "memory-backed" in warnings and "O_DIRECT" in warnings and "page cache can hold" in warnings
     assert list(ram.iterdir()) == []
+
+
+def test_running_out_of_space_mid_run_is_exit_6_and_cleans_up(tmp_path: Path, mounts: list[Path]) -> None:
+    small = tmp_path / "few-inodes"
+    small.mkdir()
+    mount("-t", "tmpfs", "-o", "size=256m,nr_inodes=60", "tmpfs", str(small))  # bytes fit, inodes do not
+    mounts.append(small)
+    proc = storekit("bench", "io", "--target", str(small), "--pattern", "meta", "--workers", "1",
+                    "--files", "200", "--repeat", "1", "--no-drop-caches", "-q")  # fmt: skip
+    assert proc.returncode == 6, proc.stderr
+    assert "out of space" in one_line_error(proc)
+    assert list(small.iterdir()) == []

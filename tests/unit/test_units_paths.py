@@ -11,8 +11,15 @@ from storekit.units import format_bytes, parse_duration, parse_size
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("512", 512), ("4KiB", 4096), ("16 MiB", 16 << 20), ("1GB", 10**9), ("1.5TiB", int(1.5 * 2**40)),
-     ("2g", 2 * 10**9), (7, 7)],
+    [
+        ("512", 512),
+        ("4KiB", 4096),
+        ("16 MiB", 16 << 20),
+        ("1GB", 10**9),
+        ("1.5TiB", int(1.5 * 2**40)),
+        ("2g", 2 * 10**9),
+        (7, 7),
+    ],
 )
 def test_parse_size(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected
