@@ -157,17 +157,42 @@ class ProgressTrace:
     bytes: list[int] = field(default_factory=list)
     ops: list[int] = field(default_factory=list)
 
-    def add(self, wall_ns: int, nbytes: int, nops: int = 1) -> None:
-        bucket = wall_ns // FINE_NS
+    def _cover(self, first: int, last: int) -> None:
+        """Make buckets first..last (absolute numbers) addressable."""
         if self.origin < 0:
-            self.origin = bucket
-        offset = bucket - self.origin
-        if offset >= len(self.bytes):
-            grow = offset + 1 - len(self.bytes)
+            self.origin = first
+        if first < self.origin:  # an earlier sample (merging threads or hosts): extend to the left
+            pad = self.origin - first
+            self.bytes[:0] = [0] * pad
+            self.ops[:0] = [0] * pad
+            self.origin = first
+        grow = last - self.origin + 1 - len(self.bytes)
+        if grow > 0:
             self.bytes.extend([0] * grow)
             self.ops.extend([0] * grow)
+
+    def add(self, wall_ns: int, nbytes: int, nops: int = 1) -> None:
+        bucket = wall_ns // FINE_NS
+        if self.origin < 0 or not self.origin <= bucket < self.origin + len(self.bytes):
+            self._cover(bucket, bucket)
+        offset = bucket - self.origin
         self.bytes[offset] += nbytes
         self.ops[offset] += nops
+
+    def add_many(self, wall_ns: np.ndarray, nbytes: np.ndarray) -> None:
+        """One operation per element, completed at wall_ns, moving nbytes."""
+        if wall_ns.size == 0:
+            return
+        buckets = wall_ns // FINE_NS
+        self._cover(int(buckets.min()), int(buckets.max()))
+        offsets = buckets - self.origin
+        size = int(offsets.max()) + 1
+        moved = np.bincount(offsets, weights=nbytes, minlength=size).astype(np.int64).tolist()
+        done = np.bincount(offsets, minlength=size).tolist()
+        lo = int(offsets.min())
+        for i in range(lo, size):
+            self.bytes[i] += moved[i]
+            self.ops[i] += done[i]
 
     def merge(self, other: ProgressTrace) -> ProgressTrace:
         for offset, (b, o) in enumerate(zip(other.bytes, other.ops, strict=True)):

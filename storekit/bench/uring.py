@@ -26,6 +26,15 @@ IORING_OFF_SQ_RING = 0
 IORING_OFF_CQ_RING = 0x8000000
 IORING_OFF_SQES = 0x10000000
 IORING_ENTER_GETEVENTS = 1
+# as fio does: no IPIs for completions, one submitting thread, completion work run when we reap
+IORING_SETUP_COOP_TASKRUN = 1 << 8
+IORING_SETUP_SINGLE_ISSUER = 1 << 12
+IORING_SETUP_DEFER_TASKRUN = 1 << 13
+SETUP_FLAGS = (
+    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+    IORING_SETUP_COOP_TASKRUN,
+    0,
+)
 IORING_OP_READ = 22
 IORING_OP_WRITE = 23
 _U32 = 0xFFFFFFFF
@@ -122,11 +131,16 @@ class Ring:
             ctypes.c_void_p,
             ctypes.c_size_t,
         ]
-        params = _Params()
-        fd = self._syscall(SYS_IO_URING_SETUP, ctypes.c_uint(entries), ctypes.byref(params))
+        for flags in SETUP_FLAGS:  # older kernels refuse newer flags with EINVAL
+            params = _Params()
+            params.flags = flags
+            fd = self._syscall(SYS_IO_URING_SETUP, ctypes.c_uint(entries), ctypes.byref(params))
+            err = ctypes.get_errno() if fd < 0 else 0
+            if fd >= 0 or err != 22:
+                break
         if fd < 0:
-            err = ctypes.get_errno()
             raise OSError(err, f"io_uring_setup: {os.strerror(err)}")
+        self.flags = params.flags
         self.fd = int(fd)
         prot = mmap.PROT_READ | mmap.PROT_WRITE
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)

@@ -53,6 +53,18 @@ class Recorder:
         self.bytes += nbytes
         self.ops += len(latencies)
 
+    def bulk(self, starts: list[int], ends: list[int], nbytes: int | list[int]) -> None:
+        """Record many operations at once (monotonic start/end ns): tight loops only append times."""
+        if not ends:
+            return
+        t0 = np.asarray(starts, dtype=np.int64)
+        t1 = np.asarray(ends, dtype=np.int64)
+        sizes = np.full(len(t1), nbytes, dtype=np.int64) if isinstance(nbytes, int) else np.asarray(nbytes)
+        self.latency.record_many(t1 - t0)
+        self.trace.add_many(t1 + self.wall_offset, sizes)
+        self.bytes += int(sizes.sum())
+        self.ops += len(t1)
+
     def absorb(self, other: Recorder) -> None:
         self.latency.merge(other.latency)
         self.trace.merge(other.trace)
