@@ -189,10 +189,12 @@ def posix_comparisons(args: argparse.Namespace, work: Path) -> list[Comparison]:
             comp.storekit_user.append(user)
 
     def fio_seq() -> None:
-        seq_file.unlink(missing_ok=True)
         base = [f"--filename={seq_file}", "--bs=1M", f"--size={size}", "--direct=1", "--ioengine=psync"]
         w = fio("--name=seqwrite", "--rw=write", "--end_fsync=1", "--fallocate=none", *base)
         r = fio("--name=seqread", "--rw=read", *base)
+        # removed right away, as storekit removes its file at the end of its run: the freed blocks
+        # (discarded on this mount) then weigh on whichever tool runs next, alike for both
+        seq_file.unlink()
         seq_w.other.append(w["write"]["bw_bytes"] / 1e6)
         seq_w.other_cpu.append(fio_cpu(w))
         seq_r.other.append(r["read"]["bw_bytes"] / 1e6)
@@ -200,11 +202,8 @@ def posix_comparisons(args: argparse.Namespace, work: Path) -> list[Comparison]:
 
     log("sequential write + read", args.repeat)
     alternate(args.repeat, storekit_seq, fio_seq)
-    seq_file.unlink(missing_ok=True)
 
     rand_file = fio_dir / "rand.bin"
-    fio("--name=layout", f"--filename={rand_file}", "--rw=write", "--bs=1M", f"--size={args.rand_size}",
-        "--direct=1", "--ioengine=psync")  # fmt: skip
     comps = []
     for qd, engine, required in ((32, "io_uring", True), (1, "psync", False)):
         comp = Comparison(
@@ -225,16 +224,19 @@ def posix_comparisons(args: argparse.Namespace, work: Path) -> list[Comparison]:
             comp.storekit_user.append(user)
 
         def fio_rand(comp: Comparison = comp, qd: int = qd, engine: str = engine) -> None:
+            # a fresh data file each round, written and later removed like storekit's token data set
+            fio("--name=layout", f"--filename={rand_file}", "--rw=write", "--bs=1M",
+                f"--size={args.rand_size}", "--direct=1", "--ioengine=psync")  # fmt: skip
             job = fio("--name=randread", f"--filename={rand_file}", "--rw=randread", "--bs=4k",
                       f"--size={args.rand_size}", "--direct=1", f"--ioengine={engine}", f"--iodepth={qd}",
                       "--norandommap", "--time_based", f"--runtime={args.rand_runtime}")  # fmt: skip
+            rand_file.unlink()
             comp.other.append(job["read"]["iops"])
             comp.other_cpu.append(fio_cpu(job))
 
         log(f"random read QD{qd}", args.repeat)
         alternate(args.repeat, storekit_rand, fio_rand)
         comps.append(comp)
-    rand_file.unlink(missing_ok=True)
     return [seq_w, seq_r, *comps, *meta_comparisons(args, sk_dir, fio_dir)]
 
 
