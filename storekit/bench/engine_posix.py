@@ -24,6 +24,7 @@ from storekit.bench.worker import Job, Recorder, run_threads
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"
+SUBMIT_GROUP = 4  # io_uring submissions per system call (see RandRead._run_uring)
 
 
 class IOFailure(OSError):
@@ -224,10 +225,13 @@ class RandRead(_Base):
             view.release()
 
     def _run_uring(self, rec: Recorder, deadline: int) -> None:
-        """Keep `qd` reads in flight: reap whatever completed, resubmit as many, like fio's io_uring.
+        """Keep `qd` reads in flight: reap whatever completed and resubmit as many, like fio.
 
-        The per-loop Python cost is kept to a few numpy operations: random requests are drawn in
-        big batches up front and latencies are histogrammed in bulk, not per completion."""
+        fio submits each I/O with its own system call. Submitting all replacements at once instead
+        turns a virtual disk's batched completions into a convoy (measured: 0.6x fio's IOPS at QD 32),
+        while one call per I/O costs Python too much; groups of SUBMIT_GROUP keep the device fed
+        with a steady stream (0.9x-1.0x). Requests are drawn in bulk up front and latencies are
+        histogrammed in bulk, so the loop itself stays a handful of numpy operations."""
         ring, qd = self.ring, self.qd
         assert ring is not None
         addrs = uring.buffer_address(self.buf) + np.arange(qd, dtype=np.uint64) * self.slot_bytes
@@ -238,6 +242,7 @@ class RandRead(_Base):
         used = 0
         latencies = np.empty(1 << 16, dtype=np.int64)
         filled = 0
+        now = time.perf_counter_ns
 
         def submit(slots: np.ndarray) -> None:
             nonlocal pool, used
@@ -250,21 +255,28 @@ class RandRead(_Base):
             used += n
             entries["addr"] = addrs[slots]
             entries["user_data"] = slots
-            lengths[slots] = entries["len"]
+            if not fixed:
+                lengths[slots] = entries["len"]
             ring.prepare(entries)
-            submitted[slots] = rec.now()
+            times = []
+            for i in range(0, n, SUBMIT_GROUP):
+                times.append(now())
+                ring.submit(min(SUBMIT_GROUP, n - i))
+            submitted[slots] = np.repeat(times, SUBMIT_GROUP)[:n]
 
+        # with aligned windows every request has the same length: skip the per-slot bookkeeping
+        fixed = self.align == 1 or self.task.window % self.align == 0
+        lengths[:] = self.task.window
         submit(np.arange(qd))
         inflight = qd
-        ring.enter(1)
         while inflight:
             slots, res = ring.reap()
             n = len(slots)
             if n == 0:
                 ring.enter(1)
                 continue
-            now = rec.now()
-            expected = lengths[slots]
+            t1 = now()
+            expected = lengths[0] if fixed else lengths[slots]
             if (res != expected).any():
                 bad = int(res[res != expected][0])
                 why = os.strerror(-bad) if bad < 0 else f"short read ({bad} bytes)"
@@ -272,18 +284,16 @@ class RandRead(_Base):
             if filled + n > len(latencies):
                 rec.latency.record_many(latencies[:filled])
                 filled = 0
-            latencies[filled : filled + n] = now - submitted[slots]
+            latencies[filled : filled + n] = t1 - submitted[slots]
             filled += n
-            nbytes = int(expected.sum())
-            rec.trace.add(now + rec.wall_offset, nbytes, n)
+            nbytes = int(expected) * n if fixed else int(np.sum(expected))
+            rec.trace.add(t1 + rec.wall_offset, nbytes, n)
             rec.bytes += nbytes
             rec.ops += n
             inflight -= n
-            if now < deadline:
+            if t1 < deadline:
                 submit(slots)
                 inflight += n
-            if inflight:
-                ring.enter(1)
         rec.latency.record_many(latencies[:filled])
 
     def close(self) -> None:
