@@ -167,15 +167,12 @@ def alternate(rounds: int, first: Any, second: Any) -> None:
             step()
 
 
-def posix_comparisons(args: argparse.Namespace, work: Path) -> list[Comparison]:
+def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
     size = args.size
     seq_w = Comparison(
         "sequential write 1 MiB, O_DIRECT, fsync timed", "MB/s", "fio rw=write psync end_fsync=1"
     )
     seq_r = Comparison("sequential read 1 MiB, O_DIRECT", "MB/s", "fio rw=read psync")
-    sk_dir, fio_dir = work / "storekit", work / "fio"
-    sk_dir.mkdir()
-    fio_dir.mkdir()
     seq_file = fio_dir / "seq.bin"
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
 
@@ -202,7 +199,11 @@ def posix_comparisons(args: argparse.Namespace, work: Path) -> list[Comparison]:
 
     log("sequential write + read", args.repeat)
     alternate(args.repeat, storekit_seq, fio_seq)
+    return [seq_w, seq_r]
 
+
+def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
+    common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
     rand_file = fio_dir / "rand.bin"
     comps = []
     for qd, engine, required in ((32, "io_uring", True), (1, "psync", False)):
@@ -237,7 +238,7 @@ def posix_comparisons(args: argparse.Namespace, work: Path) -> list[Comparison]:
         log(f"random read QD{qd}", args.repeat)
         alternate(args.repeat, storekit_rand, fio_rand)
         comps.append(comp)
-    return [seq_w, seq_r, *comps, *meta_comparisons(args, sk_dir, fio_dir)]
+    return comps
 
 
 def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
@@ -347,8 +348,6 @@ def bare_loop(endpoint: str, bucket: str, op: str, keys: list[str], size: int, w
 
 def s3_comparisons(args: argparse.Namespace) -> list[Comparison]:
     endpoint = args.s3_endpoint
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testkey")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testsecret")
     client = boto3_client(endpoint)
     bucket = f"sk-bench-io-{os.getpid()}"
     client.create_bucket(Bucket=bucket)
@@ -454,11 +453,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=5000, help="small files per run")
     parser.add_argument("--s3-endpoint", default="http://127.0.0.1:7480")
     parser.add_argument("--s3-files", type=int, default=200, help="small objects per run")
-    parser.add_argument("--no-s3", action="store_true")
-    parser.add_argument("--no-posix", action="store_true")
+    parser.add_argument("--only", default="seq,rand,meta,s3", help="comparison groups to run")
     parser.add_argument("--json-out", help="also write the raw figures here")
     args = parser.parse_args()
     lock = hold_lock()
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testkey")  # the dev Ceph RGW; override in the environment
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testsecret")
     version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
     if version != "fio-3.33":
         print(f"warning: expected fio-3.33, found {version}", file=sys.stderr)
@@ -469,10 +469,21 @@ def main() -> None:
     started = time.time()
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
+    groups = {g.strip() for g in args.only.split(",")}
+    sk_dir, fio_dir = work / "storekit", work / "fio"
+    sk_dir.mkdir()
+    fio_dir.mkdir()
+    need = 2 * (parse_bytes(args.size) + parse_bytes(args.rand_size)) + (1 << 30)
+    if shutil.disk_usage(work).free < need:
+        raise SystemExit(f"{work}: less than {need >> 30} GiB free; lower --size/--rand-size")
     try:
-        if not args.no_posix:
-            rows += [c.row() for c in posix_comparisons(args, work)]
-        if not args.no_s3:
+        if "seq" in groups:
+            rows += [c.row() for c in seq_comparisons(args, sk_dir, fio_dir)]
+        if "rand" in groups:
+            rows += [c.row() for c in rand_comparisons(args, sk_dir, fio_dir)]
+        if "meta" in groups:
+            rows += [c.row() for c in meta_comparisons(args, sk_dir, fio_dir)]
+        if "s3" in groups:
             rows += [c.row() for c in s3_comparisons(args)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -501,6 +512,12 @@ def main() -> None:
         Path(args.json_out).write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2))
     if lock is not None:
         lock.close()
+
+
+def parse_bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = text.strip().lower()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
 
 
 def fs_of(path: str) -> str:
