@@ -1,9 +1,373 @@
-"""CLI for `storekit bench` (being built; see the open issue)."""
+"""CLI for `storekit bench io`: one command for bring-up I/O benchmarks, with numbers you can trust."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from rich.console import Console
+
+from storekit.bench import schema
+from storekit.bench.patterns import build_plan
+from storekit.bench.plan import BenchPlan
+from storekit.bench.report import (
+    build_document,
+    render_human,
+    require_matplotlib,
+    write_plot,
+    write_prometheus,
+)
+from storekit.bench.scratch import open_scratch
+from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
+from storekit.bench.suite import Suite, now_run_id
+from storekit.bench.verdict import judge
+from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.errors import UsageError
+from storekit.units import format_bytes
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Benchmark storage the way training uses it.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+IO_HELP = """Measure whether storage can feed training and absorb checkpoints.
+
+Patterns, each on a POSIX directory or an S3 bucket/prefix:
+
+  shards      W workers write large shard files (fsync included),
+              then stream them back
+  checkpoint  N ranks write their share of a model checkpoint at once
+              (fsync timed), then read it back; sizes from --model and
+              --ranks; the slowest rank sets the time
+  tokens      random reads of training windows (--seq-len x
+              --token-bytes) at each --queue-depth
+  meta        create/stat/read/delete small files in per-worker and
+              shared directories (mdtest-like); put/list/head/get/delete
+              small objects on S3
+  all         all of the above: the bring-up suite (default)
+
+Method: workers are processes started together on a barrier; bandwidth
+is bytes / (last finish - first start), with the rate while all workers
+were active and a per-worker straggler table. O_DIRECT with aligned
+buffers by default (a refusal is detected and reported); the page cache
+is dropped before reads where permitted and the run's files are always
+evicted; no process reads what it wrote; --repeat gives median and
+spread; latency percentiles come from merged histograms; the
+benchmark's own CPU use is shown so a Python ceiling is not taken for a
+storage ceiling.
+
+Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
+removed afterwards, also on Ctrl-C; refused before writing when free
+space is short.
+
+Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
+are decimal.
+
+Examples:
+
+  storekit bench io                         # suite on the default tier
+  storekit bench io --target /lustre/storage --pattern shards \\
+      --workers 1,4,16 --block-size 1M,4M
+  storekit bench io --pattern checkpoint --model 70b --ranks 64 \\
+      --size 64G --target-checkpoint-s 120
+  storekit bench io --pattern tokens --queue-depth 1,8,32,128 --duration 10
+  storekit bench io --target s3://bench/storage \\
+      --endpoint-url http://rgw:7480 --pattern meta --files 2000
+  storekit bench io --json --prometheus /var/lib/node_exporter/sk.prom \\
+      --plot bench.png
+"""
+
+
+def _target(config: str | None, tier: str | None, target: str | None, endpoint_url: str | None) -> TargetSpec:
+    import os
+
+    if tier and target:
+        raise UsageError("give either --tier or --target, not both")
+    if endpoint_url and not (target or "").startswith("s3://") and target:
+        raise UsageError("--endpoint-url applies to s3:// targets only")
+    if target:
+        if target.startswith("s3://"):
+            root = target[len("s3://") :].strip("/")
+            if not root:
+                raise UsageError("--target s3:// needs a bucket: s3://bucket/prefix")
+            return TargetSpec(kind="s3", root=root, endpoint_url=endpoint_url)
+        if "://" in target and not target.startswith("file://"):
+            raise UsageError(f"--target {target!r}: expected a directory or s3://bucket/prefix")
+        path = target[len("file://") :] if target.startswith("file://") else target
+        return TargetSpec(kind="posix", root=os.path.abspath(path))
+    site = site_config(config)
+    tier_cfg = site.tier(tier)
+    if tier_cfg.scheme == "s3":
+        options = dict(tier_cfg.options)
+        return TargetSpec(
+            kind="s3",
+            root=tier_cfg.url[len("s3://") :].strip("/"),
+            endpoint_url=endpoint_url or options.get("endpoint_url"),
+            tier=tier_cfg.name,
+            s3_options=options,
+        )
+    from urllib.parse import unquote, urlsplit
+
+    return TargetSpec(
+        kind="posix", root=os.path.normpath(unquote(urlsplit(tier_cfg.url).path)), tier=tier_cfg.name
+    )
+
+
+def io(
+    pattern: Annotated[
+        str, typer.Option("--pattern", "-p", help=f"{', '.join(PATTERNS)} (comma-separated) or all.")
+    ] = DEFAULTS["pattern"],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            metavar="PATH|s3://BUCKET/PREFIX",
+            help=(
+                "Benchmark this directory or bucket/prefix instead of a tier. S3 credentials come "
+                "from the environment or AWS config and are never printed."
+            ),
+        ),
+    ] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint-url",
+            metavar="URL",
+            help="S3 endpoint (e.g. a Ceph RGW http://rgw:7480). Default: the tier's, or $AWS_ENDPOINT_URL.",
+        ),
+    ] = None,
+    size: Annotated[
+        str,
+        typer.Option(
+            "--size",
+            help=(
+                "Bytes per phase: the shard and token data sets, and the checkpoint sample all ranks "
+                "write together."
+            ),
+        ),
+    ] = DEFAULTS["size"],
+    file_size: Annotated[
+        str, typer.Option("--file-size", help="Size of each shard file (shards, tokens).")
+    ] = DEFAULTS["file_size"],
+    workers: Annotated[
+        str, typer.Option("--workers", "-w", help="Worker processes; a list sweeps, e.g. 1,2,4,8.")
+    ] = DEFAULTS["workers"],
+    block_size: Annotated[
+        str,
+        typer.Option(
+            "--block-size",
+            "-b",
+            help=(
+                "I/O size per request (S3: part/read size); a list sweeps, e.g. 1M,4M. Multiples of "
+                "4k with O_DIRECT."
+            ),
+        ),
+    ] = DEFAULTS["block_size"],
+    queue_depth: Annotated[
+        str,
+        typer.Option(
+            "--queue-depth",
+            help="tokens: requests in flight per worker (io_uring); a list sweeps, e.g. 1,8,32,128.",
+        ),
+    ] = DEFAULTS["queue_depth"],
+    duration: Annotated[
+        str, typer.Option("--duration", help="tokens: seconds per sweep point, e.g. 1, 10s, 2m.")
+    ] = DEFAULTS["duration"],
+    repeat: Annotated[
+        int,
+        typer.Option("--repeat", "-r", help="Repeats of every point; the median and spread are reported."),
+    ] = DEFAULTS["repeat"],
+    direct: Annotated[
+        bool,
+        typer.Option(
+            "--direct/--no-direct",
+            help=(
+                "O_DIRECT on POSIX (bypass the page cache). Refusal by the filesystem is detected and "
+                "reported."
+            ),
+        ),
+    ] = DEFAULTS["direct"],
+    drop_caches: Annotated[
+        bool,
+        typer.Option(
+            "--drop-caches/--no-drop-caches",
+            help=(
+                "Drop the page cache before read phases where permitted (root). The run's own files "
+                "are always evicted."
+            ),
+        ),
+    ] = DEFAULTS["drop_caches"],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help=(
+                "checkpoint: model preset (1b, 3b, 7b, 8b, 13b, 34b, 70b, 405b) or a parameter count "
+                "such as 3.2b, 350m."
+            ),
+        ),
+    ] = DEFAULTS["model"],
+    ranks: Annotated[
+        int, typer.Option("--ranks", help="checkpoint: ranks writing their share at once (one process each).")
+    ] = DEFAULTS["ranks"],
+    bytes_per_param: Annotated[
+        float, typer.Option("--bytes-per-param", help="checkpoint: bytes per weight (2 = bf16).")
+    ] = DEFAULTS["bytes_per_param"],
+    optimizer_bytes_per_param: Annotated[
+        float,
+        typer.Option(
+            "--optimizer-bytes-per-param",
+            help=(
+                "checkpoint: optimizer state per parameter (12 = Adam: fp32 master + 2 moments; 0 = "
+                "weights only)."
+            ),
+        ),
+    ] = DEFAULTS["optimizer_bytes_per_param"],
+    full_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--full-checkpoint",
+            help="checkpoint: write the whole model checkpoint instead of a --size sample.",
+        ),
+    ] = DEFAULTS["full_checkpoint"],
+    seq_len: Annotated[int, typer.Option("--seq-len", help="tokens: tokens per training window.")] = DEFAULTS[
+        "seq_len"
+    ],
+    token_bytes: Annotated[
+        int,
+        typer.Option("--token-bytes", help="tokens: bytes per token (2 for vocabularies < 65536, 4 above)."),
+    ] = DEFAULTS["token_bytes"],
+    files: Annotated[int, typer.Option("--files", help="meta: small files (objects) per worker.")] = DEFAULTS[
+        "files"
+    ],
+    small_file_size: Annotated[
+        str,
+        typer.Option(
+            "--small-file-size", help="meta: bytes written to each small file (0 = empty, as mdtest)."
+        ),
+    ] = DEFAULTS["small_file_size"],
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed for random offsets and data (results are reproducible).")
+    ] = DEFAULTS["seed"],
+    gpu_tokens_per_s: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-tokens-per-s",
+            help="Verdict: tokens/s one GPU consumes. Default: 400 TFLOP/s / (6 x parameters) of --model.",
+        ),
+    ] = DEFAULTS["gpu_tokens_per_s"],
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", help="Verdict: GPUs the dataset bandwidth must feed. Default: --ranks."),
+    ] = DEFAULTS["gpus"],
+    target_checkpoint_s: Annotated[
+        float,
+        typer.Option("--target-checkpoint-s", help="Verdict: longest acceptable checkpoint save, seconds."),
+    ] = DEFAULTS["target_checkpoint_s"],
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            metavar="FILE",
+            help="Also write the results as a Prometheus textfile (atomically), for node_exporter.",
+        ),
+    ] = None,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE.png",
+            help=(
+                "Also plot throughput vs workers / block size / queue depth and the time series "
+                "(needs storekit[plot])."
+            ),
+        ),
+    ] = None,
+    print_schema: Annotated[
+        bool, typer.Option("--print-schema", help="Print the --json document layout and exit.")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+    tier: TierOpt = None,
+    dry_run: DryRunOpt = False,
+) -> None:
+    out = make_output(json_out, quiet)
+    if print_schema:
+        typer.echo("\n".join(schema.describe()))
+        return
+    if plot:
+        require_matplotlib()
+    spec = build_spec(
+        _target(config, tier, target, endpoint_url),
+        pattern=pattern,
+        size=size,
+        file_size=file_size,
+        workers=workers,
+        block_size=block_size,
+        queue_depth=queue_depth,
+        duration=duration,
+        repeat=repeat,
+        direct=direct,
+        drop_caches=drop_caches,
+        model=model,
+        ranks=ranks,
+        bytes_per_param=bytes_per_param,
+        optimizer_bytes_per_param=optimizer_bytes_per_param,
+        full_checkpoint=full_checkpoint,
+        seq_len=seq_len,
+        token_bytes=token_bytes,
+        files=files,
+        small_file_size=small_file_size,
+        seed=seed,
+        gpu_tokens_per_s=gpu_tokens_per_s,
+        gpus=gpus,
+        target_checkpoint_s=target_checkpoint_s,
+    )
+    run_id = now_run_id()
+    scratch = open_scratch(spec.target, run_id)
+    plan = build_plan(spec, run_id, scratch.run_root)
+    if dry_run:
+        data = {
+            "dry_run": True,
+            "config_hash": spec.config_hash(),
+            "parameters": spec.parameters(),
+            "plan": plan.to_dict(),
+        }
+        out.result("bench io", data, lambda console: _render_plan(console, plan))
+        return
+    run = Suite(plan, scratch, out).run()
+    doc = build_document(plan, run, judge(spec, run["points"]))
+    if prometheus:
+        write_prometheus(prometheus, doc)
+    if plot:
+        write_plot(plot, doc)
+    out.result("bench io", doc, lambda console: render_human(console, doc))
+
+
+def _render_plan(console: Console, plan: BenchPlan) -> None:
+    spec = plan.spec
+    console.print(f"plan for {spec.target.display} (dry run: nothing is written)")
+    peak, needed = format_bytes(plan.peak_bytes), format_bytes(plan.space_needed)
+    console.print(f"run directory: {plan.run_rel}/  peak space {peak}, needs {needed} free")
+    for setup in plan.setups:
+        ph = setup.phase
+        moved = format_bytes(ph.bytes or 0)
+        console.print(
+            f"  {setup.pattern:<10} setup  {ph.name:<8} {len(ph.tasks)} workers  {ph.files} files  {moved}"
+        )
+    for point in plan.points:
+        for ph in point.phases:
+            moved = "time-based" if ph.bytes is None else format_bytes(ph.bytes)
+            who = f"{len(ph.tasks)} workers  {ph.files} files"
+            line = f"  {point.pattern:<10} {point.label:<32} {ph.name:<8} {who}  {moved}  x{spec.repeat}"
+            console.print(line, markup=False)
+    for note in plan.notes:
+        console.print(f"note: {note}", markup=False)
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    bench_app.command("io", help=IO_HELP)(io)
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""storekit bench io vs fio (Debian fio 3.33) on this machine's disk, and vs a bare boto3 loop on S3.
+
+Both tools run with the same parameters, side by side in one run, alternating which goes first, for
+--repeat rounds; the medians, spreads ((max-min)/median) and the ratio storekit/fio are printed with
+PASS when the ratio is within +-10%, plus the CPU each tool used, and a markdown block for
+benchmarks/RESULTS.md.
+
+  POSIX (a directory on / by default), storekit pattern vs fio job:
+    sequential write 1 MiB O_DIRECT, fsync timed   shards write  vs rw=write psync end_fsync=1
+    sequential read 1 MiB O_DIRECT                  shards read   vs rw=read psync
+    random read 4 KiB at queue depth 32             tokens        vs randread io_uring iodepth=32
+    random read 4 KiB at queue depth 1 (extra)      tokens        vs randread psync
+    small files: create / stat / delete             meta          vs filecreate / filestat / filedelete
+  S3 (Ceph RGW): PUT/GET of large objects and put/head/get/delete of small ones, storekit vs the same
+  requests from a bare boto3 loop (same sizes, count and concurrency, processes started on a barrier).
+
+Run it holding the machine-wide benchmark lock (it takes the lock itself when not run under flock):
+  flock /tmp/storekit-bench.lock /tmp/venv/bin/python benchmarks/bench_io_vs_fio.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = "/tmp/storekit-bench.lock"
+TOLERANCE = 0.10
+MiB = 1024 * 1024
+
+
+# -- the lock -------------------------------------------------------------------------------------
+
+
+def under_flock() -> bool:
+    """True when an ancestor is `flock /tmp/storekit-bench.lock ...` (it holds the lock for us)."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        if cmd and os.path.basename(cmd[0]) == b"flock" and LOCK.encode() in cmd:
+            return True
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def hold_lock() -> Any:
+    if under_flock():
+        return None
+    fh = open(LOCK, "a")  # noqa: SIM115 -- held for the whole run
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"waiting for {LOCK} (another benchmark is running)...", file=sys.stderr, flush=True)
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
+
+
+# -- measurements ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    name: str
+    unit: str  # "MB/s" or "ops/s" or "IOPS"
+    peer: str
+    storekit: list[float] = field(default_factory=list)
+    other: list[float] = field(default_factory=list)
+    storekit_cpu: list[float] = field(default_factory=list)  # % of one core (user+sys)
+    storekit_user: list[float] = field(default_factory=list)  # % of one core in user space
+    other_cpu: list[float] = field(default_factory=list)
+    required: bool = True
+
+    def stats(self, values: list[float]) -> tuple[float, float]:
+        med = statistics.median(values)
+        return med, (max(values) - min(values)) / med if med else 0.0
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.storekit) / statistics.median(self.other)
+
+    @property
+    def passed(self) -> bool:
+        return abs(self.ratio - 1) <= TOLERANCE
+
+    def row(self) -> dict[str, Any]:
+        sk, sk_spread = self.stats(self.storekit)
+        ot, ot_spread = self.stats(self.other)
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "peer": self.peer,
+            "storekit_median": sk,
+            "storekit_spread": sk_spread,
+            "peer_median": ot,
+            "peer_spread": ot_spread,
+            "ratio": self.ratio,
+            "pass": self.passed,
+            "required": self.required,
+            "storekit_cpu_pct": statistics.median(self.storekit_cpu) if self.storekit_cpu else None,
+            "storekit_user_pct": statistics.median(self.storekit_user) if self.storekit_user else None,
+            "peer_cpu_pct": statistics.median(self.other_cpu) if self.other_cpu else None,
+            "storekit_values": self.storekit,
+            "peer_values": self.other,
+        }
+
+
+def storekit(*args: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "storekit", "bench", "io", *args, "--repeat", "1", "--json", "--quiet"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"storekit failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def phase(doc: dict[str, Any], pattern: str, name: str, label_has: str = "") -> dict[str, Any]:
+    for point in doc["results"]:
+        if point["pattern"] == pattern and label_has in point["label"]:
+            for ph in point["phases"]:
+                if ph["phase"] == name:
+                    rep: dict[str, Any] = ph["repeats"][0]
+                    return rep
+    raise KeyError(f"{pattern} {name} {label_has}")
+
+
+def cpu_pct(rep: dict[str, Any]) -> tuple[float, float]:
+    """The busiest worker's CPU, % of one core: (user+sys, user)."""
+    cpu = rep["cpu"]
+    return cpu["max_worker_pct_of_core"], cpu["max_worker_user_pct_of_core"]
+
+
+def fio(*args: str) -> dict[str, Any]:
+    cmd = ["fio", "--output-format=json", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"fio failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
+    out = proc.stdout[proc.stdout.index("{") :]  # fio may print notes before the JSON
+    job: dict[str, Any] = json.loads(out)["jobs"][0]
+    return job
+
+
+def fio_cpu(job: dict[str, Any]) -> float:
+    return float(job["usr_cpu"]) + float(job["sys_cpu"])
+
+
+def alternate(rounds: int, first: Any, second: Any) -> None:
+    """Run the pair `rounds` times, swapping which goes first, so drift hits both equally."""
+    for i in range(rounds):
+        order = (first, second) if i % 2 == 0 else (second, first)
+        for step in order:
+            step()
+
+
+def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
+    size = args.size
+    seq_w = Comparison(
+        "sequential write 1 MiB, O_DIRECT, fsync timed", "MB/s", "fio rw=write psync end_fsync=1"
+    )
+    seq_r = Comparison("sequential read 1 MiB, O_DIRECT", "MB/s", "fio rw=read psync")
+    seq_file = fio_dir / "seq.bin"
+    common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
+
+    def storekit_seq() -> None:
+        doc = storekit(*common, "--pattern", "shards", "--workers", "1", "--size", size, "--file-size", size)
+        for comp, name in ((seq_w, "write"), (seq_r, "read")):
+            rep = phase(doc, "shards", name)
+            comp.storekit.append(rep["bandwidth_bytes_per_s"] / 1e6)
+            total, user = cpu_pct(rep)
+            comp.storekit_cpu.append(total)
+            comp.storekit_user.append(user)
+
+    def fio_seq() -> None:
+        base = [f"--filename={seq_file}", "--bs=1M", f"--size={size}", "--direct=1", "--ioengine=psync"]
+        w = fio("--name=seqwrite", "--rw=write", "--end_fsync=1", "--fallocate=none", *base)
+        r = fio("--name=seqread", "--rw=read", *base)
+        # removed right away, as storekit removes its file at the end of its run: the freed blocks
+        # (discarded on this mount) then weigh on whichever tool runs next, alike for both
+        seq_file.unlink()
+        seq_w.other.append(w["write"]["bw_bytes"] / 1e6)
+        seq_w.other_cpu.append(fio_cpu(w))
+        seq_r.other.append(r["read"]["bw_bytes"] / 1e6)
+        seq_r.other_cpu.append(fio_cpu(r))
+
+    log("sequential write + read", args.repeat)
+    alternate(args.repeat, storekit_seq, fio_seq)
+    return [seq_w, seq_r]
+
+
+def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
+    common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
+    rand_file = fio_dir / "rand.bin"
+    comps = []
+    for qd, engine, required in ((32, "io_uring", True), (1, "psync", False)):
+        comp = Comparison(
+            f"random read 4 KiB, queue depth {qd}, O_DIRECT",
+            "IOPS",
+            f"fio randread {engine} iodepth={qd}",
+            required=required,
+        )
+
+        def storekit_rand(comp: Comparison = comp, qd: int = qd) -> None:
+            doc = storekit(*common, "--pattern", "tokens", "--workers", "1", "--queue-depth", str(qd),
+                           "--seq-len", "2048", "--token-bytes", "2", "--size", args.rand_size,
+                           "--file-size", args.rand_size, "--duration", str(args.rand_runtime))  # fmt: skip
+            rep = phase(doc, "tokens", "randread")
+            comp.storekit.append(rep["ops_per_s"])
+            total, user = cpu_pct(rep)
+            comp.storekit_cpu.append(total)
+            comp.storekit_user.append(user)
+
+        def fio_rand(comp: Comparison = comp, qd: int = qd, engine: str = engine) -> None:
+            # a fresh data file each round, written and later removed like storekit's token data set
+            fio("--name=layout", f"--filename={rand_file}", "--rw=write", "--bs=1M",
+                f"--size={args.rand_size}", "--direct=1", "--ioengine=psync")  # fmt: skip
+            job = fio("--name=randread", f"--filename={rand_file}", "--rw=randread", "--bs=4k",
+                      f"--size={args.rand_size}", "--direct=1", f"--ioengine={engine}", f"--iodepth={qd}",
+                      "--norandommap", "--time_based", f"--runtime={args.rand_runtime}")  # fmt: skip
+            rand_file.unlink()
+            comp.other.append(job["read"]["iops"])
+            comp.other_cpu.append(fio_cpu(job))
+
+        log(f"random read QD{qd}", args.repeat)
+        alternate(args.repeat, storekit_rand, fio_rand)
+        comps.append(comp)
+    return comps
+
+
+def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
+    """Small files. Both tools time each operation's system calls; their wall-clock rates also carry
+    each tool's own per-file bookkeeping (fio's is heavier than storekit's), so the rate both timers
+    measure (1 / mean operation latency) is what must agree; wall-clock rates are shown as extras."""
+    n = str(args.files)
+    what = {"create": "create", "stat": "stat", "delete": "delete"}
+    service = {
+        k: Comparison(f"small files: {v}, 1 / mean latency", "ops/s", f"fio file{k} 1/clat")
+        for k, v in what.items()
+    }
+    wall = {
+        k: Comparison(f"small files: {v}, files / wall time", "ops/s", f"fio file{k} iops", required=False)
+        for k, v in what.items()
+    }
+    meta_dir = fio_dir / "meta"
+
+    def storekit_meta() -> None:
+        # the same life cycle as the fio jobs below: empty files created, stat'ed, deleted, one worker
+        doc = storekit("--target", str(sk_dir), "--no-drop-caches", "--pattern", "meta", "--workers", "1",
+                       "--files", n, "--small-file-size", "0")  # fmt: skip
+        for name in what:
+            rep = phase(doc, "meta", name, "dirs=unique")
+            total, user = cpu_pct(rep)
+            for comp, value in (
+                (service[name], 1e3 / rep["latency"]["mean_ms"]),
+                (wall[name], rep["ops_per_s"]),
+            ):
+                comp.storekit.append(value)
+                comp.storekit_cpu.append(total)
+                comp.storekit_user.append(user)
+
+    def fio_meta() -> None:
+        # one job name, one directory: filecreate makes empty files; filestat and filedelete (with
+        # create_on_open, so nothing is laid out first) stat and unlink those same files
+        shutil.rmtree(meta_dir, ignore_errors=True)
+        meta_dir.mkdir()
+        for name in what:
+            job = fio("--name=meta", f"--ioengine=file{name}", f"--directory={meta_dir}",
+                      f"--nrfiles={n}", "--filesize=4k", "--bs=4k", "--openfiles=1",
+                      "--create_on_open=1", "--unlink=0")  # fmt: skip
+            ddir = "write" if job["write"]["total_ios"] else "read"
+            for comp, value in (
+                (service[name], 1e9 / job[ddir]["clat_ns"]["mean"]),
+                (wall[name], job[ddir]["iops"]),
+            ):
+                comp.other.append(value)
+                comp.other_cpu.append(fio_cpu(job))
+        shutil.rmtree(meta_dir, ignore_errors=True)
+
+    log("small files", args.repeat)
+    alternate(args.repeat, storekit_meta, fio_meta)
+    return [*service.values(), *wall.values()]
+
+
+# -- S3: storekit vs a bare boto3 loop ------------------------------------------------------------
+
+
+def boto3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        s3={"addressing_style": "path"},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=config)
+
+
+def bare_worker(
+    endpoint: str, bucket: str, op: str, keys: list[str], size: int, barrier: Any, out: Any
+) -> None:
+    """The loop anyone would write: one client, one request after the other."""
+    client = boto3_client(endpoint)
+    body = os.urandom(size)
+    barrier.wait()
+    start = time.time()
+    for key in keys:
+        if op == "put":
+            client.put_object(Bucket=bucket, Key=key, Body=body)
+        elif op == "get":
+            client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        elif op == "head":
+            client.head_object(Bucket=bucket, Key=key)
+        else:
+            client.delete_object(Bucket=bucket, Key=key)
+    out.put((start, time.time()))
+
+
+def bare_loop(endpoint: str, bucket: str, op: str, keys: list[str], size: int, workers: int) -> float:
+    """Requests per second (objects) over last finish - first start, workers as processes."""
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(workers), ctx.Queue()
+    shares = [keys[w::workers] for w in range(workers)]
+    procs = [
+        ctx.Process(target=bare_worker, args=(endpoint, bucket, op, s, size, barrier, out)) for s in shares
+    ]
+    for p in procs:
+        p.start()
+    spans = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return len(keys) / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def s3_comparisons(args: argparse.Namespace) -> list[Comparison]:
+    endpoint = args.s3_endpoint
+    client = boto3_client(endpoint)
+    bucket = f"sk-bench-io-{os.getpid()}"
+    client.create_bucket(Bucket=bucket)
+    big, n_big, workers = 16 * MiB, 32, 4
+    small, n_small = 64 * 1024, args.s3_files
+    comps = {
+        "put": Comparison(f"S3 PUT {n_big} x 16 MiB, {workers} workers", "MB/s", "bare boto3 loop"),
+        "get": Comparison(f"S3 GET {n_big} x 16 MiB, {workers} workers", "MB/s", "bare boto3 loop"),
+        "sput": Comparison(f"S3 PUT {n_small} x 64 KiB, 1 worker", "ops/s", "bare boto3 loop"),
+        "shead": Comparison(f"S3 HEAD {n_small} objects, 1 worker", "ops/s", "bare boto3 loop"),
+        "sget": Comparison(f"S3 GET {n_small} x 64 KiB, 1 worker", "ops/s", "bare boto3 loop"),
+        "sdelete": Comparison(f"S3 DELETE {n_small} objects, 1 worker", "ops/s", "bare boto3 loop"),
+    }
+    target = ["--target", f"s3://{bucket}/storekit", "--endpoint-url", endpoint]
+
+    def storekit_s3() -> None:
+        doc = storekit(*target, "--pattern", "shards", "--workers", str(workers), "--size", f"{n_big * 16}M",
+                       "--file-size", "16M", "--block-size", "16M")  # fmt: skip
+        for key, name in (("put", "write"), ("get", "read")):
+            rep = phase(doc, "shards", name)
+            comps[key].storekit.append(rep["bandwidth_bytes_per_s"] / 1e6)
+            comps[key].storekit_cpu.append(cpu_pct(rep)[0])
+            comps[key].storekit_user.append(cpu_pct(rep)[1])
+        doc = storekit(*target, "--pattern", "meta", "--workers", "1", "--files", str(n_small),
+                       "--small-file-size", "64k")  # fmt: skip
+        for key, name in (("sput", "put"), ("shead", "head"), ("sget", "get"), ("sdelete", "delete")):
+            rep = phase(doc, "meta", name, "dirs=unique")
+            comps[key].storekit.append(rep["ops_per_s"])
+            comps[key].storekit_cpu.append(cpu_pct(rep)[0])
+            comps[key].storekit_user.append(cpu_pct(rep)[1])
+
+    def bare_s3() -> None:
+        keys = [f"bare/big/{i:05d}" for i in range(n_big)]
+        comps["put"].other.append(bare_loop(endpoint, bucket, "put", keys, big, workers) * big / 1e6)
+        comps["get"].other.append(bare_loop(endpoint, bucket, "get", keys, big, workers) * big / 1e6)
+        bare_loop(endpoint, bucket, "delete", keys, 0, workers)
+        keys = [f"bare/small/{i:05d}" for i in range(n_small)]
+        for key, op in (("sput", "put"), ("shead", "head"), ("sget", "get"), ("sdelete", "delete")):
+            comps[key].other.append(bare_loop(endpoint, bucket, op, keys, small, 1))
+
+    log("S3 vs bare boto3", args.repeat)
+    try:
+        alternate(args.repeat, storekit_s3, bare_s3)
+    finally:
+        leftovers = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+        for obj in leftovers:
+            client.delete_object(Bucket=bucket, Key=obj["Key"])
+        client.delete_bucket(Bucket=bucket)
+    return list(comps.values())
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def log(what: str, rounds: int) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what}: {rounds} alternating rounds", file=sys.stderr, flush=True)
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, conditions: str, command: str) -> str:
+    lines = [
+        "## storekit bench io vs fio",
+        "",
+        f"Command: `{command}`",
+        "",
+        conditions,
+        "",
+        "| comparison | unit | storekit median (spread) | peer median (spread) | peer | ratio "
+        "| within ±10% | storekit CPU % of a core (user) | peer CPU % |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        verdict = ("PASS" if r["pass"] else "FAIL") + ("" if r["required"] else " (extra)")
+        user = f" ({fmt(r['storekit_user_pct'])})" if r["storekit_user_pct"] is not None else ""
+        lines.append(
+            f"| {r['name']} | {r['unit']} | {fmt(r['storekit_median'])} ({r['storekit_spread']:.0%}) | "
+            f"{fmt(r['peer_median'])} ({r['peer_spread']:.0%}) | {r['peer']} | {r['ratio']:.2f} "
+            f"| {verdict} | {fmt(r['storekit_cpu_pct'])}{user} | {fmt(r['peer_cpu_pct'])} |"
+        )
+    lines += [
+        "",
+        "Spread = (max - min) / median over the rounds; ratio = storekit median / peer median. The two "
+        "tools alternate (which goes first swaps every round). storekit CPU is its busiest worker "
+        "process; fio's is usr+sys of its job.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="alternating rounds per comparison")
+    parser.add_argument("--dir", default="/var/tmp/sk-bench", help="a directory on the disk to measure")
+    parser.add_argument("--size", default="2G", help="sequential file size")
+    parser.add_argument("--rand-size", default="1G", help="random-read file size")
+    parser.add_argument("--rand-runtime", type=float, default=8.0, help="seconds per random-read run")
+    parser.add_argument("--files", type=int, default=5000, help="small files per run")
+    parser.add_argument("--s3-endpoint", default="http://127.0.0.1:7480")
+    parser.add_argument("--s3-files", type=int, default=200, help="small objects per run")
+    parser.add_argument("--only", default="seq,rand,meta,s3", help="comparison groups to run")
+    parser.add_argument("--json-out", help="also write the raw figures here")
+    args = parser.parse_args()
+    lock = hold_lock()
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testkey")  # the dev Ceph RGW; override in the environment
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testsecret")
+    version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+    if version != "fio-3.33":
+        print(f"warning: expected fio-3.33, found {version}", file=sys.stderr)
+    root = Path(args.dir)
+    root.mkdir(parents=True, exist_ok=True)
+    work = root / f"run-{os.getpid()}"
+    work.mkdir()
+    started = time.time()
+    load_before = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    groups = {g.strip() for g in args.only.split(",")}
+    sk_dir, fio_dir = work / "storekit", work / "fio"
+    sk_dir.mkdir()
+    fio_dir.mkdir()
+    need = 2 * (parse_bytes(args.size) + parse_bytes(args.rand_size)) + (1 << 30)
+    if shutil.disk_usage(work).free < need:
+        raise SystemExit(f"{work}: less than {need >> 30} GiB free; lower --size/--rand-size")
+    try:
+        if "seq" in groups:
+            rows += [c.row() for c in seq_comparisons(args, sk_dir, fio_dir)]
+        if "rand" in groups:
+            rows += [c.row() for c in rand_comparisons(args, sk_dir, fio_dir)]
+        if "meta" in groups:
+            rows += [c.row() for c in meta_comparisons(args, sk_dir, fio_dir)]
+        if "s3" in groups:
+            rows += [c.row() for c in s3_comparisons(args)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
+    uname = os.uname()
+    conditions = (
+        f"Conditions: {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {uname.nodename}, "
+        f"kernel {uname.release}, {os.cpu_count()} cores shared with teammates (load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), {version}, {args.repeat} alternating "
+        f"rounds, directory {args.dir} "
+        f"({fs_of(args.dir)}), sequential {args.size}, random {args.rand_size} for {args.rand_runtime:g} s, "
+        f"{args.files} small files, S3 at {args.s3_endpoint}; took {time.time() - started:.0f} s."
+    )
+    command = "flock /tmp/storekit-bench.lock /tmp/venv/bin/python benchmarks/bench_io_vs_fio.py " + " ".join(
+        sys.argv[1:]
+    )
+    for r in rows:
+        print(
+            f"{r['name']:<52} storekit {fmt(r['storekit_median']):>9} ({r['storekit_spread']:4.0%})  "
+            f"peer {fmt(r['peer_median']):>9} ({r['peer_spread']:4.0%})  ratio {r['ratio']:.2f}  "
+            f"{'PASS' if r['pass'] else 'FAIL'}{'' if r['required'] else ' (extra)'}"
+        )
+    print()
+    print(markdown(rows, args, conditions, command.strip()))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2))
+    if lock is not None:
+        lock.close()
+
+
+def parse_bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = text.strip().lower()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def fs_of(path: str) -> str:
+    sys.path.insert(0, str(REPO))
+    from storekit.bench.env import mount_of
+
+    mount = mount_of(path)
+    return f"{mount['fs_type']} on {mount['source']}, {mount['mount_options']}" if mount else "unknown fs"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""Imported by the forkserver for S3 runs: loads boto3 and the S3 service model once, before forking."""
+
+from storekit.bench.engine_s3 import warm_up
+
+warm_up()

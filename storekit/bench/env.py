@@ -1,0 +1,108 @@
+"""The environment a result was measured in: host, kernel, filesystem and mount options, device.
+
+Numbers without this are not comparable: the same disk behind ext4 `data=journal` or XFS, or Lustre
+with a different stripe count, gives different results. Read from /proc/self/mountinfo and /sys.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from typing import Any
+
+from storekit import __version__
+from storekit.bench.spec import TargetSpec
+from storekit.config import mask_url
+
+MEMORY_BACKED = ("tmpfs", "ramfs", "devtmpfs")
+
+
+def ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> dict[str, Any] | None:
+    """The mount holding `path` (longest mount point prefix of its real path)."""
+    real = os.path.realpath(path)
+    best: dict[str, Any] | None = None
+    try:
+        with open(mountinfo) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 6 or len(rest) < 2:
+            continue
+        point = _unescape(fields[4])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best["mount_point"])):
+            best = {
+                "mount_point": point,
+                "fs_type": rest[0],
+                "source": _unescape(rest[1]),
+                "mount_options": fields[5],
+                "super_options": rest[2] if len(rest) > 2 else "",
+                "dev": fields[2],
+            }
+    return best
+
+
+def block_device(dev: str) -> dict[str, Any] | None:
+    """Queue properties of the block device `major:minor` (its parent disk for a partition)."""
+    base = f"/sys/dev/block/{dev}"
+    if not os.path.exists(base):
+        return None
+    real = os.path.realpath(base)
+    disk = os.path.dirname(real) if os.path.exists(os.path.join(real, "partition")) else real
+
+    def read(rel: str) -> str | None:
+        try:
+            with open(os.path.join(disk, rel)) as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    size = read("size")
+    return {
+        "name": os.path.basename(disk),
+        "model": read("device/model"),
+        "rotational": read("queue/rotational") == "1",
+        "logical_block_size": int(read("queue/logical_block_size") or 0) or None,
+        "scheduler": read("queue/scheduler"),
+        "size_bytes": int(size) * 512 if size else None,
+    }
+
+
+def capture(target: TargetSpec, io_uring: tuple[bool, str] | None = None) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "storekit_version": __version__,
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "ram_bytes": ram_bytes(),
+        "target": target.display,
+        "target_kind": target.kind,
+    }
+    if target.kind == "posix":
+        mount = mount_of(target.root)
+        env["filesystem"] = mount
+        env["device"] = block_device(mount["dev"]) if mount else None
+        env["memory_backed"] = bool(mount and mount["fs_type"] in MEMORY_BACKED)
+    else:
+        env["endpoint_url"] = mask_url(target.endpoint_url) if target.endpoint_url else None
+        env["bucket"] = target.bucket
+    if io_uring is not None:
+        env["io_uring"] = {"available": io_uring[0], "reason": io_uring[1] or None}
+    return env

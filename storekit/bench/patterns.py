@@ -1,0 +1,215 @@
+"""What each pattern does, as a BenchPlan: files, sizes and phases per worker, for every sweep point.
+
+shards      write W x files (fsync each), read them back shifted by one worker
+checkpoint  N ranks write one file each (their share, or a sample of it), read back shifted by one rank
+tokens      a data set written once (setup), then random windows at each queue depth for --duration
+meta        per-worker and shared directories: create, stat, read, delete (S3: put, list, head, get, delete)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storekit.bench.plan import SMALL_FILE_ALLOC, BenchPlan, PhasePlan, PointPlan, SetupPlan, WorkerTask
+from storekit.bench.spec import BenchSpec
+
+
+def build_plan(spec: BenchSpec, run_id: str, run_root: str) -> BenchPlan:
+    """`run_root`: the absolute run directory (POSIX) or key prefix (S3) the workers address."""
+    builder = _Builder(spec, run_root)
+    points: list[PointPlan] = []
+    setups: list[SetupPlan] = []
+    peaks = [0]
+    for pattern in spec.patterns:
+        if pattern == "shards":
+            points += builder.shards()
+            peaks.append(spec.shard_files * spec.file_size)
+        elif pattern == "checkpoint":
+            points += builder.checkpoint()
+            peaks.append(max(spec.checkpoint_rank_bytes(b) for b in spec.block_sizes) * spec.ranks)
+        elif pattern == "tokens":
+            setup, token_points = builder.tokens()
+            setups.append(setup)
+            points += token_points
+            peaks.append(spec.shard_files * spec.file_size)
+        elif pattern == "meta":
+            points += builder.meta()
+            alloc = max(spec.small_file_size, SMALL_FILE_ALLOC)
+            peaks.append(max(spec.workers) * spec.files * alloc)
+    notes = []
+    if "checkpoint" in spec.patterns and not spec.full_checkpoint:
+        rank_bytes = spec.checkpoint_rank_bytes(spec.block_sizes[0])
+        share = spec.model.checkpoint_bytes / spec.ranks
+        if rank_bytes < share:
+            notes.append(
+                f"checkpoint: each rank writes a {rank_bytes / share:.2%} sample of its share; the "
+                "verdict scales the measured bandwidth to the full model (--full-checkpoint writes it all)"
+            )
+    return BenchPlan(
+        run_id=run_id,
+        spec=spec,
+        points=tuple(points),
+        setups=tuple(setups),
+        peak_bytes=max(peaks),
+        notes=tuple(notes),
+    )
+
+
+class _Builder:
+    def __init__(self, spec: BenchSpec, run_root: str) -> None:
+        self.spec = spec
+        self.run_root = run_root
+        self.posix = spec.target.kind == "posix"
+
+    def task(self, worker: int, op: str, **kw: Any) -> WorkerTask:
+        return WorkerTask(
+            worker=worker,
+            op=op,
+            target=self.spec.target,
+            run_root=self.run_root,
+            seed=self.spec.seed * 1_000_003 + worker,
+            **kw,
+        )
+
+    def data_phases(
+        self, files: list[str], workers: int, block: int, file_size: int
+    ) -> tuple[PhasePlan, PhasePlan]:
+        """A write phase (fsync inside the timed window) and a read phase shifted by one worker."""
+        owned = [tuple(files[i] for i in range(w, len(files), workers)) for w in range(workers)]
+        common = {"file_size": file_size, "block_size": block, "direct": self.direct}
+        write = PhasePlan(
+            name="write",
+            op="write",
+            tasks=tuple(
+                self.task(w, "write", files=owned[w], fsync=self.posix, **common) for w in range(workers)
+            ),
+        )
+        read = PhasePlan(
+            name="read",
+            op="read",
+            tasks=tuple(
+                self.task(w, "read", files=owned[(w + 1) % workers], **common) for w in range(workers)
+            ),
+        )
+        return write, read
+
+    @property
+    def direct(self) -> bool:
+        return self.spec.direct and self.posix
+
+    def shards(self) -> list[PointPlan]:
+        spec = self.spec
+        names = [f"shards/shard_{i:05d}.bin" for i in range(spec.shard_files)]
+        out = []
+        for block in spec.block_sizes:
+            for workers in spec.workers:
+                write, read = self.data_phases(names, workers, block, spec.file_size)
+                out.append(
+                    PointPlan(
+                        pattern="shards",
+                        params={"workers": workers, "block_size": block},
+                        phases=(write, read),
+                        dirs=("shards",),
+                    )
+                )
+        return out
+
+    def checkpoint(self) -> list[PointPlan]:
+        spec = self.spec
+        names = [f"checkpoint/step_000001/rank_{r:05d}.distcp" for r in range(spec.ranks)]
+        out = []
+        for block in spec.block_sizes:
+            rank_bytes = spec.checkpoint_rank_bytes(block)
+            write, read = self.data_phases(names, spec.ranks, block, rank_bytes)
+            out.append(
+                PointPlan(
+                    pattern="checkpoint",
+                    params={"ranks": spec.ranks, "block_size": block, "model": spec.model.name},
+                    phases=(write, read),
+                    dirs=("checkpoint", "checkpoint/step_000001"),
+                )
+            )
+        return out
+
+    def tokens(self) -> tuple[SetupPlan, list[PointPlan]]:
+        spec = self.spec
+        names = tuple(f"tokens/shard_{i:05d}.bin" for i in range(spec.shard_files))
+        writers = min(max(spec.workers), len(names))
+        setup_write, _ = self.data_phases(list(names), writers, spec.block_sizes[0], spec.file_size)
+        setup = SetupPlan(pattern="tokens", phase=setup_write, dirs=("tokens",))
+        out = []
+        for workers in spec.workers:
+            for qd in spec.queue_depths:
+                tasks = tuple(
+                    self.task(
+                        w,
+                        "randread",
+                        files=names,
+                        file_size=spec.file_size,
+                        block_size=spec.window_bytes,
+                        window=spec.window_bytes,
+                        queue_depth=qd,
+                        duration=spec.duration,
+                        direct=self.direct,
+                    )
+                    for w in range(workers)
+                )
+                out.append(
+                    PointPlan(
+                        pattern="tokens",
+                        params={"workers": workers, "queue_depth": qd, "window": spec.window_bytes},
+                        phases=(PhasePlan(name="randread", op="randread", tasks=tasks),),
+                    )
+                )
+        return setup, out
+
+    def meta(self) -> list[PointPlan]:
+        spec = self.spec
+        out = []
+        ops = (
+            ("create", "stat", "readsmall", "delete")
+            if self.posix
+            else ("create", "list", "stat", "readsmall", "delete")
+        )
+        for workers in spec.workers:
+            for mode in ("unique", "shared"):
+                dirs = (
+                    ("meta-shared",)
+                    if mode == "shared"
+                    else tuple(f"meta-unique/w{w:04d}" for w in range(workers))
+                )
+
+                def dir_of(owner: int, mode: str = mode) -> str:
+                    return "meta-shared" if mode == "shared" else f"meta-unique/w{owner:04d}"
+
+                phases = []
+                for op in ops:
+                    # each worker works on its own files when creating, a neighbour's afterwards
+                    tasks = tuple(
+                        self.task(
+                            w,
+                            op,
+                            file_size=spec.small_file_size,
+                            meta_dir=dir_of(owner),
+                            meta_owner=owner,
+                            meta_count=spec.files,
+                        )
+                        for w in range(workers)
+                        for owner in [w if op == "create" else (w + 1) % workers]
+                    )
+                    phases.append(PhasePlan(name=meta_phase_name(op, self.posix), op=op, tasks=tasks))
+                out.append(
+                    PointPlan(
+                        pattern="meta",
+                        params={"workers": workers, "dirs": mode, "files_per_worker": spec.files},
+                        phases=tuple(phases),
+                        dirs=((("meta-unique",) if mode == "unique" else ()) + dirs) if self.posix else (),
+                    )
+                )
+        return out
+
+
+def meta_phase_name(op: str, posix: bool) -> str:
+    names = {"create": "create", "stat": "stat", "readsmall": "read", "delete": "delete", "list": "list"}
+    s3 = {"create": "put", "stat": "head", "readsmall": "get", "delete": "delete", "list": "list"}
+    return (names if posix else s3)[op]

@@ -1,0 +1,258 @@
+"""Results out: the JSON document, a human table, a Prometheus textfile, a PNG plot.
+
+The JSON layout is described field by field in `storekit/bench/schema.py` (BENCH_SCHEMA_VERSION).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from storekit.bench.plan import BenchPlan
+from storekit.bench.schema import BENCH_SCHEMA, BENCH_SCHEMA_VERSION
+from storekit.bench.verdict import verdict_lines
+from storekit.errors import StorekitError, UsageError
+
+
+def build_document(plan: BenchPlan, run: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
+    spec = plan.spec
+    return {
+        "schema": BENCH_SCHEMA,
+        "bench_schema_version": BENCH_SCHEMA_VERSION,
+        "run_id": run["run_id"],
+        "started_at": run["started_at"],
+        "finished_at": run["finished_at"],
+        "duration_s": run["duration_s"],
+        "config_hash": spec.config_hash(),
+        "parameters": spec.parameters(),
+        "environment": run["environment"],
+        "honesty": run["honesty"],
+        "plan": {
+            "run_dir": plan.run_rel,
+            "peak_bytes": plan.peak_bytes,
+            "space_needed_bytes": plan.space_needed,
+            "notes": list(plan.notes),
+        },
+        "setup": run["setup"],
+        "results": run["points"],
+        "verdict": verdict,
+        "cleanup": run["cleanup"],
+        "warnings": run["warnings"],
+    }
+
+
+def rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B/s"
+
+
+def count(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e3:.1f}k" if value >= 10_000 else f"{value:.0f}"
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else (f"{value:.3f}" if value < 1 else f"{value:.1f}")
+
+
+def render_human(console: Console, doc: dict[str, Any]) -> None:
+    env = doc["environment"]
+    fs = env.get("filesystem") or {}
+    where = (
+        f"{fs.get('fs_type')} on {fs.get('source')} ({fs.get('mount_options')})"
+        if fs
+        else env.get("endpoint_url")
+    )
+    direct = doc["honesty"].get("direct", {})
+    drop = doc["honesty"].get("drop_caches", {})
+    console.print(f"[bold]storekit bench io[/bold]  {env['target']}  {where}")
+    console.print(
+        f"run {doc['run_id']}  config {doc['config_hash']}  {doc['parameters']['repeat']} repeats "
+        f"(median, spread = (max-min)/median)  direct: {str(direct.get('effective', False)).lower()}"
+        + (f" ({direct['reason']})" if direct.get("reason") else "")
+        + (f"  caches dropped: {str(drop.get('done')).lower()}" if drop else "")
+    )
+    if not console.is_terminal:
+        console.width = max(console.width, 132)  # files and pipes: no need to squeeze the table
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name, justify in (
+        ("pattern", "left"),
+        ("point", "left"),
+        ("phase", "left"),
+        ("rate", "right"),
+        ("spread", "right"),
+        ("all-active", "right"),
+        ("ops/s", "right"),
+        ("p50 ms", "right"),
+        ("p99 ms", "right"),
+        ("cpu %core", "right"),
+        ("stragglers", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for point in doc["results"]:
+        for ph in point["phases"]:
+            s = ph["summary"]
+            data = ph["op"] in ("write", "read", "randread")
+            main = s["bandwidth_bytes_per_s"] if data else s["ops_per_s"]
+            wall = s["stonewall_bandwidth_bytes_per_s"] if data else s["stonewall_ops_per_s"]
+            fmt = rate if data else (lambda v: "-" if v is None else f"{count(v)} op/s")
+            table.add_row(
+                point["pattern"],
+                point["label"],
+                ph["phase"],
+                fmt(main["median"]),
+                "-" if main["spread"] is None else f"{main['spread']:.0%}",
+                fmt(wall["median"]),
+                count(s["ops_per_s"]["median"]),
+                ms(s["latency"]["p50_ms"]),
+                ms(s["latency"]["p99_ms"]),
+                f"{s['max_worker_pct_of_core']:.0f}",
+                str(s["stragglers"]),
+            )
+    console.print(table)
+    lines = verdict_lines(doc["verdict"])
+    if lines:
+        console.print("[bold]verdict[/bold]")
+        for line in lines:
+            console.print(f"  {line}", markup=False)
+    for note in doc["plan"]["notes"]:
+        console.print(f"note: {note}", markup=False)
+    for warning in doc["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
+
+
+# -- Prometheus textfile ---------------------------------------------------------------------------
+
+
+def _label(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text(doc: dict[str, Any]) -> str:
+    metrics: dict[str, tuple[str, list[str]]] = {}
+
+    def emit(name: str, help_text: str, labels: dict[str, Any], value: float | None) -> None:
+        if value is None:
+            return
+        full = f"storekit_bench_io_{name}"
+        entry = metrics.setdefault(full, (help_text, []))
+        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+        entry[1].append(f"{full}{{{text}}} {float(value):.6g}")
+
+    base = {"target": doc["environment"]["target"], "config_hash": doc["config_hash"]}
+    for point in doc["results"]:
+        for ph in point["phases"]:
+            s = ph["summary"]
+            labels = {**base, "pattern": point["pattern"], "phase": ph["phase"]}
+            labels.update({k: v for k, v in point["params"].items()})
+            emit(
+                "bandwidth_bytes_per_second",
+                "Median bandwidth over repeats: bytes/(last finish - first start).",
+                labels,
+                s["bandwidth_bytes_per_s"]["median"],
+            )
+            emit(
+                "bandwidth_spread_ratio",
+                "(max - min) / median bandwidth over repeats.",
+                labels,
+                s["bandwidth_bytes_per_s"]["spread"],
+            )
+            emit(
+                "stonewall_bandwidth_bytes_per_second",
+                "Median bandwidth while all workers were active.",
+                labels,
+                s["stonewall_bandwidth_bytes_per_s"]["median"],
+            )
+            emit(
+                "ops_per_second",
+                "Median operations per second over repeats.",
+                labels,
+                s["ops_per_s"]["median"],
+            )
+            for q in ("p50", "p90", "p99", "p99_9"):
+                value = s["latency"][f"{q}_ms"]
+                quantile = {"p50": "0.5", "p90": "0.9", "p99": "0.99", "p99_9": "0.999"}[q]
+                emit(
+                    "latency_seconds",
+                    "Operation latency quantiles from histograms merged over workers and repeats.",
+                    {**labels, "quantile": quantile},
+                    None if value is None else value / 1e3,
+                )
+            emit(
+                "cpu_cores_used",
+                "CPU cores the benchmark's own workers used (median over repeats).",
+                labels,
+                s["cpu_cores_used"]["median"],
+            )
+    verdict = doc["verdict"]
+    ckpt = verdict.get("checkpoint")
+    if ckpt:
+        model = {**base, "model": verdict["model"]["name"], "ranks": ckpt["ranks"]}
+        emit(
+            "checkpoint_save_seconds", "Estimated checkpoint save time for the model.", model, ckpt["save_s"]
+        )
+        emit(
+            "checkpoint_load_seconds", "Estimated checkpoint load time for the model.", model, ckpt["load_s"]
+        )
+    for d in verdict["data"]:
+        emit(
+            "gpus_fed",
+            "GPUs the measured dataset bandwidth can feed.",
+            {**base, "source": d["pattern"]},
+            d["gpus_fed"],
+        )
+    if verdict.get("pass") is not None:
+        emit("verdict_pass", "1 when every threshold was met.", base, 1.0 if verdict["pass"] else 0.0)
+    emit("duration_seconds", "Wall time of the whole benchmark run.", base, doc["duration_s"])
+    lines = []
+    for name, (help_text, samples) in metrics.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write next to the destination and rename, so a collector never reads half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"{path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.storekit-tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_prometheus(path: str, doc: dict[str, Any]) -> None:
+    write_atomic(path, prometheus_text(doc).encode())
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise StorekitError(
+            "--plot needs matplotlib, which is not installed", hint="pip install 'storekit[plot]'"
+        ) from None
+
+
+def write_plot(path: str, doc: dict[str, Any]) -> None:
+    require_matplotlib()
+    from storekit.bench.plot import render_png
+
+    write_atomic(path, render_png(doc))

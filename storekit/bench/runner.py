@@ -1,0 +1,119 @@
+"""Run one phase: a fresh process per worker, all released together by a barrier.
+
+Fresh processes per phase mean no worker can read back what it wrote through its own page cache,
+and the GIL of one worker never slows another. Processes come from a forkserver (cheap to start, and
+not a fork of a parent that runs progress-bar threads). A worker that fails aborts the barrier so
+nobody waits forever; Ctrl-C or SIGTERM stops every worker before the caller cleans up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import multiprocessing as mp
+import queue
+import signal
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from storekit.bench.plan import PhasePlan, WorkerTask
+from storekit.bench.results import WorkerResult
+from storekit.bench.worker import StartBarrier, run_worker
+from storekit.errors import NoSpaceError, StorekitError
+
+# imported once by the forkserver, so each worker process starts in milliseconds
+PRELOAD = {
+    "posix": ["storekit.bench.worker", "storekit.bench.engine_posix", "numpy"],
+    "s3": ["storekit.bench.worker", "storekit.bench.engine_s3_warm", "numpy"],
+}
+STOP_GRACE_S = 5.0
+
+
+class WorkerFailed(StorekitError):
+    """A worker hit an I/O error; the message names the worker and the file or key."""
+
+
+def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any) -> None:
+    # The coordinator owns Ctrl-C: it stops workers with SIGTERM and then cleans up.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        results.put((task.worker, "ok", run_worker(task, barrier)))
+    except threading.BrokenBarrierError:
+        results.put((task.worker, "aborted", "start barrier broken"))
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            barrier.abort()  # type: ignore[attr-defined]
+        # "nospace:" lets the coordinator answer with exit 6 instead of a generic failure
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        results.put((task.worker, "error", ("nospace:" if full else "") + (f"{exc}" or type(exc).__name__)))
+
+
+class PhaseRunner:
+    def __init__(self, kind: str = "posix") -> None:
+        self.ctx = mp.get_context("forkserver")
+        with contextlib.suppress(ValueError):
+            self.ctx.set_forkserver_preload(PRELOAD[kind])
+
+    def run(self, phase: PhasePlan, repeat: int) -> list[WorkerResult]:
+        tasks = [replace(t, seed=t.seed + 7919 * repeat) for t in phase.tasks]
+        barrier = self.ctx.Barrier(len(tasks))
+        results = self.ctx.Queue()
+        procs = [
+            self.ctx.Process(target=_process_main, args=(t, barrier, results), name=f"bench-w{t.worker}")
+            for t in tasks
+        ]
+        try:
+            for p in procs:
+                p.start()
+            outcomes = self._collect(procs, results, len(tasks))
+        except BaseException:
+            barrier.abort()
+            self._stop(procs)
+            raise
+        for p in procs:
+            p.join()
+        errors = [msg for status, msg in outcomes.values() if status == "error"]
+        if errors:
+            message = errors[0].removeprefix("nospace:")
+            if errors[0].startswith("nospace:"):
+                raise NoSpaceError(
+                    f"{phase.name} phase ran out of space: {message}", hint="lower --size or free space"
+                )
+            raise WorkerFailed(f"{phase.name} phase failed: {message}")
+        if any(status != "ok" for status, _ in outcomes.values()):
+            raise WorkerFailed(f"{phase.name} phase failed: a worker stopped before finishing")
+        return [WorkerResult.from_dict(msg) for _, (_, msg) in sorted(outcomes.items())]
+
+    def _collect(self, procs: list[Any], results: Any, expected: int) -> dict[int, tuple[str, Any]]:
+        """Wait for every worker's message; a worker that dies silently fails the phase."""
+        outcomes: dict[int, tuple[str, Any]] = {}
+        while len(outcomes) < expected:
+            try:
+                worker, status, payload = results.get(timeout=0.2)
+                outcomes[worker] = (status, payload)
+                continue
+            except queue.Empty:
+                pass
+            dead = [p for p in procs if p.exitcode is not None and p.exitcode != 0]
+            if dead:
+                try:  # its last words may still be in the pipe
+                    worker, status, payload = results.get(timeout=1.0)
+                    outcomes[worker] = (status, payload)
+                    continue
+                except queue.Empty:
+                    p = dead[0]
+                    raise WorkerFailed(f"worker process {p.name} died (exit code {p.exitcode})") from None
+        return outcomes
+
+    def _stop(self, procs: list[Any]) -> None:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()

@@ -1,0 +1,206 @@
+"""The only place a benchmark writes: `<target>/scratch/storekit-bench-<run-id>/`.
+
+The run directory is created exclusively, so everything in it is ours. Cleanup deletes only the
+names the plan says the run may create (and directories this run made), so even a stray file someone
+drops in the run directory survives. Free space is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from storekit.bench.plan import RUN_PREFIX, SCRATCH
+from storekit.bench.spec import TargetSpec
+from storekit.errors import NoSpaceError, NotFoundError, PathEscapeError, StorekitError, UnreachableError
+from storekit.units import format_bytes
+
+PROBE = ".storekit-bench-probe"
+
+
+class PosixScratch:
+    def __init__(self, target: TargetSpec, run_id: str) -> None:
+        self.target = target
+        self.root = target.root
+        self.scratch = os.path.join(self.root, SCRATCH)
+        self.run_root = os.path.join(self.scratch, RUN_PREFIX + run_id)
+        self.created_scratch = False
+        self.created_dirs: list[str] = []  # relative to run_root, in creation order
+        self.extra_files: list[str] = []
+
+    def full(self, rel: str) -> str:
+        return os.path.join(self.run_root, rel)
+
+    def check(self, space_needed: int) -> None:
+        """Refuse before writing: missing or unwritable target, escaping scratch/, too little space."""
+        if not os.path.isdir(self.root):
+            raise NotFoundError(
+                f"target {self.root} does not exist or is not a directory",
+                hint="create it (storekit init creates a tier's layout) or fix --target/--tier",
+            )
+        # only scratch/ is written: it must be writable (or creatable in a writable root)
+        if os.path.lexists(self.scratch):
+            real, root_real = os.path.realpath(self.scratch), os.path.realpath(self.root)
+            if not os.path.isdir(self.scratch):
+                raise StorekitError(f"{self.scratch} exists and is not a directory")
+            if not real.startswith(root_real.rstrip("/") + "/"):
+                raise PathEscapeError(f"{self.scratch} resolves to {real}, outside the target {root_real}")
+            writes_to = self.scratch
+        else:
+            writes_to = self.root
+        st = os.statvfs(writes_to)
+        if st.f_flag & os.ST_RDONLY or not os.access(writes_to, os.W_OK):
+            raise StorekitError(
+                f"target {self.root} is not writable ({writes_to})", hint="benchmark a writable mount"
+            )
+        free = st.f_bavail * st.f_frsize
+        if st.f_blocks and free < space_needed:  # f_blocks 0: the filesystem does not say (ramfs)
+            have, need = format_bytes(free), format_bytes(space_needed)
+            raise NoSpaceError(
+                f"target {self.root} has {have} free; this run needs {need}",
+                hint="lower --size/--files/--ranks or free space; nothing was written",
+            )
+
+    def create(self) -> None:
+        try:
+            if not os.path.isdir(self.scratch):
+                os.mkdir(self.scratch)
+                self.created_scratch = True
+            os.mkdir(self.run_root, 0o755)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise StorekitError(f"target {self.root} is not writable ({exc.strerror})") from None
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"target {self.root}: no space left") from None
+            raise StorekitError(f"cannot create {self.run_root}: {exc.strerror}") from None
+
+    def makedirs(self, rels: Iterable[str]) -> None:
+        for rel in sorted(set(rels), key=lambda r: r.count("/")):
+            path = self.full(rel)
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                self.created_dirs.append(rel)
+
+    def remove(self, rels: Iterable[str]) -> int:
+        removed = 0
+        for rel in rels:
+            try:
+                os.unlink(self.full(rel))
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def remove_dirs(self, rels: Iterable[str]) -> list[str]:
+        """Remove directories this run created (deepest first); returns those not empty."""
+        leftovers = []
+        wanted = set(rels)
+        for rel in sorted(wanted, key=lambda r: -r.count("/")):
+            if rel not in self.created_dirs:
+                continue
+            try:
+                os.rmdir(self.full(rel))
+                self.created_dirs.remove(rel)
+            except FileNotFoundError:
+                self.created_dirs.remove(rel)
+            except OSError:
+                leftovers.append(self.full(rel))
+        return leftovers
+
+    def cleanup(self, created_paths: Iterable[str]) -> dict[str, Any]:
+        removed = self.remove([*created_paths, *self.extra_files])
+        leftovers = self.remove_dirs(list(self.created_dirs))
+        for path, ours in ((self.run_root, True), (self.scratch, self.created_scratch)):
+            if not ours:
+                continue
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                leftovers.append(path)
+                break
+        return {"removed_files": removed, "leftovers": leftovers}
+
+
+class S3Scratch:
+    def __init__(self, target: TargetSpec, run_id: str) -> None:
+        from storekit.bench.engine_s3 import make_client
+
+        self.target = target
+        self.bucket = target.bucket
+        prefix = target.prefix.strip("/")
+        self.run_root = "/".join(p for p in (prefix, SCRATCH, RUN_PREFIX + run_id) if p)
+        self.client = make_client(target)
+        self.extra_files: list[str] = []
+
+    def full(self, rel: str) -> str:
+        return f"{self.run_root}/{rel}"
+
+    def check(self, space_needed: int) -> None:
+        """The bucket must exist and be reachable (S3 reports no free space)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            raise s3_error(exc, self.target) from None
+
+    def create(self) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self.full(PROBE), Body=b"")
+            self.extra_files.append(PROBE)
+        except Exception as exc:
+            raise s3_error(exc, self.target) from None
+
+    def makedirs(self, rels: Iterable[str]) -> None:
+        return None  # prefixes need no creation
+
+    def remove(self, rels: Iterable[str]) -> int:
+        keys = [self.full(r) for r in rels]
+        for i in range(0, len(keys), 1000):
+            chunk = [{"Key": k} for k in keys[i : i + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
+        return len(keys)
+
+    def remove_dirs(self, rels: Iterable[str]) -> list[str]:
+        return []
+
+    def cleanup(self, created_paths: Iterable[str]) -> dict[str, Any]:
+        removed = self.remove([*created_paths, *self.extra_files])
+        uploads = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.run_root + "/")
+        for upload in uploads.get("Uploads", []):
+            self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
+        left = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.run_root + "/", MaxKeys=10)
+        leftovers = [f"s3://{self.bucket}/{o['Key']}" for o in left.get("Contents", [])]
+        return {"removed_files": removed, "leftovers": leftovers}
+
+
+def s3_error(exc: BaseException, target: TargetSpec) -> StorekitError:
+    where = f"{target.display} at {target.endpoint_url or 'the default endpoint'}"
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = str(response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket"):
+            return NotFoundError(f"bucket {target.bucket!r} does not exist ({where})", hint="create it first")
+        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            return StorekitError(
+                f"access denied to {where} ({code})", hint="check the credentials in env/AWS config"
+            )
+        return StorekitError(f"{where}: {code or exc}")
+    name = type(exc).__name__
+    if "Connect" in name or "Endpoint" in name or "Timeout" in name:
+        return UnreachableError(
+            f"cannot reach {where}", hint="check --endpoint-url and that the gateway is up"
+        )
+    if name == "NoCredentialsError":
+        return StorekitError(
+            f"no S3 credentials for {where}", hint="set AWS_ACCESS_KEY_ID/SECRET or a tier's key/secret"
+        )
+    return StorekitError(f"{where}: {name}: {exc}")
+
+
+def open_scratch(target: TargetSpec, run_id: str) -> PosixScratch | S3Scratch:
+    return PosixScratch(target, run_id) if target.kind == "posix" else S3Scratch(target, run_id)

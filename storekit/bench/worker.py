@@ -1,0 +1,149 @@
+"""A worker: a pure function of (task, start barrier) returning a plain, mergeable result.
+
+It prepares (opens files, fills aligned buffers, connects), waits on the barrier so every worker starts
+together, runs its timed loop and returns `WorkerResult.to_dict()`. Nothing else is shared, so a
+launcher can run workers on other nodes with any barrier that has `wait()` and merge the results.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import threading
+import time
+from typing import Any, Protocol
+
+import numpy as np
+
+from storekit.bench.plan import WorkerTask
+from storekit.bench.results import WorkerResult
+from storekit.bench.stats import LatencyHistogram, ProgressTrace
+
+BARRIER_TIMEOUT_S = 600.0
+
+
+class StartBarrier(Protocol):
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class Recorder:
+    """Per-worker (or per-thread) latency histogram, progress trace and totals."""
+
+    def __init__(self) -> None:
+        self.wall_offset = time.time_ns() - time.perf_counter_ns()
+        self.latency = LatencyHistogram()
+        self.trace = ProgressTrace()
+        self.bytes = 0
+        self.ops = 0
+
+    @staticmethod
+    def now() -> int:
+        return time.perf_counter_ns()
+
+    def op(self, t0: int, t1: int, nbytes: int) -> None:
+        self.latency.record(t1 - t0)
+        self.trace.add(t1 + self.wall_offset, nbytes)
+        self.bytes += nbytes
+        self.ops += 1
+
+    def batch(self, t1: int, latencies: np.ndarray, nbytes: int) -> None:
+        self.latency.record_many(latencies)
+        self.trace.add(t1 + self.wall_offset, nbytes, len(latencies))
+        self.bytes += nbytes
+        self.ops += len(latencies)
+
+    def bulk(self, starts: list[int], ends: list[int], nbytes: int | list[int]) -> None:
+        """Record many operations at once (monotonic start/end ns): tight loops only append times."""
+        if not ends:
+            return
+        t0 = np.asarray(starts, dtype=np.int64)
+        t1 = np.asarray(ends, dtype=np.int64)
+        sizes = np.full(len(t1), nbytes, dtype=np.int64) if isinstance(nbytes, int) else np.asarray(nbytes)
+        self.latency.record_many(t1 - t0)
+        self.trace.add_many(t1 + self.wall_offset, sizes)
+        self.bytes += int(sizes.sum())
+        self.ops += len(t1)
+
+    def absorb(self, other: Recorder) -> None:
+        self.latency.merge(other.latency)
+        self.trace.merge(other.trace)
+        self.bytes += other.bytes
+        self.ops += other.ops
+
+
+class Job(Protocol):
+    """A prepared piece of work: `run` is the timed part."""
+
+    engine: str
+    direct: bool | None
+    notes: list[str]
+
+    def run(self, rec: Recorder) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def prepare_job(task: WorkerTask) -> Job:
+    if task.target.kind == "s3":
+        from storekit.bench import engine_s3
+
+        return engine_s3.prepare(task)
+    from storekit.bench import engine_posix
+
+    return engine_posix.prepare(task)
+
+
+def run_worker(task: WorkerTask, barrier: StartBarrier) -> dict[str, Any]:
+    """Prepare, start with everyone else, run, and report. Raises on I/O errors."""
+    job = prepare_job(task)
+    try:
+        rec = Recorder()
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        start = rec.now()
+        job.run(rec)
+        end = rec.now()
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        job.close()
+    result = WorkerResult(
+        worker=task.worker,
+        op=task.op,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        start_ns=start + rec.wall_offset,
+        end_ns=end + rec.wall_offset,
+        bytes=rec.bytes,
+        ops=rec.ops,
+        latency=rec.latency,
+        trace=rec.trace,
+        cpu_user_s=cpu1.ru_utime - cpu0.ru_utime,
+        cpu_sys_s=cpu1.ru_stime - cpu0.ru_stime,
+        direct=job.direct,
+        engine=job.engine,
+        notes=job.notes,
+    )
+    return result.to_dict()
+
+
+def run_threads(count: int, body: Any, rec: Recorder) -> None:
+    """Run `body(i, recorder)` in `count` threads (I/O releases the GIL) and merge their recorders."""
+    recorders = [Recorder() for _ in range(count)]
+    errors: list[BaseException] = []
+
+    def wrapped(i: int) -> None:
+        try:
+            body(i, recorders[i])
+        except BaseException as exc:  # re-raised in the worker below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrapped, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    for r in recorders:
+        rec.absorb(r)

@@ -1,0 +1,168 @@
+"""The POSIX engines against real files: io_uring reads the right bytes, writes are stamped and exact."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storekit.bench import uring
+from storekit.bench.engine_posix import O_DIRECT, RandRead, SeqRead, SeqWrite, aligned_buffer
+from storekit.bench.plan import PhasePlan, WorkerTask
+from storekit.bench.runner import PhaseRunner, WorkerFailed
+from storekit.bench.spec import TargetSpec
+from storekit.bench.worker import Recorder, run_worker
+
+KiB = 1024
+
+
+def task(root: Path, op: str, **kw: object) -> WorkerTask:
+    target = TargetSpec(kind="posix", root=str(root))
+    return WorkerTask(worker=0, op=op, target=target, run_root=str(root), **kw)  # type: ignore[arg-type]
+
+
+def test_io_uring_reads_exactly_the_requested_blocks(tmp_path: Path) -> None:
+    ok, why = uring.available()
+    if not ok:
+        pytest.skip(f"io_uring unavailable here: {why}")
+    data = np.random.default_rng(0).integers(0, 256, 1024 * KiB, dtype=np.uint8).tobytes()
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    ring = uring.Ring(8)
+    buf = aligned_buffer(8 * 4 * KiB, 1)
+    try:
+        offsets = np.array([0, 7, 100, 255, 3, 64, 128, 200], dtype=np.uint64) * 4096
+        addrs = uring.buffer_address(buf) + np.arange(8, dtype=np.uint64) * 4096
+        ring.prepare(uring.read_entries(np.full(8, fd), offsets, addrs, np.full(8, 4096)))
+        ring.enter(8)
+        seen: dict[int, int] = {}
+        while len(seen) < 8:
+            slots, res = ring.reap()
+            seen.update(zip(slots.tolist(), res.tolist(), strict=True))
+            if len(seen) < 8:
+                ring.enter(1)
+        assert all(r == 4096 for r in seen.values())
+        for slot, off in enumerate(offsets.tolist()):
+            assert buf[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
+    finally:
+        ring.close()
+        buf.close()
+        os.close(fd)
+
+
+def test_seq_write_writes_exact_sizes_with_unique_block_stamps_then_reads_them(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    files = ("d/a.bin", "d/b.bin")
+    w = task(
+        tmp_path,
+        "write",
+        files=files,
+        file_size=256 * KiB,
+        block_size=64 * KiB,
+        direct=True,
+        fsync=True,
+        seed=3,
+    )
+    job = SeqWrite(w)
+    rec = Recorder()
+    job.run(rec)
+    job.close()
+    assert rec.bytes == 2 * 256 * KiB and rec.ops == 8
+    assert job.direct is bool(O_DIRECT)
+    for index, name in enumerate(files):
+        data = (tmp_path / name).read_bytes()
+        assert len(data) == 256 * KiB
+        stamps = [struct.unpack_from("<QQ", data, off) for off in range(0, len(data), 64 * KiB)]
+        assert stamps == [(3 * 65_536 + index, off) for off in range(0, 256 * KiB, 64 * KiB)]
+    r = SeqRead(task(tmp_path, "read", files=files, file_size=256 * KiB, block_size=64 * KiB, direct=True))
+    rec = Recorder()
+    r.run(rec)
+    r.close()
+    assert rec.bytes == 2 * 256 * KiB and rec.latency.count == 8
+
+
+def test_seq_write_never_overwrites_an_existing_file(tmp_path: Path) -> None:
+    (tmp_path / "taken.bin").write_bytes(b"not yours")
+    job = SeqWrite(task(tmp_path, "write", files=("taken.bin",), file_size=4096, block_size=4096, seed=0))
+    with pytest.raises(OSError, match=r"taken\.bin"):
+        job.run(Recorder())
+    job.close()
+    assert (tmp_path / "taken.bin").read_bytes() == b"not yours"
+
+
+@pytest.mark.parametrize("qd", [1, 8])
+def test_random_window_reads_count_whole_aligned_windows(tmp_path: Path, qd: int) -> None:
+    (tmp_path / "s.bin").write_bytes(os.urandom(2048 * KiB))
+    t = task(
+        tmp_path,
+        "randread",
+        files=("s.bin",),
+        file_size=2048 * KiB,
+        window=6000,
+        queue_depth=qd,
+        duration=0.2,
+        direct=True,
+        seed=1,
+    )
+    job = RandRead(t)
+    rec = Recorder()
+    job.run(rec)
+    job.close()
+    assert job.engine == ("psync" if qd == 1 else ("io_uring" if uring.available()[0] else "threads"))
+    assert rec.ops > 10
+    if job.direct:  # a 6000-byte window is read as the 4 KiB-aligned range covering it: 8 or 12 KiB
+        assert rec.bytes % 4096 == 0 and 8192 * rec.ops <= rec.bytes <= 12288 * rec.ops
+    else:
+        assert rec.bytes == 6000 * rec.ops
+    assert rec.latency.count == rec.ops
+
+
+def test_a_worker_waits_on_the_barrier_and_returns_plain_data(tmp_path: Path) -> None:
+    (tmp_path / "s.bin").write_bytes(os.urandom(64 * KiB))
+    barrier = threading.Barrier(1)
+    out = run_worker(
+        task(tmp_path, "read", files=("s.bin",), file_size=64 * KiB, block_size=16 * KiB), barrier
+    )
+    assert out["bytes"] == 64 * KiB and out["ops"] == 4 and out["op"] == "read"
+    assert out["end_ns"] > out["start_ns"] and out["cpu_user_s"] >= 0
+
+
+def test_a_failing_worker_fails_the_phase_with_the_file_named(tmp_path: Path) -> None:
+    (tmp_path / "ok.bin").write_bytes(os.urandom(64 * KiB))
+    tasks = tuple(
+        WorkerTask(
+            worker=i,
+            op="read",
+            target=TargetSpec(kind="posix", root=str(tmp_path)),
+            run_root=str(tmp_path),
+            files=(name,),
+            file_size=64 * KiB,
+            block_size=16 * KiB,
+        )
+        for i, name in enumerate(["ok.bin", "missing.bin"])
+    )
+    with pytest.raises(WorkerFailed, match=r"missing\.bin"):
+        PhaseRunner().run(PhasePlan(name="read", op="read", tasks=tasks), 0)
+
+
+def test_without_io_uring_a_queue_depth_runs_on_threads_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(entries: int) -> None:
+        raise OSError(1, "io_uring_setup: Operation not permitted")
+
+    monkeypatch.setattr(uring, "Ring", refuse)  # as under a seccomp profile that blocks io_uring
+    (tmp_path / "s.bin").write_bytes(os.urandom(1024 * KiB))
+    t = task(tmp_path, "randread", files=("s.bin",), file_size=1024 * KiB, window=4096, queue_depth=4,
+             duration=0.2, direct=True, seed=2)  # fmt: skip
+    job = RandRead(t)
+    rec = Recorder()
+    job.run(rec)
+    job.close()
+    assert job.engine == "threads" and "io_uring unavailable" in job.notes[0]
+    assert rec.ops > 10 and rec.bytes == 4096 * rec.ops and rec.latency.count == rec.ops

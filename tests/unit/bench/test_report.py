@@ -1,0 +1,96 @@
+"""Report outputs: the schema validator, Prometheus text, atomic writes, the verdict."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storekit.bench import schema
+from storekit.bench.report import prometheus_text, write_atomic
+from storekit.bench.spec import TargetSpec, build_spec
+from storekit.bench.verdict import judge, verdict_lines
+
+
+def summary(bandwidth: float | None, ops: float = 10.0) -> dict[str, Any]:
+    ms = {"median": bandwidth, "min": bandwidth, "max": bandwidth, "spread": 0.0}
+    lat = {k: 1.0 for k in ("mean_ms", "min_ms", "p50_ms", "p90_ms", "p99_ms", "p99_9_ms", "max_ms")}
+    return {
+        "bandwidth_bytes_per_s": ms,
+        "ops_per_s": {"median": ops, "min": ops, "max": ops, "spread": 0.0},
+        "stonewall_bandwidth_bytes_per_s": ms,
+        "latency": {"count": 5, **lat},
+        "cpu_cores_used": {"median": 0.5, "min": 0.5, "max": 0.5, "spread": 0.0},
+    }
+
+
+def point(pattern: str, label: str, phase: str, bandwidth: float, **params: Any) -> dict[str, Any]:
+    return {
+        "pattern": pattern,
+        "label": label,
+        "params": params,
+        "phases": [{"phase": phase, "op": phase, "summary": summary(bandwidth)}],
+    }
+
+
+def test_verdict_scales_the_checkpoint_and_counts_gpus_fed() -> None:
+    spec = build_spec(TargetSpec(kind="posix", root="/x"), model="7b", ranks=8, gpu_tokens_per_s=10_000,
+                      gpus=100, target_checkpoint_s=60)  # fmt: skip
+    points = [
+        point("checkpoint", "ranks=8 bs=1M", "write", 2e9, ranks=8),
+        point("checkpoint", "ranks=8 bs=4M", "write", 4e9, ranks=8),  # the best block size counts
+        point("checkpoint", "ranks=8 bs=4M", "read", 8e9, ranks=8),
+        point("tokens", "w=4 qd=32", "randread", 1e9, workers=4),
+        point("shards", "w=4", "read", 3e9, workers=4),
+    ]
+    v = judge(spec, points)
+    ckpt_bytes = int(6.74e9 * 14)
+    assert v["checkpoint"]["save_s"] == pytest.approx(ckpt_bytes / 4e9)
+    assert v["checkpoint"]["load_s"] == pytest.approx(ckpt_bytes / 8e9)
+    assert v["checkpoint"]["measured_at"] == "ranks=8 bs=4M"
+    assert v["checkpoint"]["pass"] is True  # 23.6 s <= 60 s
+    loader = v["data"][0]
+    assert loader["pattern"] == "tokens" and loader["gpus_fed"] == pytest.approx(1e9 / (10_000 * 2))
+    assert v["pass"] is True
+    strict = judge(
+        build_spec(TargetSpec(kind="posix", root="/x"), gpus=100_000, gpu_tokens_per_s=10_000), points
+    )
+    assert strict["pass"] is False  # 50,000 GPUs fed, 100,000 asked for
+    assert any("FAIL" in line for line in verdict_lines(strict))
+
+
+def test_prometheus_text_escapes_labels_and_declares_every_metric() -> None:
+    doc = {
+        "environment": {"target": 'weird "path"\\x'},
+        "config_hash": "abc",
+        "results": [point("shards", "w=1", "read", 1e9, workers=1)],
+        "verdict": {"checkpoint": None, "data": [], "pass": None, "model": {"name": "7b"}},
+        "duration_s": 3.0,
+    }
+    text = prometheus_text(doc)
+    assert 'target="weird \\"path\\"\\\\x"' in text
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("#"):
+            name = line.split("{")[0]
+            assert f"# TYPE {name} gauge" in lines[:i]
+    assert "storekit_bench_io_latency_seconds{" in text and 'quantile="0.99"' in text
+
+
+def test_write_atomic_replaces_whole_files_and_leaves_no_temp(tmp_path: Path) -> None:
+    dest = tmp_path / "bench.prom"
+    dest.write_text("old")
+    write_atomic(str(dest), b"new")
+    assert dest.read_text() == "new"
+    assert os.listdir(tmp_path) == ["bench.prom"]
+
+
+def test_schema_validator_finds_missing_and_mistyped_fields() -> None:
+    problems = schema.validate({"schema": "storekit.bench.io", "bench_schema_version": "1"})
+    assert "bench_schema_version: expected int, got str" in problems
+    assert "run_id: missing" in problems
+    text = "\n".join(schema.describe())
+    for name in schema.DOCUMENT:
+        assert f"{name} (" in text
