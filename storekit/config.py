@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from storekit.errors import ConfigError, NotFoundError
+from storekit.tomlkeys import get_str, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
@@ -118,15 +119,15 @@ def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
         raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, None, f"invalid TOML: {exc}") from None
-    _reject_unknown(raw, {"tiers", "default_tier", "layout"}, source, "")
-    layout = _get_str(raw, "layout", source, "layout", default=DEFAULT_LAYOUT)
+    reject_unknown(raw, {"tiers", "default_tier", "layout"}, source, "")
+    layout = get_str(raw, "layout", source, "layout", default=DEFAULT_LAYOUT)
     tiers_raw = raw.get("tiers")
     if not isinstance(tiers_raw, dict) or not tiers_raw:
         raise ConfigError(source, "tiers", "expected a table of at least one tier, e.g. [tiers.nvme]")
     tiers: dict[str, TierConfig] = {}
     for name, body in tiers_raw.items():
         tiers[name] = _parse_tier(name, body, source, base_dir, layout)
-    default = _get_str(raw, "default_tier", source, "default_tier", default=next(iter(tiers)))
+    default = get_str(raw, "default_tier", source, "default_tier", default=next(iter(tiers)))
     if default not in tiers:
         known = ", ".join(tiers)
         raise ConfigError(source, "default_tier", f"names unknown tier {default!r}; known: {known}")
@@ -139,15 +140,15 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         raise ConfigError(source, key, "tier names start with a letter and use letters, digits, '-', '_'")
     if not isinstance(body, dict):
         raise ConfigError(source, key, "expected a table with at least `url`")
-    _reject_unknown(body, {"url", "role", "options", "layout"}, source, key)
-    url = _get_str(body, "url", source, f"{key}.url")
-    role = _get_str(body, "role", source, f"{key}.role", default="plain")
+    reject_unknown(body, {"url", "role", "options", "layout"}, source, key)
+    url = get_str(body, "url", source, f"{key}.url")
+    role = get_str(body, "role", source, f"{key}.role", default="plain")
     if role not in ROLES:
         raise ConfigError(source, f"{key}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
     options = body.get("options", {})
     if not isinstance(options, dict):
         raise ConfigError(source, f"{key}.options", "expected a table of fsspec storage options")
-    tier_layout = _get_str(body, "layout", source, f"{key}.layout", default=layout)
+    tier_layout = get_str(body, "layout", source, f"{key}.layout", default=layout)
     normalised = normalise_url(url, source, f"{key}.url", base_dir)
     if urlsplit(normalised).scheme == "s3":
         _check_s3_options(options, source, f"{key}.options")
@@ -223,21 +224,3 @@ def _check_s3_options(options: Mapping[str, Any], source: str, key: str) -> None
                 f"credentials in the URL ({mask_url(endpoint)}) are not used by S3",
                 hint="put them in key/secret, or use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile",
             )
-
-
-def _get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:
-    if name not in raw:
-        if default is None:
-            raise ConfigError(source, key, "is required (a string)")
-        return default
-    value = raw[name]
-    if not isinstance(value, str):
-        raise ConfigError(source, key, f"expected a string, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _reject_unknown(raw: Mapping[str, Any], allowed: set[str], source: str, prefix: str) -> None:
-    for name in raw:
-        if name not in allowed:
-            key = f"{prefix}.{name}" if prefix else name
-            raise ConfigError(source, key, f"unknown key; expected one of {', '.join(sorted(allowed))}")

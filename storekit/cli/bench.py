@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from storekit.bench import schema
-from storekit.bench.patterns import build_plan
-from storekit.bench.plan import BenchPlan
-from storekit.bench.report import (
-    build_document,
-    render_human,
-    require_matplotlib,
-    write_plot,
-    write_prometheus,
-)
-from storekit.bench.scratch import open_scratch
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
-from storekit.bench.suite import Suite, now_run_id
-from storekit.bench.verdict import judge
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
 from storekit.errors import UsageError
 from storekit.units import format_bytes
+
+if TYPE_CHECKING:
+    from storekit.bench.plan import BenchPlan
 
 bench_app = typer.Typer(
     name="bench",
@@ -294,6 +284,20 @@ def io(
     tier: TierOpt = None,
     dry_run: DryRunOpt = False,
 ) -> None:
+    # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
+    from storekit.bench import schema
+    from storekit.bench.patterns import build_plan
+    from storekit.bench.report import (
+        build_document,
+        render_human,
+        require_matplotlib,
+        write_plot,
+        write_prometheus,
+    )
+    from storekit.bench.scratch import open_scratch
+    from storekit.bench.suite import Suite, now_run_id
+    from storekit.bench.verdict import judge
+
     out = make_output(json_out, quiet)
     if print_schema:
         typer.echo("\n".join(schema.describe()))

@@ -14,6 +14,7 @@ from typing import Any
 
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
+from storekit.tomlkeys import get_str, get_table, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -79,10 +80,10 @@ def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
         raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, None, f"invalid TOML: {exc}") from None
-    _only(raw, {"layout", "areas"}, source, "")
-    head = _table(raw, "layout", source, "layout")
-    _only(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")
-    areas_raw = _table(raw, "areas", source, "areas")
+    reject_unknown(raw, {"layout", "areas"}, source, "")
+    head = get_table(raw, "layout", source, "layout")
+    reject_unknown(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")
+    areas_raw = get_table(raw, "areas", source, "areas")
     if not areas_raw:
         raise ConfigError(source, "areas", "expected at least one area, e.g. [areas.datasets]")
     areas = tuple(_parse_area(name, body, source) for name, body in areas_raw.items())
@@ -90,9 +91,9 @@ def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         raise ConfigError(source, "layout.temp_patterns", "expected a list of glob patterns")
     return LayoutSpec(
-        name=_str(head, "name", source, "layout.name"),
+        name=get_str(head, "name", source, "layout.name"),
         source=source,
-        description=_str(head, "description", source, "layout.description", default=""),
+        description=get_str(head, "description", source, "layout.description", default=""),
         root_mode=_mode(head.get("root_mode", "0755"), source, "layout.root_mode"),
         temp_patterns=tuple(patterns),
         areas=areas,
@@ -118,7 +119,7 @@ def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
         "quota_files",
         "striping",
     }
-    _only(body, allowed, source, key)
+    reject_unknown(body, allowed, source, key)
     levels = tuple(
         _parse_level(i, lv, source, f"{key}.levels[{i}]") for i, lv in enumerate(body.get("levels", []))
     )
@@ -138,7 +139,7 @@ def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
         raise ConfigError(source, f"{key}.read_only", "expected true or false")
     return AreaSpec(
         name=name,
-        description=_str(body, "description", source, f"{key}.description", default=""),
+        description=get_str(body, "description", source, f"{key}.description", default=""),
         mode=_mode(body.get("mode", "0755"), source, f"{key}.mode"),
         read_only=read_only,
         create=tuple(create),
@@ -153,8 +154,8 @@ def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
 def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:
     if not isinstance(raw, dict):
         raise ConfigError(source, key, "expected an inline table { name = ..., pattern = ... }")
-    _only(raw, {"name", "pattern", "committed_by"}, source, key)
-    pattern_text = _str(raw, "pattern", source, f"{key}.pattern")
+    reject_unknown(raw, {"name", "pattern", "committed_by"}, source, key)
+    pattern_text = get_str(raw, "pattern", source, f"{key}.pattern")
     try:
         pattern = re.compile(pattern_text)
     except re.error as exc:
@@ -163,7 +164,7 @@ def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:
     if committed_by is not None:
         committed_by = _component(committed_by, source, f"{key}.committed_by")
     return LevelSpec(
-        name=_str(raw, "name", source, f"{key}.name"), pattern=pattern, committed_by=committed_by
+        name=get_str(raw, "name", source, f"{key}.name"), pattern=pattern, committed_by=committed_by
     )
 
 
@@ -172,7 +173,7 @@ def _parse_striping(raw: Any, source: str, key: str) -> StripingSpec | None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(source, key, 'expected { count = N, size = "4MiB" }')
-    _only(raw, {"count", "size"}, source, key)
+    reject_unknown(raw, {"count", "size"}, source, key)
     count = raw.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count == 0 or count < -1:
         raise ConfigError(source, f"{key}.count", "expected a positive integer or -1 (all OSTs)")
@@ -214,28 +215,3 @@ def _mode(value: Any, source: str, key: str) -> int:
             source, key, f'expected an octal mode string such as "0755" or "1777", got {value!r}'
         )
     return int(value, 8)
-
-
-def _str(raw: dict[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:
-    if name not in raw:
-        if default is None:
-            raise ConfigError(source, key, "is required (a string)")
-        return default
-    value = raw[name]
-    if not isinstance(value, str):
-        raise ConfigError(source, key, f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _table(raw: dict[str, Any], name: str, source: str, key: str) -> dict[str, Any]:
-    value = raw.get(name)
-    if not isinstance(value, dict):
-        raise ConfigError(source, key, "expected a table")
-    return value
-
-
-def _only(raw: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:
-    for name in raw:
-        if name not in allowed:
-            key = f"{prefix}.{name}" if prefix else name
-            raise ConfigError(source, key, f"unknown key; expected one of {', '.join(sorted(allowed))}")

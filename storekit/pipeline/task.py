@@ -43,6 +43,10 @@ ProgressFn = Callable[[int, int, int], None]  # (docs, tokens, input bytes) sinc
 DoneFn = Callable[[int, dict[str, Any]], None]  # (task index, summary) once the task is committed
 
 
+class Stopped(BaseException):
+    """A task given up between two batches because the run is stopping; its temp dir is removed."""
+
+
 @dataclass
 class TaskStats:
     docs_read: int = 0
@@ -63,9 +67,17 @@ def holdout_flag(lo: int, fraction: float) -> int:
 
 class TaskRunner:
     def __init__(
-        self, plan: PrepPlan, work: WorkDir, fs: InputFS, encoder: Encoder, *, background_commit: bool = False
+        self,
+        plan: PrepPlan,
+        work: WorkDir,
+        fs: InputFS,
+        encoder: Encoder,
+        *,
+        background_commit: bool = False,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.plan = plan
+        self.should_stop = should_stop
         self._committer = (
             ThreadPoolExecutor(1, thread_name_prefix="storekit-commit") if background_commit else None
         )
@@ -163,6 +175,8 @@ class TaskRunner:
 
             def flush() -> None:
                 nonlocal batch, batch_chars
+                if self.should_stop is not None and self.should_stop():
+                    raise Stopped
                 if batch:
                     tokens, lens = encoder.encode_batch(batch)
                     tokens_fh.write(tokens.data)

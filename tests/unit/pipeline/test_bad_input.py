@@ -262,11 +262,12 @@ def test_full_disk_mid_way_fails_cleanly(tmp_path: Path, small_fs: Any, full: st
     shutil.rmtree(fs, ignore_errors=True)
 
 
-def test_fail_from_a_worker_process_names_file_and_line(tmp_path: Path) -> None:
-    """--on-error fail with several worker processes: the worker's error reaches the user intact."""
+@pytest.mark.parametrize("workers", ["2", "4"])  # two threads; two processes of two threads
+def test_fail_from_a_worker_names_file_and_line(tmp_path: Path, workers: str) -> None:
+    """--on-error fail with several workers: the worker's error reaches the user intact."""
     good = [json.dumps(r).encode() for r in sample_records(limit_bytes=60_000, max_doc=6_000)]
     write_jsonl(tmp_path / "a.jsonl", [*good, b'{"text": 7}', *good[:3]])
-    args = [*BASE, "-i", "a.jsonl", "--on-error", "fail", "--workers", "2", "--task-size", "8KiB"]
+    args = [*BASE, "-i", "a.jsonl", "--on-error", "fail", "--workers", workers, "--task-size", "8KiB"]
     res = run_subprocess(args, tmp_path)
     assert res.code == 1, res.stderr
     assert f"error: {tmp_path / 'a.jsonl'}:{len(good) + 1}: non string: 'text' is a int" in res.stderr

@@ -92,12 +92,16 @@ def test_sigkill_then_rerun_is_byte_identical(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize(
+    ("signum", "workers"),
+    # 1: the caller's thread; 2: two threads of the caller; 4: two processes of two threads
+    [(signal.SIGTERM, "1"), (signal.SIGUSR1, "1"), (signal.SIGTERM, "2"), (signal.SIGUSR1, "4")],
+)
 def test_preemption_signal_stops_cleanly_and_resumes(
-    corpus: Path, baseline: dict[str, bytes], signum: int
+    corpus: Path, baseline: dict[str, bytes], signum: int, workers: str
 ) -> None:
     try:
-        proc = cli_subprocess([*ARGS, "--task-size", "16KiB", "--workers", "1"], corpus)
+        proc = cli_subprocess([*ARGS, "--task-size", "16KiB", "--workers", workers], corpus)
         tasks = corpus / "storage" / "scratch"
         deadline = time.monotonic() + 60
         while not list(tasks.glob("storekit-prepare-*/tasks/[0-9]*")):

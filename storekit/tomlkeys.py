@@ -1,0 +1,35 @@
+"""Typed reads of parsed TOML tables that fail as ConfigError naming the file and the key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from storekit.errors import ConfigError
+
+
+def get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:
+    """raw[name] as a string; `default` when absent (absent and no default: an error)."""
+    if name not in raw:
+        if default is None:
+            raise ConfigError(source, key, "is required (a string)")
+        return default
+    value = raw[name]
+    if not isinstance(value, str):
+        raise ConfigError(source, key, f"expected a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def get_table(raw: Mapping[str, Any], name: str, source: str, key: str) -> dict[str, Any]:
+    value = raw.get(name)
+    if not isinstance(value, dict):
+        raise ConfigError(source, key, "expected a table")
+    return value
+
+
+def reject_unknown(raw: Mapping[str, Any], allowed: set[str], source: str, prefix: str) -> None:
+    """A misspelt key is an error, not a silently ignored option."""
+    for name in raw:
+        if name not in allowed:
+            key = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(source, key, f"unknown key; expected one of {', '.join(sorted(allowed))}")
