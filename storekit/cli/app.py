@@ -21,7 +21,7 @@ app = typer.Typer(
     name="storekit",
     help=(
         "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
-        "prepare tokenized datasets, move data between tiers, and benchmark parallel I/O.\n\n"
+        "prepare tokenized datasets, and benchmark parallel I/O.\n\n"
         "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
         "one local tier at ./storage is used."
     ),

@@ -170,7 +170,13 @@ def prepare_dataset_command(
         ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", "-w", metavar="N", help="Worker processes. Default: all cores.")
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            metavar="N",
+            help="Workers (cores used). Default: all cores the process may run on.",
+        ),
     ] = None,
     on_error: Annotated[
         str | None,
