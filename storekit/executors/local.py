@@ -41,7 +41,7 @@ _STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGU
 @dataclass
 class RunReport:
     tasks_run: int = 0
-    worker_peak_rss: list[int] = field(default_factory=list)
+    worker_peak_rss: list[int] = field(default_factory=list)  # of forked worker processes only
     seconds: float = 0.0
 
 
@@ -191,8 +191,7 @@ def _run_here(
             on_done(index, summary)
         hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", report.tasks_run)
 
-    run_threads(plan, work, site, next_task, threads, progress, done)
-    report.worker_peak_rss.append(peak_rss())
+    run_threads(plan, work, site, next_task, threads, progress, done)  # this process: the caller counts it
 
 
 def _run_pool(

@@ -139,7 +139,7 @@ def prepare_dataset(
     stats = manifest.body["stats"]
     total = t2 - started
     outcome.status, outcome.manifest = "prepared", manifest
-    rss = [peak_rss(), *report.worker_peak_rss] if workers > 1 else [peak_rss()]
+    rss = [peak_rss(), *report.worker_peak_rss]
     outcome.timings = {
         "seconds": round(total, 3),
         "tokenize_seconds": round(t1 - t0, 3),
