@@ -25,6 +25,7 @@ from typing import IO, Any, cast
 import fsspec
 
 from storekit.config import TierConfig, mask_url
+from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import (
     InputError,
     NoSpaceError,
@@ -35,7 +36,6 @@ from storekit.errors import (
 )
 from storekit.paths import clean_rel
 
-TMP_MARK = ".storekit-tmp-"  # every temporary name we create contains this
 XATTR_PREFIX = "user.storekit."
 # metadata keys every backend keeps as given: S3 lower-cases keys and RGW turns '_' into '-'
 _META_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
@@ -326,7 +326,7 @@ class PosixStore(Store):
                 for key, value in meta.items():
                     _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8"))
                 os.replace(tmp, final)
-                _fsync_dir(os.path.dirname(final))
+                fsync_dir(os.path.dirname(final))
         except BaseException:
             fh.close()
             with contextlib.suppress(FileNotFoundError):
@@ -366,7 +366,7 @@ class PosixStore(Store):
         with self._errors(dst):
             os.makedirs(os.path.dirname(d), exist_ok=True)
             os.rename(s, d)
-            _fsync_dir(os.path.dirname(d))
+            fsync_dir(os.path.dirname(d))
 
 
 def _missing_dirs(root: str, final: str) -> list[str]:
@@ -385,14 +385,6 @@ def _set_xattr(path: str, name: str, value: bytes) -> None:
     except OSError as exc:
         if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
             raise
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # Ceph RGW (Pacific) rejects the aws-chunked CRC trailers newer botocore sends by default, and

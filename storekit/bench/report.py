@@ -6,7 +6,6 @@ The JSON layout is described field by field in `storekit/bench/schema.py` (BENCH
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +14,7 @@ from rich.table import Table
 from storekit.bench.plan import BenchPlan
 from storekit.bench.schema import BENCH_SCHEMA, BENCH_SCHEMA_VERSION
 from storekit.bench.verdict import verdict_lines
+from storekit.durable import write_file_atomic
 from storekit.errors import StorekitError, UsageError
 
 
@@ -224,18 +224,7 @@ def write_atomic(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UsageError(f"{path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.storekit-tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file_atomic(path, data, mode=0o644)  # readable by the collector whatever the umask
 
 
 def write_prometheus(path: str, doc: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
+from storekit.durable import write_file_atomic
 from storekit.errors import StorekitError
 from storekit.layout.spec import LayoutSpec
 from storekit.store import Store
@@ -133,15 +134,7 @@ def prometheus_text(statuses: list[TierStatus], *, now: float | None = None) -> 
 
 def write_textfile(path: str, text: str) -> None:
     """Atomic (temp + rename in the same directory), as the textfile collector requires."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_file_atomic(path, text.encode("utf-8"))
     except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise StorekitError(f"cannot write {path}: {exc.strerror or exc}") from None

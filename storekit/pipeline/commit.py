@@ -12,12 +12,12 @@ import contextlib
 import json
 import uuid
 
+from storekit.durable import TMP_MARK, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
 from storekit.pipeline.location import DatasetLocation
-from storekit.pipeline.workdir import WorkDir, write_atomic
-from storekit.store import TMP_MARK
+from storekit.pipeline.workdir import WorkDir
 
 _STAGING_RECORD = "finalize.json"
 
@@ -86,7 +86,8 @@ class Staging:
         )
 
     def begin(self) -> None:
-        write_atomic(self.work.path / _STAGING_RECORD, json.dumps({"output": self.location.display}).encode())
+        record = json.dumps({"output": self.location.display}).encode()
+        write_file_atomic(self.work.path / _STAGING_RECORD, record)
         if self.posix:
             self._remove_stale_siblings()
             self.store.makedirs(self.rel)

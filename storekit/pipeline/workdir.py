@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from storekit.durable import TMP_MARK, fsync_dir, fsync_file, write_file_atomic
 from storekit.errors import NoSpaceError, StorekitError, UsageError
 from storekit.pipeline.plan import PrepPlan
-from storekit.store import TMP_MARK
 
 DONE = "done.json"
 
@@ -70,7 +70,7 @@ class WorkDir:
                     shutil.rmtree(self.tasks)
                     self.tasks.mkdir()
             self.remove_temps()
-            write_atomic(self.plan_file, plan.to_json())
+            write_file_atomic(self.plan_file, plan.to_json())
         return resumed
 
     def remove_temps(self) -> None:
@@ -91,14 +91,14 @@ class WorkDir:
         final = self.task_dir(index)
         with io_errors(final):
             for part in tmp.iterdir():
-                _fsync_file(part)
+                fsync_file(part)
             try:
                 os.rename(tmp, final)
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
                 shutil.rmtree(tmp)  # someone else finished the same task: theirs is as good
-            _fsync_dir(self.tasks)
+            fsync_dir(self.tasks)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -127,36 +127,6 @@ def remove_path(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}{TMP_MARK}{uuid.uuid4().hex[:12]}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager
