@@ -13,7 +13,7 @@ from typer.main import get_command
 from storekit import __version__
 from storekit.cli import bench, config, dataset, layout, prepare
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
-from storekit.errors import EXIT_CODE_TABLE, ExitCode, StorekitError
+from storekit.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, StorekitError
 
 EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
 
@@ -94,4 +94,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(ExitCode.INTERRUPTED) from None
     except BrokenPipeError:
         raise SystemExit(ExitCode.OK) from None
+    if rv == ExitCode.INTERRUPTED:
+        # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGUSR1 above) that escapes a command
+        # into a silent exit 130; say what happened, as for any other error
+        _fail(Interrupted("interrupted", hint="rerun the same command to resume"), json_mode)
     raise SystemExit(rv if isinstance(rv, int) else 0)

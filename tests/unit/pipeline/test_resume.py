@@ -12,6 +12,7 @@ import pytest
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     cli_subprocess,
+    run_cli,
     run_subprocess,
     sample_records,
     tree_bytes,
@@ -132,6 +133,35 @@ def test_rerun_of_finished_dataset_is_a_noop_unless_forced(corpus: Path, baselin
         assert (corpus / FINAL / "manifest.json").read_bytes() == manifest  # not rewritten
         forced = run_subprocess([*ARGS, "--task-size", "16KiB", "--force"], corpus)
         assert forced.code == 0 and forced.json()["status"] == "prepared"
+        assert tree_bytes(corpus / FINAL) == baseline
+    finally:
+        _remove(corpus / "storage")
+
+
+def test_a_stop_signal_while_finalizing_is_reported_and_resumable(
+    corpus: Path,
+    baseline: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A signal after the last task (the shards being written) is an interruption like any other:
+    exit 130 with the message and the JSON error, no dataset, and the rerun finishes it."""
+    import storekit.pipeline.prepare as prepare_module
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # what the SIGTERM/SIGUSR1 handlers raise
+
+    monkeypatch.chdir(corpus)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(prepare_module, "finalize", stopped)
+            res = run_cli([*ARGS, "--task-size", "16KiB"], capsys)
+        assert res.code == 130, res.stderr
+        assert "error: interrupted" in res.stderr and "rerun" in res.stderr
+        assert res.json()["error"]["exit_code"] == 130
+        assert not (corpus / FINAL).exists()
+        again = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        assert again.code == 0, again.stderr
         assert tree_bytes(corpus / FINAL) == baseline
     finally:
         _remove(corpus / "storage")
