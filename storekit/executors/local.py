@@ -44,6 +44,15 @@ class RunReport:
     worker_peak_rss: list[int] = field(default_factory=list)  # of forked worker processes only
     seconds: float = 0.0
 
+    def task_done(
+        self, index: int, summary: dict[str, Any], on_done: Callable[[int, dict[str, Any]], None] | None
+    ) -> None:
+        """A completion record exists (one call at a time: under run_threads' lock or from the pool loop)."""
+        self.tasks_run += 1
+        if on_done:
+            on_done(index, summary)
+        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", self.tasks_run)
+
 
 def default_workers() -> int:
     try:
@@ -186,10 +195,7 @@ def _run_here(
             return next(pending, None)
 
     def done(index: int, summary: dict[str, Any]) -> None:
-        report.tasks_run += 1
-        if on_done:
-            on_done(index, summary)
-        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", report.tasks_run)
+        report.task_done(index, summary, on_done)
 
     run_threads(plan, work, site, next_task, threads, progress, done)  # this process: the caller counts it
 
@@ -231,10 +237,7 @@ def _run_pool(
                 progress(msg[1], msg[2], msg[3])
             elif kind == "done":
                 remaining.discard(msg[1])
-                report.tasks_run += 1
-                if on_done:
-                    on_done(msg[1], msg[2])
-                hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", report.tasks_run)
+                report.task_done(msg[1], msg[2], on_done)
             elif kind == "rss":
                 report.worker_peak_rss.append(msg[1])
             elif kind == "error":
@@ -300,10 +303,6 @@ def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: A
     work = WorkDir(Path(work_path))
     plan = PrepPlan.from_json(work.plan_file.read_bytes())
 
-    def next_task() -> int | None:
-        index: int | None = tasks.get()
-        return index
-
     def progress(docs: int, tokens: int, nbytes: int) -> None:
         results.put(("progress", docs, tokens, nbytes))
 
@@ -311,7 +310,7 @@ def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: A
         results.put(("done", index, summary))
 
     try:
-        run_threads(plan, work, site, next_task, threads, progress, done)
+        run_threads(plan, work, site, tasks.get, threads, progress, done)
     except StorekitError as exc:
         index = getattr(exc, "task_index", -1)
         results.put(("error", index, type(exc).__name__, exc.message, exc.hint, int(exc.exit_code)))
