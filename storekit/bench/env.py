@@ -80,7 +80,25 @@ def block_device(dev: str) -> dict[str, Any] | None:
         "logical_block_size": int(read("queue/logical_block_size") or 0) or None,
         "scheduler": read("queue/scheduler"),
         "size_bytes": int(size) * 512 if size else None,
+        # a direct request larger than either limit reaches the device split (see bench/iobuf.py)
+        "max_sectors_kb": _int(read("queue/max_sectors_kb")),
+        "max_segments": _int(read("queue/max_segments")),
     }
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def transparent_hugepages(path: str = "/sys/kernel/mm/transparent_hugepage/enabled") -> str | None:
+    """The kernel's THP mode (always, madvise, never): whether I/O buffers can sit on huge pages."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else None
 
 
 def capture(target: TargetSpec, io_uring: tuple[bool, str] | None = None) -> dict[str, Any]:
@@ -100,6 +118,7 @@ def capture(target: TargetSpec, io_uring: tuple[bool, str] | None = None) -> dic
         env["filesystem"] = mount
         env["device"] = block_device(mount["dev"]) if mount else None
         env["memory_backed"] = bool(mount and mount["fs_type"] in MEMORY_BACKED)
+        env["transparent_hugepages"] = transparent_hugepages()
     else:
         env["endpoint_url"] = mask_url(target.endpoint_url) if target.endpoint_url else None
         env["bucket"] = target.bucket

@@ -116,8 +116,9 @@ DOCUMENT: dict[str, Any] = {
     "environment": (
         dict,
         "storekit_version, hostname, kernel, os, python, cpus, ram_bytes, target, filesystem "
-        "(fs_type, source, mount_options, super_options), device (name, model, rotational, scheduler), "
-        "memory_backed, io_uring; endpoint_url and bucket for S3",
+        "(fs_type, source, mount_options, super_options), device (name, model, rotational, scheduler, "
+        "max_sectors_kb, max_segments), memory_backed, transparent_hugepages, io_uring; endpoint_url and "
+        "bucket for S3",
         None,
     ),
     "honesty": (dict, "direct {requested, effective, reason}, drop_caches {requested, done, reason}", None),

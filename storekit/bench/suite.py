@@ -258,7 +258,8 @@ class Suite:
 
 def probe_direct(path: str) -> tuple[bool, str]:
     """Can we open and write with O_DIRECT here? (EINVAL means the filesystem refuses it.)"""
-    from storekit.bench.engine_posix import O_DIRECT, aligned_buffer
+    from storekit.bench.engine_posix import O_DIRECT
+    from storekit.bench.iobuf import IOBuffer
 
     if not O_DIRECT:
         return False, "O_DIRECT is not available on this platform"
@@ -268,9 +269,9 @@ def probe_direct(path: str) -> tuple[bool, str]:
         fd = os.open(path, os.O_WRONLY | O_DIRECT | os.O_CLOEXEC)
     except OSError as exc:
         return False, f"filesystem refused O_DIRECT ({exc.strerror})"
-    buf = aligned_buffer(4096, 0)
+    buf = IOBuffer(4096, 0)
     try:
-        os.pwrite(fd, buf, 0)
+        os.pwrite(fd, buf.view, 0)
     except OSError as exc:
         return False, f"filesystem refused an O_DIRECT write ({exc.strerror})"
     finally:

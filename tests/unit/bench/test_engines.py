@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storekit.bench import uring
-from storekit.bench.engine_posix import O_DIRECT, RandRead, SeqRead, SeqWrite, aligned_buffer
+from storekit.bench import engine_posix, uring
+from storekit.bench.engine_posix import O_DIRECT, RandRead, SeqRead, SeqWrite
+from storekit.bench.iobuf import IOBuffer
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.runner import PhaseRunner, WorkerFailed
 from storekit.bench.spec import TargetSpec
@@ -34,10 +35,10 @@ def test_io_uring_reads_exactly_the_requested_blocks(tmp_path: Path) -> None:
     path.write_bytes(data)
     fd = os.open(path, os.O_RDONLY)
     ring = uring.Ring(8)
-    buf = aligned_buffer(8 * 4 * KiB, 1)
+    buf = IOBuffer(8 * 4 * KiB, 1)
     try:
         offsets = np.array([0, 7, 100, 255, 3, 64, 128, 200], dtype=np.uint64) * 4096
-        addrs = uring.buffer_address(buf) + np.arange(8, dtype=np.uint64) * 4096
+        addrs = buf.address + np.arange(8, dtype=np.uint64) * 4096
         ring.prepare(uring.read_entries(np.full(8, fd), offsets, addrs, np.full(8, 4096)))
         ring.enter(8)
         seen: dict[int, int] = {}
@@ -48,7 +49,7 @@ def test_io_uring_reads_exactly_the_requested_blocks(tmp_path: Path) -> None:
                 ring.enter(1)
         assert all(r == 4096 for r in seen.values())
         for slot, off in enumerate(offsets.tolist()):
-            assert buf[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
+            assert buf.view[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
     finally:
         ring.close()
         buf.close()
@@ -166,3 +167,52 @@ def test_without_io_uring_a_queue_depth_runs_on_threads_and_says_so(
     job.close()
     assert job.engine == "threads" and "io_uring unavailable" in job.notes[0]
     assert rec.ops > 10 and rec.bytes == 4096 * rec.ops and rec.latency.count == rec.ops
+
+
+@pytest.mark.parametrize("short", [0, 1])
+def test_io_uring_requests_reach_every_file(tmp_path: Path, short: int) -> None:
+    """Each resubmission rewrites its entry's fd: a file too short for the plan must fail the run."""
+    if not uring.available()[0]:
+        pytest.skip("io_uring unavailable here")
+    names = ("a.bin", "b.bin")
+    for i, name in enumerate(names):
+        (tmp_path / name).write_bytes(os.urandom(64 * KiB if i == short else 1024 * KiB))
+    t = task(tmp_path, "randread", files=names, file_size=1024 * KiB, window=4096, queue_depth=8,
+             duration=2.0, direct=True, seed=4)  # fmt: skip
+    job = RandRead(t)
+    try:
+        with pytest.raises(OSError, match=rf"{names[short]}: read at \d+: short read \(0 bytes\)"):
+            job.run(Recorder())
+    finally:
+        job.close()
+
+
+@pytest.mark.parametrize("libc", [True, False])
+def test_meta_ops_time_every_file_and_name_the_one_that_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libc: bool
+) -> None:
+    if not libc:  # as on a libc that does not export stat(): os.stat does the work
+        monkeypatch.setattr(engine_posix, "libc_stat", lambda: None)
+    (tmp_path / "m").mkdir()
+
+    def run(op: str, count: int = 50) -> Recorder:
+        t = task(tmp_path, op, file_size=100, meta_dir="m", meta_owner=3, meta_count=count, seed=5)
+        job = engine_posix.prepare(t)
+        rec = Recorder()
+        try:
+            job.run(rec)
+        finally:
+            job.close()
+        return rec
+
+    created = run("create")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [f"w0003.{i:08d}" for i in range(50)]
+    assert all(p.stat().st_size == 100 for p in (tmp_path / "m").iterdir())
+    assert created.ops == created.latency.count == 50 and created.bytes == 5000
+    stat = run("stat")
+    assert stat.ops == stat.latency.count == 50 and stat.bytes == 0
+    (tmp_path / "m" / "w0003.00000031").unlink()
+    with pytest.raises(OSError, match=r"stat .*/m/w0003\.00000031: No such file or directory"):
+        run("stat")
+    assert run("delete", 31).ops == 31
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [f"w0003.{i:08d}" for i in range(32, 50)]
