@@ -386,12 +386,7 @@ class Meta(_Base):
     def _stat(self, names: list[bytes], started: Any, ended: Any) -> None:
         now, stat, cstat = time.perf_counter_ns, os.stat, libc_stat()
         if cstat is None:
-            for path in names:
-                t0 = now()
-                stat(path)
-                t1 = now()
-                started(t0)
-                ended(t1)
+            self._each(stat, names, started, ended)
             return
         buf = ctypes.create_string_buffer(256)  # struct stat is 144 bytes on x86-64, 128 on arm64
         for path in names:
@@ -419,10 +414,15 @@ class Meta(_Base):
             ended(t1)
 
     def _delete(self, names: list[bytes], started: Any, ended: Any) -> None:
-        now, unlink = time.perf_counter_ns, os.unlink
+        self._each(os.unlink, names, started, ended)
+
+    @staticmethod
+    def _each(call: Any, names: list[bytes], started: Any, ended: Any) -> None:
+        """One timed `call(path)` per file: the loop adds two clock readings and nothing else."""
+        now = time.perf_counter_ns
         for path in names:
             t0 = now()
-            unlink(path)
+            call(path)
             t1 = now()
             started(t0)
             ended(t1)
