@@ -12,8 +12,12 @@ per-round ratios; the ratio of the medians beside it) are printed with PASS when
     random read 4 KiB at queue depth 32             tokens        vs randread io_uring iodepth=32
     random read 4 KiB at queue depth 1 (extra)      tokens        vs randread psync
     small files: create / stat / delete             meta          vs filecreate / filestat / filedelete
+                                                                     (file_service_type=sequential)
+  fio's buffers are on huge pages (iomem=mmaphuge; 8 pages reserved while it runs, which needs root),
+  as storekit's are: see storekit/bench/iobuf.py for why that decides the sequential-write figure.
   S3 (Ceph RGW): PUT/GET of large objects and put/head/get/delete of small ones, storekit vs the same
-  requests from a bare boto3 loop (same sizes, count and concurrency, processes started on a barrier).
+  requests from a bare boto3 loop (same sizes, count, concurrency and key shapes, processes started
+  on a barrier).
 
 Run it holding the machine-wide benchmark lock (it takes the lock itself when not run under flock):
   flock /tmp/storekit-bench.lock /tmp/venv/bin/python benchmarks/bench_io_vs_fio.py
