@@ -80,6 +80,22 @@ class _Sequential(_Base):
         self.buf = self.buffer(task.block_size)
         self.view = self.buf.view[: task.block_size]
 
+    def whole_file(self, rec: Recorder, path: str, flags: int, call: Any, stamp: int | None) -> None:
+        """Open (direct where possible), stream every block, fsync writes when asked, close; an
+        error names the file."""
+        fd, direct = open_direct(path, flags, self.task.direct, self.notes)
+        self.direct = bool(self.direct and direct)
+        try:
+            self.stream(rec, fd, path, call, stamp)
+            if stamp is not None and self.task.fsync:
+                os.fsync(fd)
+        except IOFailure:
+            raise
+        except OSError as exc:
+            raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
     def stream(self, rec: Recorder, fd: int, path: str, call: Any, stamp: int | None) -> None:
         """`call(fd, [view], offset)` block by block over the whole file, each call timed alone.
 
@@ -126,18 +142,7 @@ class SeqWrite(_Sequential):
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
             except OSError as exc:
                 raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
-            fd, direct = open_direct(path, os.O_WRONLY, task.direct, self.notes)
-            self.direct = bool(self.direct and direct)
-            try:
-                self.stream(rec, fd, path, os.pwritev, task.seed * 65_536 + index)
-                if task.fsync:
-                    os.fsync(fd)
-            except OSError as exc:
-                if isinstance(exc, IOFailure):
-                    raise
-                raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
-            finally:
-                os.close(fd)
+            self.whole_file(rec, path, os.O_WRONLY, os.pwritev, task.seed * 65_536 + index)
 
 
 class SeqRead(_Sequential):
@@ -145,16 +150,7 @@ class SeqRead(_Sequential):
 
     def run(self, rec: Recorder) -> None:
         for path in self.paths:
-            fd, direct = open_direct(path, os.O_RDONLY, self.task.direct, self.notes)
-            self.direct = bool(self.direct and direct)
-            try:
-                self.stream(rec, fd, path, os.preadv, None)
-            except OSError as exc:
-                if isinstance(exc, IOFailure):
-                    raise
-                raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
-            finally:
-                os.close(fd)
+            self.whole_file(rec, path, os.O_RDONLY, os.preadv, None)
 
 
 class RandRead(_Base):
