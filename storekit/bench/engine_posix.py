@@ -26,7 +26,6 @@ from storekit.bench.worker import Job, Recorder, run_threads
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"
 SUBMIT_GROUP = 4  # io_uring submissions per system call (see RandRead._run_uring)
-U32 = 0xFFFFFFFF
 BULK_OPS = 4096  # sequential I/O: timings recorded every this many requests
 
 
@@ -249,6 +248,7 @@ class RandRead(_Base):
         cq_head_at, cq_tail_at, cq_mask = ring.cq_head_at, ring.cq_tail_at, ring.cq_mask
         cqe64_at, cqe32i_at = ring.cqe64_at, ring.cqe32i_at
         cq_q, cq_i, res_at = uring.CQE_U64, uring.CQE_U32, uring.CQE_RES
+        wrap = uring.U32
         enter, sys_enter, ring_fd = ring.enter_fast, uring.SYS_IO_URING_ENTER, ring.fd
         now, fds = time.perf_counter_ns, self.fds
         # with aligned windows every request has the same length: skip the per-slot bookkeeping
@@ -289,7 +289,7 @@ class RandRead(_Base):
                         sqe32[slot * i32 + len_at] = expected[slot] = lengths[used]
                     used += 1
                     sq32[sq_array_at + (stail & sq_mask)] = slot
-                    stail = (stail + 1) & U32
+                    stail = (stail + 1) & wrap
                 sq32[sq_tail_at] = stail  # read by the kernel inside the call below, on this thread
                 t0 = now()
                 took = enter(sys_enter, ring_fd, len(group), 0, 0, None, 0)
@@ -321,7 +321,7 @@ class RandRead(_Base):
                 latencies.append(t1 - submitted[slot])
                 nbytes += res
                 count += 1
-                chead = (chead + 1) & U32
+                chead = (chead + 1) & wrap
                 if refill:
                     todo.append(slot)
             cq32[cq_head_at] = chead
