@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -422,7 +423,7 @@ def s3_comparisons(args: argparse.Namespace) -> list[Comparison]:
             comps[key].storekit_cpu.append(cpu_pct(rep)[0])
             comps[key].storekit_user.append(cpu_pct(rep)[1])
 
-    rounds = iter(range(1_000_000))
+    rounds = itertools.count()
 
     def bare_s3() -> None:
         # keys shaped like storekit's (<prefix>/scratch/<run id>/...), a fresh run id each round as
