@@ -117,7 +117,8 @@ DOCUMENT: dict[str, Any] = {
         dict,
         "storekit_version, hostname, kernel, os, python, cpus, ram_bytes, target, filesystem "
         "(fs_type, source, mount_options, super_options), device (name, model, rotational, scheduler, "
-        "max_sectors_kb, max_segments), memory_backed, transparent_hugepages, io_uring; endpoint_url and "
+        "max_sectors_kb, max_segments), memory_backed, transparent_hugepages, io_uring; "
+        "small_file_timer {timer: c or python, reason} when meta runs on POSIX; endpoint_url and "
         "bucket for S3",
         None,
     ),

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from storekit.bench import cache, env, uring
+from storekit.bench import cache, env, native, uring
 from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan
 from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
 from storekit.bench.runner import PhaseRunner
@@ -69,6 +69,7 @@ class Suite:
         try:
             self.scratch.create()
             self._check_direct(environment)
+            self._small_file_timer(environment)
             steps = sum(len(p.phases) for p in plan.points) * spec.repeat + len(plan.setups)
             with self.out.progress("bench io", total=steps, unit="phases") as bar:
                 for pattern in spec.patterns:
@@ -192,6 +193,15 @@ class Suite:
         self.honesty["direct"] = {"requested": True, "effective": ok, "reason": why or None}
         if not ok:
             self._warn_once(f"direct: false ({why}); buffered I/O is measured")
+
+    def _small_file_timer(self, environment: dict[str, Any]) -> None:
+        """Build the C timer once here, so workers only load it; say when Python times instead."""
+        if not (self.posix and "meta" in self.spec.patterns):
+            return
+        ops, why_not = native.load()
+        environment["small_file_timer"] = {"timer": "c" if ops else "python", "reason": why_not or None}
+        if ops is None:
+            self._warn_once(native.python_timing_note(why_not))
 
     def _ram_check(self, environment: dict[str, Any]) -> None:
         direct = self.honesty.get("direct", {}).get("effective", False)

@@ -12,6 +12,7 @@ import resource
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -53,9 +54,11 @@ class Recorder:
         self.bytes += nbytes
         self.ops += len(latencies)
 
-    def bulk(self, starts: list[int], ends: list[int], nbytes: int | list[int]) -> None:
+    def bulk(
+        self, starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray, nbytes: int | list[int]
+    ) -> None:
         """Record many operations at once (monotonic start/end ns): tight loops only append times."""
-        if not ends:
+        if len(ends) == 0:
             return
         t0 = np.asarray(starts, dtype=np.int64)
         t1 = np.asarray(ends, dtype=np.int64)
