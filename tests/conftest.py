@@ -75,3 +75,15 @@ def s3_store(s3_tier: TierConfig) -> Store:
 def slurm_cluster() -> None:
     if os.environ.get("STOREKIT_TEST_SLURM") != "1":
         _need("Slurm (STOREKIT_TEST_SLURM=1)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """storekit's compiled helpers (bench io's C timer) build into a cache: the session's own, not ~."""
+    old = os.environ.get("STOREKIT_CACHE_DIR")
+    os.environ["STOREKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("storekit-cache"))
+    yield
+    if old is None:
+        os.environ.pop("STOREKIT_CACHE_DIR", None)
+    else:
+        os.environ["STOREKIT_CACHE_DIR"] = old

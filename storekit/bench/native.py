@@ -93,8 +93,12 @@ def load() -> tuple[TimedOps | None, str]:
     try:
         path = library_path()
         _private_dir(path.parent)
-        if not path.exists():
-            build(path)
+        if path.exists():
+            try:
+                return TimedOps(path, _open(path)), ""
+            except Unavailable:
+                path.unlink(missing_ok=True)  # damaged: build it again
+        build(path)
         return TimedOps(path, _open(path)), ""
     except Unavailable as exc:
         return None, str(exc)

@@ -46,7 +46,9 @@ is dropped before reads where permitted and the run's files are always
 evicted; no process reads what it wrote; --repeat gives median and
 spread; latency percentiles come from merged histograms; the
 benchmark's own CPU use is shown so a Python ceiling is not taken for a
-storage ceiling.
+storage ceiling. Small-file operations are timed in C (compiled with
+the system's cc on first use, cached in ~/.cache/storekit; set
+STOREKIT_BENCH_NATIVE=0 to time them in Python, which adds ~0.5 us).
 
 Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
 removed afterwards, also on Ctrl-C; refused before writing when free

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,8 @@ def test_every_pattern_runs_moves_the_planned_bytes_and_leaves_nothing_behind(
     env = doc["environment"]
     assert env["kernel"] == os.uname().release and env["filesystem"]["fs_type"] and env["storekit_version"]
     assert env["filesystem"]["mount_options"]
+    timer = "c" if shutil.which("cc") else "python"  # scripts/test.sh installs gcc
+    assert env["small_file_timer"]["timer"] == timer
     assert re.fullmatch(r"[0-9a-f]{16}", doc["config_hash"])
     assert doc["parameters"]["workers"] == [1, 2] and doc["parameters"]["repeat"] == 2
     for point, ph in phases(doc):
@@ -306,6 +309,24 @@ def test_writes_only_under_scratch_even_when_everything_else_is_read_only(
     mounts.remove(view / "scratch")
     proc = storekit("bench", "io", "--target", str(view), "--pattern", "meta", "--files", "5")
     assert proc.returncode == 1 and "not writable" in one_line_error(proc)
+
+
+def test_without_the_c_timer_small_files_are_timed_in_python_and_the_run_says_so(target: Path) -> None:
+    before = snapshot(target)
+    args = ["--pattern", "meta", "--workers", "1", "--repeat", "1", "--files", "30", "--json"]
+    proc = storekit("bench", "io", "--target", str(target), *args, env={"STOREKIT_BENCH_NATIVE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert validate(doc) == []
+    note = (
+        "small-file operations timed in Python (STOREKIT_BENCH_NATIVE=0): each latency includes ~0.5 us "
+        "of interpreter, which shows only where an operation takes a few us (page-cached metadata)"
+    )
+    assert doc["environment"]["small_file_timer"] == {"timer": "python", "reason": "STOREKIT_BENCH_NATIVE=0"}
+    assert note in doc["warnings"]
+    for _, ph in phases(doc):
+        assert ph["repeats"][0]["notes"] == [note] and ph["summary"]["latency"]["count"] == 30
+    assert snapshot(target) == before
 
 
 def test_refuses_before_writing_when_the_filesystem_is_too_small(tmp_path: Path, mounts: list[Path]) -> None:

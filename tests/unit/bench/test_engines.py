@@ -5,18 +5,21 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from storekit.bench import engine_posix, uring
+from storekit.bench import engine_posix, native, uring
 from storekit.bench.engine_posix import O_DIRECT, RandRead, SeqRead, SeqWrite
 from storekit.bench.iobuf import IOBuffer
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.runner import PhaseRunner, WorkerFailed
 from storekit.bench.spec import TargetSpec
+from storekit.bench.stats import FINE_NS
 from storekit.bench.worker import Recorder, run_worker
+from tests.conftest import IN_CI
 
 KiB = 1024
 
@@ -197,17 +200,28 @@ def test_io_uring_requests_reach_every_file(tmp_path: Path, short: int) -> None:
         job.close()
 
 
-@pytest.mark.parametrize("libc", [True, False])
+@pytest.mark.parametrize("timer", ["c", "python", "python-os-stat"])
 def test_meta_ops_time_every_file_and_name_the_one_that_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libc: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timer: str
 ) -> None:
-    if not libc:  # as on a libc that does not export stat(): os.stat does the work
+    if timer == "c":
+        ops, why = native.load()
+        if ops is None:
+            if IN_CI:
+                pytest.fail(f"the C timer must build in CI: {why}")
+            pytest.skip(why)
+    else:
+        monkeypatch.setattr(native, "load", lambda: (None, "no compiler (test)"))
+    if timer == "python-os-stat":  # as on a libc that does not export stat(): os.stat does the work
         monkeypatch.setattr(engine_posix, "libc_stat", lambda: None)
     (tmp_path / "m").mkdir()
+
+    notes: list[str] = []
 
     def run(op: str, count: int = 50) -> Recorder:
         t = task(tmp_path, op, file_size=100, meta_dir="m", meta_owner=3, meta_count=count, seed=5)
         job = engine_posix.prepare(t)
+        notes[:] = job.notes
         rec = Recorder()
         try:
             job.run(rec)
@@ -215,12 +229,24 @@ def test_meta_ops_time_every_file_and_name_the_one_that_fails(
             job.close()
         return rec
 
+    t0 = time.perf_counter_ns()
     created = run("create")
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [f"w0003.{i:08d}" for i in range(50)]
     assert all(p.stat().st_size == 100 for p in (tmp_path / "m").iterdir())
     assert created.ops == created.latency.count == 50 and created.bytes == 5000
+    assert 0 < created.latency.min_ns <= created.latency.max_ns < time.perf_counter_ns() - t0
+    # completions land on the wall clock within the run: the C clock is the worker's clock
+    trace, first, last = created.trace, (t0 + created.wall_offset) // FINE_NS, time.time_ns() // FINE_NS
+    assert sum(trace.ops) == 50 and first <= trace.origin and trace.origin + len(trace.ops) - 1 <= last
+    expected_note = [] if timer == "c" else [native.python_timing_note("no compiler (test)")]
+    assert notes == expected_note
     stat = run("stat")
     assert stat.ops == stat.latency.count == 50 and stat.bytes == 0
+    read = run("readsmall")
+    assert read.ops == 50 and read.bytes == 5000
+    (tmp_path / "m" / "w0003.00000007").write_bytes(b"x" * 101)
+    with pytest.raises(OSError, match=r"readsmall .*/m/w0003\.00000007: expected 100 bytes, got 101"):
+        run("readsmall")
     (tmp_path / "m" / "w0003.00000031").unlink()
     with pytest.raises(OSError, match=r"stat .*/m/w0003\.00000031: No such file or directory"):
         run("stat")
