@@ -280,8 +280,12 @@ def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
     return comps
 
 
+SMALL_FILE_TIMERS: set[str] = set()  # "c" or "python": how storekit timed its small-file operations
+
+
 def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
-    """Small files. Both tools time each operation's system calls; their wall-clock rates also carry
+    """Small files. Both tools time each operation's system calls alone, in C (storekit's
+    timed_ops.c; the conditions line says when it fell back to Python); their wall-clock rates also carry
     each tool's own per-file bookkeeping, so the rate both timers measure (1 / mean operation latency)
     is what must agree; wall-clock rates are shown as extras. fio visits the files in order
     (file_service_type=sequential), as storekit does: its default, roundrobin, scans its file list
@@ -305,6 +309,7 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
         # the same life cycle as the fio jobs below: empty files created, stat'ed, deleted, one worker
         doc = storekit("--target", str(sk_dir), "--no-drop-caches", "--pattern", "meta", "--workers", "1",
                        "--files", n, "--small-file-size", "0")  # fmt: skip
+        SMALL_FILE_TIMERS.add(doc["environment"]["small_file_timer"]["timer"])
         for name in what:
             rep = phase(doc, "meta", name, "dirs=unique")
             total, user = cpu_pct(rep)
@@ -544,6 +549,9 @@ def main() -> None:
             undo_huge()
     load_after = os.getloadavg()
     uname = os.uname()
+    timers = (
+        f", storekit small files timed in {'/'.join(sorted(SMALL_FILE_TIMERS))}" if SMALL_FILE_TIMERS else ""
+    )
     conditions = (
         f"Conditions: {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {uname.nodename}, "
         f"kernel {uname.release}, {os.cpu_count()} cores shared with teammates (load average "
@@ -551,7 +559,8 @@ def main() -> None:
         f"rounds, directory {args.dir} "
         f"({fs_of(args.dir)}), sequential {args.size}, random {args.rand_size} for {args.rand_runtime:g} s, "
         f"{args.files} small files, S3 at {args.s3_endpoint}, fio buffers "
-        f"{'on huge pages (iomem=mmaphuge)' if FIO_IOMEM else 'on 4 KiB pages'}; "
+        f"{'on huge pages (iomem=mmaphuge)' if FIO_IOMEM else 'on 4 KiB pages'}"
+        f"{timers}; "
         f"took {time.time() - started:.0f} s."
     )
     command = "flock /tmp/storekit-bench.lock /tmp/venv/bin/python benchmarks/bench_io_vs_fio.py " + " ".join(
