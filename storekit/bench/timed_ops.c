@@ -29,32 +29,41 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static inline int fail_closing(int fd) {
-    int err = errno;
-    close(fd);
-    return -err;
+/* the operation ended now: store its window and pass its result on */
+static inline int timed(struct sk_times *t, int slot, int64_t t0, int result) {
+    t->end[slot] = now_ns();
+    t->start[slot] = t0;
+    return result;
+}
+
+/* write all of buf[0:size], or read until size bytes or end of file; then close. Bytes moved, or
+   -errno. A write that moves nothing ends the loop too: the short count reaches the caller. */
+static int move_and_close(int fd, char *buf, int size, int writing) {
+    int done = 0;
+    while (done < size) {
+        size_t want = (size_t)(size - done);
+        ssize_t n = writing ? write(fd, buf + done, want) : read(fd, buf + done, want);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int err = errno;
+            close(fd);
+            return -err;
+        }
+        if (n == 0) break;
+        done += (int)n;
+    }
+    return close(fd) != 0 ? -errno : done;
 }
 
 int sk_abi(void) { return SK_ABI; }
 
 /* create a new file (O_EXCL) holding buf[0:size] */
-int sk_create(struct sk_times *t, int slot, const char *path, const char *buf, int size) {
+int sk_create(struct sk_times *t, int slot, const char *path, char *buf, int size) {
     int64_t t0 = now_ns();
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return -errno;
-    int done = 0;
-    while (done < size) {
-        ssize_t n = write(fd, buf + done, (size_t)(size - done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return fail_closing(fd);
-        }
-        done += (int)n;
-    }
-    if (close(fd) != 0) return -errno;
-    t->end[slot] = now_ns();
-    t->start[slot] = t0;
-    return done;
+    int done = move_and_close(fd, buf, size, 1);
+    return done < 0 ? done : timed(t, slot, t0, done);
 }
 
 int sk_stat(struct sk_times *t, int slot, const char *path, char *buf, int size) {
@@ -63,9 +72,7 @@ int sk_stat(struct sk_times *t, int slot, const char *path, char *buf, int size)
     struct stat st;
     int64_t t0 = now_ns();
     if (stat(path, &st) != 0) return -errno;
-    t->end[slot] = now_ns();
-    t->start[slot] = t0;
-    return 0;
+    return timed(t, slot, t0, 0);
 }
 
 /* read up to `size` bytes (callers ask one more than expected, to notice a longer file) */
@@ -73,20 +80,8 @@ int sk_read(struct sk_times *t, int slot, const char *path, char *buf, int size)
     int64_t t0 = now_ns();
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
-    int done = 0;
-    while (done < size) {
-        ssize_t n = read(fd, buf + done, (size_t)(size - done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return fail_closing(fd);
-        }
-        if (n == 0) break;
-        done += (int)n;
-    }
-    if (close(fd) != 0) return -errno;
-    t->end[slot] = now_ns();
-    t->start[slot] = t0;
-    return done;
+    int done = move_and_close(fd, buf, size, 0);
+    return done < 0 ? done : timed(t, slot, t0, done);
 }
 
 int sk_unlink(struct sk_times *t, int slot, const char *path, char *buf, int size) {
@@ -94,7 +89,5 @@ int sk_unlink(struct sk_times *t, int slot, const char *path, char *buf, int siz
     (void)size;
     int64_t t0 = now_ns();
     if (unlink(path) != 0) return -errno;
-    t->end[slot] = now_ns();
-    t->start[slot] = t0;
-    return 0;
+    return timed(t, slot, t0, 0);
 }
