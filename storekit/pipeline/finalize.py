@@ -8,14 +8,13 @@ task parts, which stay in the work dir until success.
 from __future__ import annotations
 
 import contextlib
-import errno
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from storekit.errors import NoSpaceError, StorekitError
+from storekit.errors import NoSpaceError, storage_errors
 from storekit.manifest import Manifest, ManifestFile, write_manifest
 from storekit.pipeline import hooks
 from storekit.pipeline.commit import Staging
@@ -60,18 +59,12 @@ def finalize(
     return manifest
 
 
-@contextlib.contextmanager
-def _os_errors(location: DatasetLocation) -> Iterator[None]:
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(
-                f"no space left on device while writing {location.display}; nothing was committed "
-                "and the partial shards were removed",
-                hint="free space and rerun: finished tasks are kept in the work dir",
-            ) from None
-        raise StorekitError(f"writing {location.display}: {exc.strerror or exc}") from None
+def _os_errors(location: DatasetLocation) -> contextlib.AbstractContextManager[None]:
+    hint = "nothing was committed and the partial shards were removed; free space and rerun: "
+    return storage_errors(f"writing {location.display}", hints={NoSpaceError: hint + _KEPT})
+
+
+_KEPT = "finished tasks are kept in the work dir"
 
 
 def _write_shards(
