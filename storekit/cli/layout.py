@@ -22,7 +22,8 @@ from storekit.errors import ExitCode, NotFoundError, UnreachableError
 from storekit.layout.check import RULES, CheckReport, check_layout
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
-from storekit.layout.status import TierStatus, prometheus_text, tier_status, write_textfile
+from storekit.layout.status import TierStatus, prometheus_text, tier_status
+from storekit.metrics import write_textfile
 from storekit.store import S3Store, Store, open_store
 from storekit.units import format_bytes, format_duration
 

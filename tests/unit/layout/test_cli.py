@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(proc.stdout)
 
 
-def test_init_check_status_on_embedded_default(tmp_path: Path) -> None:
+def test_init_check_status_on_embedded_default(tmp_path: Path, promtool: Callable[[str], None]) -> None:
     dry = run(tmp_path, "init", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     plan = as_json(dry)
@@ -75,9 +76,11 @@ def test_init_check_status_on_embedded_default(tmp_path: Path) -> None:
     assert 'storekit_tier_up{tier="local",role="plain"} 1' in text
     assert "# TYPE storekit_area_files gauge" in text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".storekit.prom")]  # temp renamed away
+    assert prom.stat().st_mode & 0o777 == 0o644
+    promtool(text)
 
 
-def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path) -> None:
+def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path, promtool: Callable[[str], None]) -> None:
     cfg = tmp_path / "storekit.toml"
     cfg.write_text(
         '[tiers.nvme]\nurl = "./storage"\nrole = "burst"\n'
@@ -91,6 +94,7 @@ def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path) -> None:
     assert tiers["nvme"]["reachable"] is True and tiers["lustre"]["reachable"] is False
     assert "/nonexistent-mount-xyz" in tiers["lustre"]["error"]
     assert 'storekit_tier_up{tier="lustre",role="parallel"} 0' in prom.read_text()
+    promtool(prom.read_text())
     assert "error:" in st.stderr and "Traceback" not in st.stderr
 
 
