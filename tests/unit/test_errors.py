@@ -59,8 +59,8 @@ def test_a_missing_file_a_missing_parent_and_a_missing_key_are_not_found(tmp_pat
     (tmp_path / "file").write_bytes(b"x")
     failures: list[BaseException] = []
     for path in (tmp_path / "missing", tmp_path / "file" / "below"):
-        with pytest.raises(OSError) as caught:
-            open(path, "rb")
+        with pytest.raises(OSError) as caught, open(path, "rb"):
+            pass
         failures.append(caught.value)
     failures.append(_wrapped_by_s3fs(_client_error("NoSuchKey", 404), errno.ENOENT))
     failures.append(_client_error("NoSuchBucket", 404))
