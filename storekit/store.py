@@ -25,6 +25,7 @@ from typing import IO, Any, cast
 import fsspec
 
 from storekit.config import TierConfig, mask_url
+from storekit.diskspace import free_bytes
 from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import (
     InputError,
@@ -36,7 +37,7 @@ from storekit.errors import (
     is_retryable,
     storage_errors,
 )
-from storekit.paths import clean_rel
+from storekit.paths import clean_rel, resolves_outside
 
 XATTR_PREFIX = "user.storekit."
 # metadata keys every backend keeps as given: S3 lower-cases keys and RGW turns '_' into '-'
@@ -222,11 +223,11 @@ class PosixStore(Store):
         probe = path
         while not os.path.lexists(probe) and probe != self.root:
             probe = os.path.dirname(probe)
-        real = os.path.realpath(probe)
-        root_real = os.path.realpath(self.root)
-        if real != root_real and not real.startswith(root_real.rstrip("/") + "/"):
+        real = resolves_outside(probe, self.root)
+        if real is not None:
             raise PathEscapeError(
-                f"{path} resolves to {real}, outside the root of tier {self.name} ({root_real})",
+                f"{path} resolves to {real}, outside the root of tier {self.name} "
+                f"({os.path.realpath(self.root)})",
                 hint="a symlink inside the tier points out of it; storekit will not follow it",
             )
 
@@ -275,12 +276,8 @@ class PosixStore(Store):
                 )
         return sorted(out, key=lambda e: e.path)
 
-    def free_space(self) -> int:
-        path = self.root
-        while not os.path.exists(path):
-            path = os.path.dirname(path)
-        st = os.statvfs(path)
-        return st.f_bavail * st.f_frsize
+    def free_space(self) -> int | None:
+        return free_bytes(self.root)
 
     def get_metadata(self, rel: str) -> dict[str, str]:
         full = self.full(rel)
