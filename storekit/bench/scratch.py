@@ -13,6 +13,7 @@ from typing import Any
 
 from storekit.bench.plan import RUN_PREFIX, SCRATCH
 from storekit.bench.spec import TargetSpec
+from storekit.diskspace import free_bytes
 from storekit.errors import (
     NoSpaceError,
     NotFoundError,
@@ -24,6 +25,7 @@ from storekit.errors import (
     storage_error,
     storage_errors,
 )
+from storekit.paths import resolves_outside
 from storekit.units import format_bytes
 
 PROBE = ".storekit-bench-probe"
@@ -51,10 +53,10 @@ class PosixScratch:
             )
         # only scratch/ is written: it must be writable (or creatable in a writable root)
         if os.path.lexists(self.scratch):
-            real, root_real = os.path.realpath(self.scratch), os.path.realpath(self.root)
             if not os.path.isdir(self.scratch):
                 raise StorekitError(f"{self.scratch} exists and is not a directory")
-            if not real.startswith(root_real.rstrip("/") + "/"):
+            real, root_real = os.path.realpath(self.scratch), os.path.realpath(self.root)
+            if resolves_outside(real, root_real) is not None or real == root_real:  # must be below the root
                 raise PathEscapeError(f"{self.scratch} resolves to {real}, outside the target {root_real}")
             writes_to = self.scratch
         else:
@@ -64,8 +66,8 @@ class PosixScratch:
             raise StorekitError(
                 f"target {self.root} is not writable ({writes_to})", hint="benchmark a writable mount"
             )
-        free = st.f_bavail * st.f_frsize
-        if st.f_blocks and free < space_needed:  # f_blocks 0: the filesystem does not say (ramfs)
+        free = free_bytes(writes_to)
+        if free is not None and free < space_needed:
             have, need = format_bytes(free), format_bytes(space_needed)
             raise NoSpaceError(
                 f"target {self.root} has {have} free; this run needs {need}",
