@@ -14,6 +14,7 @@ from storekit import __version__
 from storekit.cli import bench, config, dataset, layout, prepare
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, StorekitError
+from storekit.interrupts import interrupt_on
 
 EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
 
@@ -67,15 +68,11 @@ def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
     raise SystemExit(code)
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
     reset_emitted()
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    interrupt_on(signal.SIGTERM)
     command = get_command(app)
     try:
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)
