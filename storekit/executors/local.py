@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import ExitCode, Interrupted, StorekitError
-from storekit.pipeline import hooks
 from storekit.pipeline.encode import Encoder
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
@@ -51,7 +51,7 @@ class RunReport:
         self.tasks_run += 1
         if on_done:
             on_done(index, summary)
-        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", self.tasks_run)
+        faults.point("prepare.task-done")
 
 
 def default_workers() -> int:

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from storekit import faults
 from storekit.errors import NoSpaceError, storage_errors
 from storekit.manifest import Manifest, ManifestFile, write_manifest
-from storekit.pipeline import hooks
 from storekit.pipeline.commit import Staging
 from storekit.pipeline.dedup import DropIndex, find_cross_task_duplicates
 from storekit.pipeline.location import DatasetLocation
@@ -50,7 +50,7 @@ def finalize(
         with _os_errors(location):
             shards = _write_shards(plan, work, staging, drops, on_shard)
             manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
-            hooks.maybe_kill("STOREKIT_TEST_KILL_BEFORE_MANIFEST", 1)
+            faults.point("finalize.before-manifest")
             write_manifest(staging.store, staging.rel, manifest)
             staging.commit(plan.plan_id)
     except BaseException:
@@ -88,7 +88,7 @@ def _write_shards(
         closed[0] += 1
         if on_shard:
             on_shard(info)
-        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_SHARDS", closed[0])
+        faults.point("finalize.shard-closed")
 
     splits = SPLITS if plan.options["holdout"] > 0 else SPLITS[:1]
     series = {name: ShardSeries(name, limit, open_shard) for name in splits}
