@@ -7,7 +7,16 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.errors import ExitCode
 from storekit.units import format_bytes as format_size
 
@@ -21,11 +30,12 @@ PathArg = Annotated[
 
 
 def register(app: typer.Typer) -> None:
-    dataset_app = typer.Typer(
-        name="dataset", help="Inspect and verify prepared datasets.", no_args_is_help=True
+    dataset_app = noun_app("dataset", "Inspect and verify prepared datasets.")
+    E = ExitCode
+    dataset_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))(
+        verify_command
     )
-    dataset_app.command("verify")(verify_command)
-    dataset_app.command("info")(info_command)
+    dataset_app.command("info", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))(info_command)
     app.add_typer(dataset_app)
 
 
@@ -40,10 +50,9 @@ def verify_command(
 
     Exit 0 when everything matches, 4 on any mismatch (listed), 3 when PATH holds no dataset.
 
+    \b
     Examples:
-
       storekit dataset verify datasets/code/sample/v1
-
       storekit dataset verify s3://archive/storage/datasets/text/web/v2 --json
     """
     from storekit.pipeline.inspect import load_dataset_manifest, verify_dataset
@@ -77,10 +86,11 @@ def info_command(
 ) -> None:
     """Print the summary of a dataset's manifest: tokenizer, splits, shards, sizes and stats.
 
+    Reads manifest.json only; `storekit dataset verify` re-hashes the shards.
+
+    \b
     Examples:
-
       storekit dataset info datasets/code/sample/v1
-
       storekit dataset info /lustre/storage/datasets/text/web/v2 --json
     """
     from storekit.pipeline.inspect import load_dataset_manifest

@@ -215,4 +215,4 @@ def test_help_has_examples(capsys: Any) -> None:
         "--dry-run",
     ):
         assert flag in res.stdout
-    assert "storekit prepare dataset pipelines/web.toml" in res.stdout
+    assert "storekit prepare dataset pipelines/sample.toml" in res.stdout  # a file that exists
