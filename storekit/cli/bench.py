@@ -19,6 +19,7 @@ from storekit.cli.common import (
     noun_app,
     site_config,
 )
+from storekit.config import refuse_url_credentials
 from storekit.errors import ExitCode, UsageError
 from storekit.units import format_bytes
 
@@ -80,6 +81,8 @@ Examples:
 def _target(config: str | None, tier: str | None, target: str | None, endpoint_url: str | None) -> TargetSpec:
     import os
 
+    refuse_url_credentials(target or "", "--target")
+    refuse_url_credentials(endpoint_url or "", "--endpoint-url")
     if tier and target:
         raise UsageError("give either --tier or --target, not both")
     if endpoint_url and not (target or "").startswith("s3://") and target:
