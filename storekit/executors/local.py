@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.pipeline import hooks
@@ -52,6 +53,7 @@ class RunReport:
         if on_done:
             on_done(index, summary)
         hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", self.tasks_run)
+        faults.point("prepare.task-done")
 
 
 def default_workers() -> int:
