@@ -80,9 +80,7 @@ def init(
     spec = load_layout(layout or store.tier.layout)
     plan = plan_init(spec, store)
     if not dry_run:
-        apply_init(
-            plan, store, on_action=lambda a: out.info(f"{a.action:<10} {a.path or '.'} {a.mode or ''}")
-        )
+        apply_init(plan, store)  # the result lists every action once, on stdout
     out.result(
         "init",
         {"dry_run": dry_run, "applied": not dry_run, **plan.to_dict()},

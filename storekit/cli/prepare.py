@@ -331,6 +331,7 @@ class _progress:
 
 
 def _report(out: Output, outcome: PrepareOutcome) -> None:
+    from storekit.pipeline.megatron import as_command_line, data_path_args, shard_prefixes
     from storekit.pipeline.summary import manifest_summary, plan_summary, render_manifest_summary
 
     data: dict[str, Any] = {
@@ -340,8 +341,13 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
         "path": outcome.location.rel,
         "plan": plan_summary(outcome.plan, work_dir=str(outcome.work_dir)),
     }
+    next_step = None
     if outcome.manifest is not None:
         data["manifest"] = manifest_summary(outcome.manifest)
+        root = outcome.location.local_path() or outcome.location.display
+        args = data_path_args(shard_prefixes(outcome.manifest.body, root))
+        data["megatron_args"] = args
+        next_step = as_command_line(args)
     if outcome.timings:
         data["timings"] = outcome.timings
         data["tasks_resumed"] = outcome.tasks_resumed
@@ -370,6 +376,9 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
                 f"{t['docs_per_s']:.0f} docs/s  {t['mb_per_s']:.2f} MB/s  workers {t['workers']}  "
                 f"peak RSS {rss} (max process {rss_max})"
             )
+        if next_step:
+            console.print("next: train on it with Megatron-LM or NeMo, giving them", markup=False)
+            console.print(f"  {next_step}", markup=False, soft_wrap=True)
 
     out.result("prepare dataset", data, human)
 
