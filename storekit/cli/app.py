@@ -17,6 +17,7 @@ from storekit.cli.common import HELP_SETTINGS, exit_codes
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import ExitCode, Interrupted, StorekitError
+from storekit.interrupts import interrupt_on
 
 app = typer.Typer(
     name="storekit",
@@ -95,15 +96,11 @@ def _refuse_url_credentials(args: list[str]) -> None:
         refuse_url_credentials(value, "command line")
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
     reset_emitted()
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    interrupt_on(signal.SIGTERM)
     command = get_command(app)
     try:
         _refuse_url_credentials(args)

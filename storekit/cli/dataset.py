@@ -62,8 +62,8 @@ def verify_command(
       storekit dataset verify datasets/code/sample/v1
       storekit dataset verify s3://archive/storage/datasets/text/web/v2 --json
     """
-    from storekit.pipeline.inspect import load_dataset_manifest, verify_dataset
     from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.verify import load_dataset_manifest, verify_dataset
 
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
@@ -100,9 +100,9 @@ def info_command(
       storekit dataset info datasets/code/sample/v1
       storekit dataset info /lustre/storage/datasets/text/web/v2 --json
     """
-    from storekit.pipeline.inspect import load_dataset_manifest
     from storekit.pipeline.location import resolve_location
     from storekit.pipeline.summary import manifest_summary, render_manifest_summary
+    from storekit.pipeline.verify import load_dataset_manifest
 
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
@@ -209,9 +209,9 @@ def inspect_command(
           --start 10 -n 1 --json
     """
     from storekit.pipeline.catalog import pick_shard, read_documents
-    from storekit.pipeline.inspect import load_dataset_manifest
     from storekit.pipeline.location import resolve_location
     from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
+    from storekit.pipeline.verify import load_dataset_manifest
 
     if docs < 1:
         raise UsageError("--docs must be at least 1")
@@ -296,8 +296,8 @@ def blend_command(
     """
     from storekit.metrics import write_textfile
     from storekit.pipeline.blend import BlendInput, blend_prefixes, parse_weighted, render, split_lists
-    from storekit.pipeline.inspect import load_dataset_manifest
     from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.verify import load_dataset_manifest
 
     out = make_output(json_out, quiet)
     site = site_config(config)
