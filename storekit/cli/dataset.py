@@ -291,8 +291,8 @@ def blend_command(
     \b
     Examples:
       storekit dataset blend datasets/code/sample/v1
-      storekit dataset blend datasets/text/web/v2=0.7 datasets/code/sample/v1=0.3 \\
-          --format per-split -o blend.json
+      storekit dataset blend datasets/text/web/v2=0.7 \\
+          datasets/code/sample/v1=0.3 --format per-split -o blend.json
     """
     from storekit.metrics import write_textfile
     from storekit.pipeline.blend import BlendInput, blend_prefixes, parse_weighted, render, split_lists
