@@ -121,7 +121,7 @@ _keep, times = ops.times(starts, ends)
 for slot, path in enumerate(names):  # the worker's loop (engine_posix.Meta._native_chunk)
     if call(times, slot, path, None, 0) != 0:
         raise SystemExit(f"{op} failed at {path}")
-print(float((ends - starts).mean()))
+print(float((ends - starts).mean()), float(np.median(ends - starts)))
 """
 PERF_EVENTS = ",".join(
     ["raw_syscalls:sys_enter"] + [f"syscalls:sys_enter_{c}" for c in ("newfstatat", "unlink", "fadvise64")]
@@ -154,13 +154,15 @@ def meta_fio(op: str, directory: Path, n: int, counts: dict[str, float] | None) 
                     "--filename_format=w0000.0.$filenum"], counts))  # fmt: skip
     job = json.loads(out.stdout[out.stdout.index("{") :])["jobs"][0]
     ddir = "write" if job["write"]["total_ios"] else "read"
-    return float(job[ddir]["clat_ns"]["mean"]), perf_counts(counts, n)
+    clat = job[ddir]["clat_ns"]
+    return (float(clat["mean"]), float(clat["percentile"]["50.000000"])), perf_counts(counts, n)
 
 
 def meta_storekit(op: str, directory: Path, n: int, counts: dict[str, float] | None) -> tuple[float, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = run(perf([sys.executable, "-c", SK_LOOP, op, str(directory), str(n)], counts), env=env)
-    return float(out.stdout), perf_counts(counts, n)
+    mean, p50 = out.stdout.split()
+    return (float(mean), float(p50)), perf_counts(counts, n)
 
 
 def meta_c(
@@ -169,7 +171,8 @@ def meta_c(
     out = run(
         perf([str(loop), {"delete": "unlink"}.get(op, op), str(directory), str(n), "%s/w0000.0.%d"], counts)
     )
-    return float(json.loads(out.stdout)["mean_ns"]), perf_counts(counts, n)
+    doc = json.loads(out.stdout)
+    return (float(doc["mean_ns"]), float(doc["p50_ns"])), perf_counts(counts, n)
 
 
 def meta(args: argparse.Namespace, work: Path) -> None:
@@ -194,18 +197,23 @@ def meta(args: argparse.Namespace, work: Path) -> None:
             for name in order:
                 settle()
                 where = dirs["fio"] if op == "stat" else dirs[name]  # stat: the very same files
-                mean_ns, syscalls = tools[name](op, where)
+                (mean_ns, p50_ns), syscalls = tools[name](op, where)
                 RESULTS.setdefault(f"{op} {name}", []).append(mean_ns)
-                print(f"round {r} {op:6s} {name:10s} mean {mean_ns:7.0f} ns{syscalls}", flush=True)
+                RESULTS.setdefault(f"{op} {name} p50", []).append(p50_ns)
+                print(
+                    f"round {r} {op:6s} {name:10s} mean {mean_ns:7.0f} ns  p50 {p50_ns:7.0f} ns{syscalls}",
+                    flush=True,
+                )
     for op in ("stat", "delete"):
-        ref = RESULTS[f"{op} fio"]
-        for name in names:
-            mine = RESULTS[f"{op} {name}"]
-            ratio = statistics.median(f / m for f, m in zip(ref, mine, strict=True))
-            print(
-                f"{op:6s} {name:10s} median {statistics.median(mine):7.0f} ns; "
-                f"rate / fio's, median over rounds {ratio:.3f}"
-            )
+        for stat in ("", " p50"):
+            ref = RESULTS[f"{op} fio{stat}"]
+            for name in names:
+                mine = RESULTS[f"{op} {name}{stat}"]
+                ratio = statistics.median(f / m for f, m in zip(ref, mine, strict=True))
+                print(
+                    f"{op:6s} {name:10s} {stat or ' mean':5s} median over rounds "
+                    f"{statistics.median(mine):7.0f} ns; rate / fio's {ratio:.3f}"
+                )
 
 
 # -- creates: the two modes -----------------------------------------------------------------------
