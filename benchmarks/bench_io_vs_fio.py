@@ -332,7 +332,8 @@ def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
     rand_file = fio_dir / "rand.bin"
     comps = []
-    for qd, engine, required in ((32, "io_uring", True), (1, "psync", False)):
+    depths = [(32, "io_uring", True), (1, "psync", False)]
+    for qd, engine, required in (d for d in depths if str(d[0]) in args.rand_depths.split(",")):
         comp = Comparison(
             f"random read 4 KiB, queue depth {qd}, O_DIRECT",
             "IOPS",
@@ -635,6 +636,7 @@ def main() -> None:
     )
     parser.add_argument("--rand-size", default="1G", help="random-read file size")
     parser.add_argument("--rand-runtime", type=float, default=8.0, help="seconds per random-read run")
+    parser.add_argument("--rand-depths", default="32,1", help="queue depths: 32 (required), 1 (extra)")
     parser.add_argument("--files", type=int, default=5000, help="small files per run")
     parser.add_argument("--s3-endpoint", default="http://127.0.0.1:7480")
     parser.add_argument("--s3-files", type=int, default=400, help="small objects per run")
