@@ -130,7 +130,7 @@ def test_check_all_reports_every_tier_and_the_unreachable_one_as_an_error_row(tm
     )
     assert run(tmp_path, "init", "--quiet").returncode == 0
     assert run(tmp_path, "init", "--tier", "nfs", "--quiet").returncode == 0
-    (tmp_path / "nfs/checkpoints/run_001/step_000100").mkdir(parents=True)
+    (tmp_path / "nfs/datasets/text/wiki/v1").mkdir(parents=True)  # a dataset without its manifest
     proc = run(tmp_path, "layout", "check", "--all", "--json")
     assert proc.returncode == 5, proc.stderr
     doc = as_json(proc)  # the one document on stdout, with every tier in it
