@@ -103,6 +103,7 @@ class HashingWriter:
         os.fsync(self._fh.fileno())
         self._fh.close()
         self._done(self._rel, self._size, self._hash.hexdigest())
+        faults.point("ckpt.commit.file-closed")
 
     def abort(self) -> None:
         self._fh.close()
