@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from storekit.checkpoint.profiles import WriterProfile
 from storekit.errors import NotFoundError, StorekitError
+from storekit.layout.spec import AreaSpec
 from storekit.store import Entry, Store
 
 COMPLETE, INCOMPLETE, IN_PROGRESS = "complete", "incomplete", "in-progress"
@@ -369,3 +370,12 @@ def _replace(u: Unit, **changes: object) -> Unit:
 
 def unit_rel(run: str, name: str) -> str:
     return posixpath.join(run, name)
+
+
+def scan_area_run(
+    store: Store, run: str, area: AreaSpec, *, temp: Iterable[str] = (), now: float | None = None
+) -> RunScan:
+    """`scan_run` with the writers, stubs and quiet period a layout area declares (what tier uses)."""
+    return scan_run(
+        store, run, area.writers, beside=area.beside, temp=temp, quiet_seconds=area.quiet_seconds, now=now
+    )

@@ -17,7 +17,7 @@ from storekit.checkpoint.actions import (
     verify_unit,
     write_adopted,
 )
-from storekit.checkpoint.scan import RunScan, Unit, scan_run
+from storekit.checkpoint.scan import RunScan, Unit, scan_area_run
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
 from storekit.errors import ExitCode, NotFoundError, UsageError
 from storekit.layout.spec import AreaSpec, load_layout
@@ -101,10 +101,7 @@ def _writers_area(layout: str) -> AreaSpec:
 def _scan(place: _Place, now: float) -> RunScan:
     if not place.store.exists(place.run):
         raise NotFoundError(f"{place.store.display_url}/{place.run}: no such run")
-    a = place.area
-    return scan_run(
-        place.store, place.run, a.writers, beside=a.beside, quiet_seconds=a.quiet_seconds, now=now
-    )
+    return scan_area_run(place.store, place.run, place.area, now=now)
 
 
 def _where(store: Store, unit: Unit) -> str:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
-from storekit.checkpoint.scan import INCOMPLETE, scan_run
+from storekit.checkpoint.scan import INCOMPLETE, scan_area_run
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.store import Entry, Store
 from storekit.units import format_bytes, format_duration
@@ -172,15 +172,7 @@ class _AreaScan:
         for run in runs:
             if any(run.startswith(s) for s in self.skip):
                 continue
-            scan = scan_run(
-                self.store,
-                run,
-                area.writers,
-                beside=area.beside,
-                temp=self.spec.temp_patterns,
-                quiet_seconds=area.quiet_seconds,
-                now=self.now,
-            )
+            scan = scan_area_run(self.store, run, area, temp=self.spec.temp_patterns, now=self.now)
             for problem in scan.problems:
                 self.add(problem.rule, problem.path, problem.message)
             for unit in scan.units:
