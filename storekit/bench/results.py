@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from storekit.bench.stats import MIN_STONEWALL_NS, LatencyHistogram, ProgressTrace, series
+from storekit.bench.stats import MIN_STONEWALL_NS, LatencyHistogram, ProgressTrace, series, series_bucket_ns
 
 STRAGGLER_SLOWDOWN = 1.2  # a worker taking 20% longer than the median worker is flagged
 CPU_BOUND_PCT = 85.0  # a worker using this much of a core is CPU-bound
@@ -97,6 +97,7 @@ class PhaseResult:
     engine: str
     notes: list[str]
     worker_results: list[WorkerResult] = field(default_factory=list, repr=False)
+    series_bucket_s: float = 1.0
 
     @property
     def elapsed_s(self) -> float:
@@ -123,6 +124,7 @@ class PhaseResult:
             "stonewall": self.stonewall,
             "latency": self.latency.summary_ms(),
             "series": self.series,
+            "series_bucket_s": self.series_bucket_s,
             "stragglers": self.stragglers,
             "cpu": self.cpu,
             "direct": self.direct,
@@ -139,6 +141,7 @@ def merge_phase(phase: str, results: list[WorkerResult]) -> PhaseResult:
     last_start = max(r.start_ns for r in results)
     first_finish = min(r.end_ns for r in results)
     last_finish = max(r.end_ns for r in results)
+    bucket = series_bucket_ns(last_finish - first_start)
     latency = LatencyHistogram()
     for r in results:
         latency.merge(r.latency)
@@ -154,7 +157,8 @@ def merge_phase(phase: str, results: list[WorkerResult]) -> PhaseResult:
         last_finish_ns=last_finish,
         latency=latency,
         stonewall=stonewall(results, last_start, first_finish),
-        series=series([r.trace for r in results], first_start, last_finish),
+        series=series([r.trace for r in results], first_start, last_finish, bucket),
+        series_bucket_s=bucket / 1e9,
         stragglers=straggler_table(results, first_start),
         cpu=cpu_summary(results, (last_finish - first_start) / 1e9),
         direct=None if directs == {None} else all(bool(d) for d in directs),

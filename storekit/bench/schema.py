@@ -55,7 +55,12 @@ PHASE_RESULT: dict[str, Any] = {
         None,
     ),
     "latency": (dict, "per-operation latency", LATENCY),
-    "series": (list, "1 s buckets from the first start: t_s, bytes_per_s, ops_per_s", None),
+    "series": (
+        list,
+        "buckets of series_bucket_s from the first start: t_s (bucket start), bytes_per_s, ops_per_s",
+        None,
+    ),
+    "series_bucket_s": (NUM, "series bucket: 1 s, finer (down to 0.01 s) for phases under 50 s", None),
     "stragglers": (
         list,
         "per worker: worker, host, bytes, ops, start_offset_s, elapsed_s, bandwidth_bytes_per_s, "
