@@ -18,17 +18,27 @@ from storekit.checkpoint.actions import (
     write_adopted,
 )
 from storekit.checkpoint.scan import RunScan, Unit, scan_area_run
-from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.errors import ExitCode, NotFoundError, UsageError
 from storekit.layout.spec import AreaSpec, load_layout
 from storekit.pipeline.location import resolve_location
 from storekit.store import Store
 from storekit.units import format_bytes, format_duration, parse_duration
 
-ckpt_app = typer.Typer(
-    help="Checkpoints of a training run: which are whole, which to resume from, verify, adopt, prune.",
-    no_args_is_help=True,
+ckpt_app = noun_app(
+    "ckpt", "Checkpoints of a training run: which are whole, which to resume from, verify, adopt, prune."
 )
+E = ExitCode
 
 RunArg = Annotated[
     str,
@@ -116,7 +126,7 @@ def _unit_doc(store: Store, unit: Unit, now: float) -> dict[str, object]:
     return doc
 
 
-@ckpt_app.command("list")
+@ckpt_app.command("list", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def list_command(
     run: RunArg,
     tier: TierOpt = None,
@@ -130,11 +140,10 @@ def list_command(
     in-progress (incomplete but changed within the layout's quiet period: the writer may still be
     running), incomplete. Exit 0, 3 when RUN does not exist.
 
+    \b
     Examples:
-
       storekit ckpt list run_001
-
-      storekit ckpt list /lustre/storage/checkpoints/run_001 --json | jq '.units[].state'
+      storekit ckpt list /lustre/storage/checkpoints/run_001 --json | jq .units
     """
     out = make_output(json_out, quiet)
     now = time.time()
@@ -170,7 +179,7 @@ def list_command(
     out.result("ckpt list", doc, human)
 
 
-@ckpt_app.command("latest")
+@ckpt_app.command("latest", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def latest_command(
     run: RunArg,
     tier: TierOpt = None,
@@ -182,11 +191,12 @@ def latest_command(
 
     Made for job scripts: a resumed job starts from what this prints, never from a half-written step.
 
+    \b
     Examples:
-
       storekit ckpt latest run_001
-
-      srun train.py --resume-from "$(storekit ckpt latest run_001)"
+      storekit ckpt latest checkpoints/run_001 --tier lustre --json
+      # in an sbatch script:
+      #   srun train.py --resume-from "$(storekit ckpt latest run_001)"
     """
     out = make_output(json_out, quiet)
     now = time.time()
@@ -198,7 +208,7 @@ def latest_command(
     out.result("ckpt latest", doc, lambda console: console.print(doc["path"], markup=False, soft_wrap=True))
 
 
-@ckpt_app.command("verify")
+@ckpt_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def verify_command(
     target: UnitArg,
     tier: TierOpt = None,
@@ -213,10 +223,9 @@ def verify_command(
     adopt` writes one). Exit 0 when all pass, 4 on any mismatch or incomplete checkpoint (named), 3
     when RUN or STEP does not exist.
 
+    \b
     Examples:
-
       storekit ckpt verify run_001/step_000100
-
       storekit ckpt verify run_001 --json
     """
     out = make_output(json_out, quiet)
@@ -258,7 +267,7 @@ def _one(place: _Place, scan: RunScan) -> Unit:
     return unit
 
 
-@ckpt_app.command("adopt")
+@ckpt_app.command("adopt", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def adopt_command(
     target: Annotated[str, typer.Argument(metavar="RUN/STEP", help="The checkpoint to adopt.")],
     tier: TierOpt = None,
@@ -274,11 +283,10 @@ def adopt_command(
     --dry-run the files are hashed and the manifest printed, but nothing is written. Exit 1 when
     the checkpoint is not complete or already has a manifest, 3 when it does not exist.
 
+    \b
     Examples:
-
       storekit ckpt adopt run_001/iter_0002000 --dry-run
-
-      storekit ckpt adopt /lustre/storage/checkpoints/run_002/checkpoint-500 --json
+      storekit ckpt adopt /lustre/storage/checkpoints/run_002/checkpoint-500
     """
     out = make_output(json_out, quiet)
     place = _place(target, config, tier, allow_unit=True)
@@ -308,7 +316,7 @@ def adopt_command(
     )
 
 
-@ckpt_app.command("prune")
+@ckpt_app.command("prune", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def prune_command(
     run: RunArg,
     keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest complete.")],
@@ -336,11 +344,11 @@ def prune_command(
     checkpoint to a tombstone, fsyncs, then deletes, so a crash never leaves a half-deleted directory
     under a real step name (a rerun finishes it). Exit 0, 3 when RUN does not exist.
 
+    \b
     Examples:
-
       storekit ckpt prune run_001 --keep-last 3 --dry-run
-
-      storekit ckpt prune run_001 --keep-last 2 --keep-every 10000 --incomplete-older-than 1d
+      storekit ckpt prune run_001 --keep-last 2 --keep-every 10000 \\
+          --incomplete-older-than 1d
     """
     out = make_output(json_out, quiet)
     older = None
