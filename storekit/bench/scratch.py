@@ -8,6 +8,7 @@ drops in the run directory survives. Free space is checked before anything is wr
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -110,7 +111,7 @@ class PosixScratch:
         return leftovers
 
     def cleanup(self, created_paths: Iterable[str]) -> dict[str, Any]:
-        removed = self.remove([*created_paths, *self.extra_files])
+        removed = self.remove(itertools.chain(created_paths, self.extra_files))
         leftovers = self.remove_dirs(list(self.created_dirs))
         for path, ours in ((self.run_root, True), (self.scratch, self.created_scratch)):
             if not ours:
@@ -157,17 +158,18 @@ class S3Scratch:
         return None  # prefixes need no creation
 
     def remove(self, rels: Iterable[str]) -> int:
-        keys = [self.full(r) for r in rels]
-        for i in range(0, len(keys), 1000):
-            chunk = [{"Key": k} for k in keys[i : i + 1000]]
+        removed = 0
+        keys = map(self.full, rels)
+        while chunk := [{"Key": k} for k in itertools.islice(keys, 1000)]:  # the API's limit per call
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
-        return len(keys)
+            removed += len(chunk)
+        return removed
 
     def remove_dirs(self, rels: Iterable[str]) -> list[str]:
         return []
 
     def cleanup(self, created_paths: Iterable[str]) -> dict[str, Any]:
-        removed = self.remove([*created_paths, *self.extra_files])
+        removed = self.remove(itertools.chain(created_paths, self.extra_files))
         uploads = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.run_root + "/")
         for upload in uploads.get("Uploads", []):
             self.client.abort_multipart_upload(

@@ -8,6 +8,7 @@ created, also on Ctrl-C/SIGTERM (workers are stopped first).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from storekit.bench import cache, env, native, uring
-from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan
+from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan, iter_names
 from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
 from storekit.bench.runner import PhaseRunner
 from storekit.bench.scratch import PosixScratch, S3Scratch
@@ -82,7 +83,7 @@ class Suite:
                     for point in (p for p in plan.points if p.pattern == pattern):
                         points.append(self._run_point(runner, point, bar))
                     if setup:
-                        self.scratch.remove(p for t in setup.phase.tasks for p in t.created_paths())
+                        self.scratch.remove(setup.created_paths())
                         self.scratch.remove_dirs(setup.dirs)
         except KeyboardInterrupt:
             with signals_deferred():
@@ -162,9 +163,11 @@ class Suite:
             self._warn_once(f"page cache not dropped: {why}; the run's own files are evicted instead")
         info: dict[str, Any] = {"dropped": done, "reason": why or None}
         if phase.op in DATA_OPS:
-            paths = sorted({self.scratch.full(f) for t in phase.tasks for f in t.files})
-            info["evicted_files"] = cache.evict(paths)
-            resident = cache.resident_fraction(paths[:32])
+            groups = [t.files for t in phase.tasks]
+            info["evicted_files"] = cache.evict(map(self.scratch.full, iter_names(groups)))
+            resident = cache.resident_fraction(
+                itertools.islice(map(self.scratch.full, iter_names(groups)), 32)
+            )
             info["resident_before"] = resident
             if resident is not None and resident > RESIDENT_WARN:
                 self._warn_once(

@@ -291,7 +291,8 @@ def io(
 ) -> None:
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
-    from storekit.bench.patterns import build_plan
+    from storekit.bench.patterns import build_plan, peak_bytes
+    from storekit.bench.plan import space_needed
     from storekit.bench.report import (
         build_document,
         render_human,
@@ -337,6 +338,9 @@ def io(
     )
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
+    if spec.target.kind == "posix" or not dry_run:
+        # before any planning, also for --dry-run (it only reads): a 1P run is refused in microseconds
+        scratch.check(space_needed(peak_bytes(spec)))
     plan = build_plan(spec, run_id, scratch.run_root)
     if dry_run:
         data = {
