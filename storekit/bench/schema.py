@@ -95,7 +95,12 @@ PHASE: dict[str, Any] = {
     "op": (str, "worker operation", None),
     "planned_bytes_per_repeat": (OPT_NUM, "bytes the plan says this phase moves (null: time-based)", None),
     "summary": (dict, "over repeats", SUMMARY),
-    "cache": (list, "per repeat, before read phases: dropped, reason, evicted_files, resident_before", None),
+    "cache": (
+        list,
+        "per repeat, before read phases: dropped (node-wide, --drop-caches), reason, evicted_files "
+        "(this run's, fadvise), resident_before (mincore)",
+        None,
+    ),
     "repeats": (list, "one phase result per repeat", PHASE_RESULT),
 }
 POINT: dict[str, Any] = {
@@ -122,7 +127,13 @@ DOCUMENT: dict[str, Any] = {
         "bucket for S3",
         None,
     ),
-    "honesty": (dict, "direct {requested, effective, reason}, drop_caches {requested, done, reason}", None),
+    "honesty": (
+        dict,
+        "direct {requested, effective, reason}, drop_caches {requested, done, reason} (the node-wide "
+        "drop, only with --drop-caches), eviction {method, verified_with, files_evicted, "
+        "max_resident_before} (the run's own files)",
+        None,
+    ),
     "plan": (dict, "run_dir, peak_bytes, space_needed_bytes, notes", None),
     "setup": (
         list,

@@ -42,9 +42,10 @@ Patterns, each on a POSIX directory or an S3 bucket/prefix:
 Method: workers are processes started together on a barrier; bandwidth
 is bytes / (last finish - first start), with the rate while all workers
 were active and a per-worker straggler table. O_DIRECT with aligned
-buffers by default (a refusal is detected and reported); the page cache
-is dropped before reads where permitted and the run's files are always
-evicted; no process reads what it wrote; --repeat gives median and
+buffers by default (a refusal is detected and reported); before reads
+the run's own files are evicted from the page cache (posix_fadvise
+DONTNEED, checked with mincore), never the node's whole cache unless
+--drop-caches (root) asks for it; no process reads what it wrote; --repeat gives median and
 spread; latency percentiles come from merged histograms; the
 benchmark's own CPU use is shown so a Python ceiling is not taken for a
 storage ceiling. Small-file operations are timed in C (compiled with
@@ -189,8 +190,10 @@ def io(
         typer.Option(
             "--drop-caches/--no-drop-caches",
             help=(
-                "Drop the page cache before read phases where permitted (root). The run's own files "
-                "are always evicted."
+                "Also drop the whole node's page cache, dentries and inodes before read phases (root "
+                "only; every other process on the node loses its cache too). Default: only the run's "
+                "own files are evicted (posix_fadvise DONTNEED), checked with mincore; --json says "
+                "what was done (honesty.eviction, honesty.drop_caches)."
             ),
         ),
     ] = DEFAULTS["drop_caches"],
