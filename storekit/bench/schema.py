@@ -142,7 +142,12 @@ DOCUMENT: dict[str, Any] = {
     ),
     "results": (list, "one entry per sweep point", POINT),
     "verdict": (dict, "checkpoint {save_s, load_s, pass...}, data [{source, gpus_fed, pass...}], pass", None),
-    "cleanup": (dict, "removed_files, leftovers (paths that could not be removed)", None),
+    "cleanup": (
+        dict,
+        "removed_files, leftovers (paths that could not be removed), reclaimed (run dirs of this "
+        "user's dead earlier runs removed first: run_dir, pid, bytes, why)",
+        None,
+    ),
     "warnings": (list, "honesty warnings: cache, O_DIRECT, RAM size, CPU-bound workers", None),
 }
 

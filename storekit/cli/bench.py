@@ -54,7 +54,10 @@ STOREKIT_BENCH_NATIVE=0 to time them in Python, which adds ~0.5 us).
 
 Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
 removed afterwards, also on Ctrl-C; refused before writing when free
-space is short.
+space is short. A run killed outright (SIGKILL, OOM, node crash) leaves
+its directory; the next run on the same host by the same user removes
+it once its owner process is provably gone (POSIX targets; --json:
+cleanup.reclaimed). Other users' and other hosts' runs are never touched.
 
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
@@ -341,6 +344,9 @@ def io(
     )
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
+    if not dry_run:  # what our killed predecessors left counts as free space again
+        for gone in scratch.reclaim_dead():
+            out.info(f"removed {gone['run_dir']}: left by an earlier bench run whose process is gone")
     if spec.target.kind == "posix" or not dry_run:
         # before any planning, also for --dry-run (it only reads): a 1P run is refused in microseconds
         scratch.check(space_needed(peak_bytes(spec)))
@@ -351,6 +357,7 @@ def io(
             "config_hash": spec.config_hash(),
             "parameters": spec.parameters(),
             "plan": plan.to_dict(),
+            "would_reclaim": scratch.reclaimable(),
         }
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
