@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from storekit.bench import cache, env, native, uring
+from storekit.bench import env, native, pagecache, uring
 from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan, iter_names
 from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
 from storekit.bench.runner import PhaseRunner
@@ -159,7 +159,7 @@ class Suite:
         if not self.posix:
             return {"applicable": False}
         if self.spec.drop_caches:
-            done, why = cache.drop_caches()
+            done, why = pagecache.drop_caches()
             if not done:
                 self._warn_once(f"page cache not dropped: {why}; the run's own files are evicted instead")
         else:
@@ -170,9 +170,9 @@ class Suite:
         info: dict[str, Any] = {"dropped": done, "reason": why or None}
         if phase.op in DATA_OPS:
             groups = [t.files for t in phase.tasks]
-            info["evicted_files"] = cache.evict(map(self.scratch.full, iter_names(groups)))
+            info["evicted_files"] = pagecache.evict(map(self.scratch.full, iter_names(groups)))
             sample = itertools.islice(map(self.scratch.full, iter_names(groups)), RESIDENT_SAMPLE)
-            resident = cache.resident_fraction(sample)
+            resident = pagecache.resident_fraction(sample)
             info["resident_before"] = resident
             self._record_eviction(info["evicted_files"], resident)
             if resident is not None and resident > RESIDENT_WARN:

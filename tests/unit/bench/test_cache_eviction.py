@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storekit.bench import cache
+from storekit.bench import pagecache as cache
 from tests.unit.pipeline.helpers import run_cli
 
 MiB = 1024 * 1024
