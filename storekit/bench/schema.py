@@ -190,3 +190,14 @@ def describe(fields: dict[str, Any] = DOCUMENT, indent: str = "") -> list[str]:
         if nested:
             lines += describe(nested, indent + "    ")
     return lines
+
+
+def describe_json(fields: dict[str, Any] = DOCUMENT) -> dict[str, Any]:
+    """The layout as data (for --print-schema --json): name -> type, description, nested fields."""
+    out: dict[str, Any] = {}
+    for name, (types, text, nested) in fields.items():
+        entry: dict[str, Any] = {"type": _type_names(types), "description": text}
+        if nested:
+            entry["fields"] = describe_json(nested)
+        out[name] = entry
+    return out

@@ -8,25 +8,30 @@ import typer
 from rich.console import Console
 
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
-from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.config import refuse_url_credentials
-from storekit.errors import UsageError
+from storekit.errors import ExitCode, UsageError
 from storekit.units import format_bytes
 
 if TYPE_CHECKING:
     from storekit.bench.plan import BenchPlan
 
-bench_app = typer.Typer(
-    name="bench",
-    help="Benchmark storage the way training uses it.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-)
+bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
 
 IO_HELP = """Measure whether storage can feed training and absorb checkpoints.
 
+\b
 Patterns, each on a POSIX directory or an S3 bucket/prefix:
-
   shards      W workers write large shard files (fsync included),
               then stream them back
   checkpoint  N ranks write their share of a model checkpoint at once
@@ -62,8 +67,8 @@ cleanup.reclaimed). Other users' and other hosts' runs are never touched.
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
 
+\b
 Examples:
-
   storekit bench io                         # suite on the default tier
   storekit bench io --target /lustre/storage --pattern shards \\
       --workers 1,4,16 --block-size 1M,4M
@@ -312,7 +317,12 @@ def io(
 
     out = make_output(json_out, quiet)
     if print_schema:
-        typer.echo("\n".join(schema.describe()))
+        doc = {
+            "schema": schema.BENCH_SCHEMA,
+            "bench_schema_version": schema.BENCH_SCHEMA_VERSION,
+            "fields": schema.describe_json(),
+        }
+        out.result("bench io", doc, lambda console: console.print("\n".join(schema.describe()), markup=False))
         return
     if plot:
         require_matplotlib()
@@ -392,5 +402,7 @@ def _render_plan(console: Console, plan: BenchPlan) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    bench_app.command("io", help=IO_HELP)(io)
+    E = ExitCode
+    codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    bench_app.command("io", help=IO_HELP, epilog=codes)(io)
     app.add_typer(bench_app, name="bench")

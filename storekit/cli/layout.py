@@ -14,7 +14,9 @@ from storekit.cli.common import (
     JsonOpt,
     QuietOpt,
     TierOpt,
+    exit_codes,
     make_output,
+    noun_app,
     site_config,
     tier_store,
 )
@@ -39,15 +41,15 @@ LayoutOpt = Annotated[
     ),
 ]
 
-layout_app = typer.Typer(
-    help="Check and show the /storage layout (datasets, checkpoints, logs, models, scratch).",
-    no_args_is_help=True,
+layout_app = noun_app(
+    None, "Check and show the /storage layout (datasets, checkpoints, logs, models, scratch)."
 )
+E = ExitCode
 
 
 def register(app: typer.Typer) -> None:
-    app.command("init")(init)
-    app.command("status")(status)
+    app.command("init", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(init)
+    app.command("status", epilog=exit_codes(E.ERROR, E.USAGE, E.RETRYABLE))(status)
     app.add_typer(layout_app, name="layout")
 
 
@@ -78,10 +80,9 @@ def init(
     non-empty directory that is not a storekit tree (a home, a shared /tmp) is refused, in a dry run
     too, unless --adopt.
 
+    \b
     Examples:
-
       storekit init                       # ./storage with no config file
-
       storekit init --tier lustre --dry-run --json
     """
     out = make_output(json, quiet)
@@ -91,9 +92,7 @@ def init(
     spec = load_layout(layout or store.tier.layout)
     plan = plan_init(spec, store, adopt=adopt)
     if not dry_run:
-        apply_init(
-            plan, store, on_action=lambda a: out.info(f"{a.action:<10} {a.path or '.'} {a.mode or ''}")
-        )
+        apply_init(plan, store)  # the result lists every action once, on stdout
     out.result(
         "init",
         {"dry_run": dry_run, "applied": not dry_run, **plan.to_dict()},
@@ -124,7 +123,7 @@ def _render_plan(c: Console, plan: LayoutPlan, dry_run: bool) -> None:
         c.print(f"skipped: {s}")
 
 
-@layout_app.command("check")
+@layout_app.command("check", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def check(
     tier: TierOpt = None,
     layout: LayoutOpt = None,
@@ -140,13 +139,15 @@ def check(
     steps and dataset versions), ttl-expired (scratch), mode (wrong area modes; anything group/world-
     writable in read-only areas), quota, symlink-escape. Read-only: it changes nothing.
 
-    Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached.
+    Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached (every other tier
+    is still checked and reported; the unreachable one is a row with its error).
 
+    \b
     Examples:
-
       storekit layout check
-
-      storekit layout check --all --json | jq '.tiers[].findings[] | select(.rule=="missing-manifest")'
+      storekit layout check --all --json | jq '.tiers[].findings[]'
+      storekit layout check --json | jq -r '.tiers[].findings[]
+          | select(.rule == "missing-manifest") | .path'
     """
     out = make_output(json, quiet)
     cfg = site_config(config)
@@ -221,7 +222,7 @@ def _render_check(c: Console, reports: list[CheckReport]) -> None:
             c.print(f"skipped on {r.tier}: {s}")
 
 
-@layout_app.command("show")
+@layout_app.command("show", epilog=exit_codes(E.USAGE, E.NOT_FOUND))
 def show(
     tier: TierOpt = None,
     layout: LayoutOpt = None,
@@ -229,7 +230,15 @@ def show(
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Print the layout: areas, modes, name patterns, TTLs, quotas and striping, and the check rules."""
+    """Print the layout: areas, modes, name patterns, TTLs, quotas and striping, and the check rules.
+
+    Reads the layout file only; contacts no storage.
+
+    \b
+    Examples:
+      storekit layout show
+      storekit layout show --layout layouts/llm-cluster.toml --json
+    """
     out = make_output(json, quiet)
     cfg = site_config(config)
     spec = load_layout(layout or cfg.tier(tier).layout)
@@ -304,13 +313,15 @@ def status(
     """Bytes, files and free space per area, for every tier (or one with --tier).
 
     An unreachable tier is reported (storekit_tier_up 0) and makes the exit code 5 after everything
-    else was reported and written.
+    else was reported and written. The Prometheus file passes `promtool check metrics` and is
+    replaced atomically (mode 0644), as node_exporter's textfile collector needs.
 
+    \b
     Examples:
-
       storekit status
-
-      storekit status --prometheus /var/lib/node_exporter/textfile/storekit.prom --quiet
+      storekit status --json | jq '.tiers[].areas[] | {area, bytes}'
+      storekit status --quiet \\
+          --prometheus /var/lib/node_exporter/textfile/storekit.prom
     """
     out = make_output(json, quiet)
     cfg = site_config(config)

@@ -171,3 +171,10 @@ def test_init_refuses_a_foreign_directory_in_a_dry_run_too(tmp_path: Path) -> No
     assert (shared.stat().st_mode & 0o7777) == 0o1777
     assert run(tmp_path, "init", "--adopt", "--quiet").returncode == 0
     assert (shared / "other-user.dat").read_bytes() == b"x" and (shared / "scratch").is_dir()
+
+
+def test_init_lists_its_actions_once(tmp_path: Path) -> None:
+    proc = run(tmp_path, "init")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no second copy of the actions in a log
+    assert proc.stdout.count(" scratch ") == 1 and "1777" in proc.stdout
