@@ -25,6 +25,13 @@ MEDIAN_SPREAD: dict[str, Any] = {
     "min": (OPT_NUM, "smallest repeat", None),
     "max": (OPT_NUM, "largest repeat", None),
     "spread": (OPT_NUM, "(max - min) / median", None),
+    "modes": (
+        (list, type(None)),
+        "when the repeats fall into groups separated by a 3x jump: each group's median, count, min "
+        "and max, smallest first (the overall median of a bimodal measurement jumps between them); "
+        "null otherwise",
+        None,
+    ),
 }
 LATENCY: dict[str, Any] = {
     "count": (int, "operations timed", None),
@@ -55,7 +62,12 @@ PHASE_RESULT: dict[str, Any] = {
         None,
     ),
     "latency": (dict, "per-operation latency", LATENCY),
-    "series": (list, "1 s buckets from the first start: t_s, bytes_per_s, ops_per_s", None),
+    "series": (
+        list,
+        "buckets of series_bucket_s from the first start: t_s (bucket start), bytes_per_s, ops_per_s",
+        None,
+    ),
+    "series_bucket_s": (NUM, "series bucket: 1 s, finer (down to 0.01 s) for phases under 50 s", None),
     "stragglers": (
         list,
         "per worker: worker, host, bytes, ops, start_offset_s, elapsed_s, bandwidth_bytes_per_s, "
@@ -70,6 +82,13 @@ PHASE_RESULT: dict[str, Any] = {
     "direct": ((bool, type(None)), "O_DIRECT in effect for every worker (null: not applicable)", None),
     "engine": (str, "psync, io_uring, threads, posix, boto3, boto3-threads", None),
     "notes": (list, "worker notes, e.g. O_DIRECT refused", None),
+    "window": (str, "what each operation's timed window covers, and where it differs from fio's", None),
+    "settle_s": (
+        NUM,
+        "untimed: the longest a worker spent syncing the target's filesystem before the start "
+        "barrier, so work left by earlier phases is not timed in this one (0 on S3)",
+        None,
+    ),
 }
 SUMMARY: dict[str, Any] = {
     "repeats": (int, "repeats summarised", None),

@@ -57,6 +57,17 @@ storage ceiling. Small-file operations are timed in C (compiled with
 the system's cc on first use, cached in ~/.cache/storekit; set
 STOREKIT_BENCH_NATIVE=0 to time them in Python, which adds ~0.5 us).
 
+Windows (what is timed; --json says it per phase as "window"): as
+fio's where fio has the operation. A write phase creates its files
+empty before the start, then times each file from its open through
+the writes and fsync to its close (fio rw=write end_fsync=1); stat
+and delete time the call alone (fio filestat/filedelete). Different
+on purpose: create times open, write of the payload and close (fio's
+filecreate times only the open). Before each phase every worker
+syncs the target's filesystem, untimed ("settle_s"), so work left by
+the previous phase is not timed in the next. Repeats that fall into
+separate modes (a 3x jump) are listed per mode, not as one median.
+
 Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
 removed afterwards, also on Ctrl-C; refused before writing when free
 space is short. A run killed outright (SIGKILL, OOM, node crash) leaves

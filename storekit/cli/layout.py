@@ -23,6 +23,7 @@ from storekit.cli.common import (
 from storekit.config import SiteConfig, mask_url
 from storekit.errors import ExitCode, NotFoundError, StorekitError, UnreachableError
 from storekit.layout.check import RULES, CheckReport, check_layout
+from storekit.layout.clean import CleanPlan
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
 from storekit.layout.status import TierStatus, prometheus_text, tier_status
@@ -220,6 +221,56 @@ def _render_check(c: Console, reports: list[CheckReport]) -> None:
     for r in reports:
         for s in r.skipped:
             c.print(f"skipped on {r.tier}: {s}")
+
+
+@layout_app.command("clean", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))
+def clean(
+    tier: TierOpt = None,
+    layout: LayoutOpt = None,
+    dry_run: DryRunOpt = False,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Remove expired entries of areas with a TTL (scratch/: 14 days in llm-cluster).
+
+    An entry expires when nothing in it changed for longer than the area's TTL; that includes the
+    work directories of abandoned prepare runs. Kept: anything named after a Slurm job that is still
+    in squeue (scratch/<jobid>, <jobid>_<task>, job-<jobid>), and every job-named entry when Slurm
+    exists but cannot be asked. Each delete renames the entry to a hidden tombstone, makes that
+    durable, then deletes it: an interrupted clean never leaves a half-deleted directory under its
+    name, and the next clean removes the tombstone. Run with --dry-run first.
+
+    \b
+    Examples:
+      storekit layout clean --dry-run
+      storekit layout clean --tier lustre --json | jq '.deleted[]'
+    """
+    from storekit.layout.clean import apply_clean, plan_clean
+
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    store = tier_store(cfg, tier)
+    spec = load_layout(layout or store.tier.layout)
+    plan = plan_clean(spec, store)
+    deleted = [] if dry_run else apply_clean(plan, store)
+    out.result(
+        "layout clean",
+        {"dry_run": dry_run, "deleted": [e.path for e in deleted], **plan.to_dict()},
+        lambda c: _render_clean(c, plan, dry_run),
+    )
+
+
+def _render_clean(c: Console, plan: CleanPlan, dry_run: bool) -> None:
+    verb = "would delete" if dry_run else "deleted"
+    deletes = [e for e in plan.entries if e.action == "delete"]
+    c.print(
+        f"tier {plan.tier} ({plan.url}): {verb} {len(deletes)} entr{'y' if len(deletes) == 1 else 'ies'} "
+        f"({format_bytes(sum(e.bytes for e in deletes))}); Slurm: {plan.slurm}",
+        markup=False,
+    )
+    for e in plan.entries:
+        c.print(f"  {verb if e.action == 'delete' else 'keep':<12} {e.path}  {e.reason}", markup=False)
 
 
 @layout_app.command("show", epilog=exit_codes(E.USAGE, E.NOT_FOUND))
