@@ -339,16 +339,29 @@ def _remember_proof(key: str | None) -> None:
         os.replace(tmp, path)
 
 
+_CORES: dict[int, tuple[Compiled, Any]] = {}  # id(compiled) -> (compiled, tiktoken core): one per process
+
+
+def _core_for(compiled: Compiled) -> Any:
+    """tiktoken's CoreBPE for `compiled`, built once per process (~0.2 s per 100k tokens) and shared by
+    threads (it is immutable and releases the GIL while it encodes)."""
+    entry = _CORES.get(id(compiled))
+    if entry is None or entry[0] is not compiled:
+        import tiktoken
+
+        core = tiktoken.Encoding(
+            "storekit-compiled", pat_str=compiled.pattern, mergeable_ranks=compiled.ranks, special_tokens={}
+        )._core_bpe
+        entry = _CORES[id(compiled)] = (compiled, core)
+    return entry[1]
+
+
 class FastBPE:
     """Encodes documents with tiktoken's core; `tokenizers` handles what tiktoken cannot (Unsure)."""
 
     def __init__(self, compiled: Compiled, hf_tokenizer: Any, *, special_as_text: bool) -> None:
-        import tiktoken
-
         self.compiled = compiled
-        self.core = tiktoken.Encoding(
-            "storekit-compiled", pat_str=compiled.pattern, mergeable_ranks=compiled.ranks, special_tokens={}
-        )._core_bpe
+        self.core = _core_for(compiled)
         self.hf = hf_tokenizer
         self.normalizer = hf_tokenizer.normalizer if compiled.normalizers else None
         raw = [(t.content, t) for t in compiled.added if not t.normalized]
@@ -364,22 +377,27 @@ class FastBPE:
 
     def encode(self, text: str) -> list[int]:
         """One document's ids (no BOS/EOS), identical to `tokenizers`' encode(add_special_tokens=False)."""
+        inert = True  # no normalisation changes it, and every character is assigned (INERT ⊂ ASSIGNED)
         try:
-            if not text.isascii() and _UNASSIGNED.search(text) is not None:
-                raise Unsure(text)
-            return self._encode(text)
+            if not text.isascii():
+                found = _NOT_INERT.search(text)
+                if found is not None:
+                    inert = False
+                    if _UNASSIGNED.search(text, found.start()) is not None:
+                        raise Unsure(text)
+            return self._encode(text, inert)
         except Unsure:
             self.hf_documents += 1
             return list(self.hf.encode(text, add_special_tokens=False).ids)
 
-    def _encode(self, text: str) -> list[int]:
+    def _encode(self, text: str, inert: bool) -> list[int]:
         encode = self.core.encode_ordinary
         out: list[int] = []
         for token_id, piece in self.raw_split.split(text):
             if token_id is not None:
                 out.append(token_id)
                 continue
-            for inner_id, inner in self.norm_split.split(self._normalize(piece)):
+            for inner_id, inner in self.norm_split.split(piece if inert else self._normalize(piece)):
                 if inner_id is not None:
                     out.append(inner_id)
                 elif inner:

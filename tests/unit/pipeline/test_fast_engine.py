@@ -196,7 +196,12 @@ def test_what_cannot_be_compiled_falls_back_with_the_reason(kind: str, reason: s
 
 def test_model_types_are_named(tmp_path: Path) -> None:
     doc = tokfiles.trained("unigram", handbook_texts()[:40])
-    doc["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+    doc["pre_tokenizer"] = {
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "trim_offsets": True,
+        "use_regex": True,
+    }
     doc["normalizer"] = None
     info = resolve_tokenizer(str(tokfiles.write(doc, tmp_path / "u.json")), eos=False, bos=False)
     assert "model Unigram" in compiled_for(info)
