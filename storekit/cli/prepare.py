@@ -79,7 +79,13 @@ def prepare_dataset_command(
     ] = None,
     inputs: Annotated[
         list[str] | None,
-        typer.Option("--input", "-i", metavar="GLOB|DIR|FILE|s3://...", help="Input files (repeatable)."),
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="GLOB|DIR|FILE|s3://...",
+            help="Input files (repeatable). Inside a directory or glob, symbolic links are followed only "
+            "while they stay inside it; a link out is refused.",
+        ),
     ] = None,
     input_format: Annotated[
         str | None,

@@ -109,6 +109,7 @@ CLI_URLS = [
     ["prepare", "dataset", "--input", f"{URLS['plain']}/corpus.jsonl"],
     ["prepare", "dataset", f"--input={URLS['slash']}/corpus.jsonl", "--dry-run"],
     ["prepare", "dataset", "--output", f"{URLS['plain']}/datasets/text/x/v1"],
+    ["prepare", "dataset", f"-i{URLS['plain']}/corpus.jsonl"],
     ["dataset", "verify", f"{URLS['plain']}/datasets/text/x/v1"],
     ["dataset", "info", f"{URLS['slash']}/datasets/text/x/v1"],
     ["bench", "io", "--target", URLS["plain"], "--pattern", "meta"],
