@@ -12,8 +12,11 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
+from typer.main import get_command
 
+from storekit.cli.app import app
 from storekit.config import mask_url, redact_urls, url_has_credentials
 from tests.unit.pipeline.helpers import run_cli
 
@@ -38,11 +41,28 @@ COMMANDS = [
     ["prepare", "dataset", "--dry-run"],
     ["dataset", "verify", "datasets/code/sample/v1"],
     ["dataset", "info", "datasets/code/sample/v1"],
+    ["dataset", "list"],
+    ["dataset", "inspect", "datasets/code/sample/v1"],
+    ["dataset", "blend", "datasets/code/sample/v1"],
+    ["layout", "clean"],
+    ["layout", "clean", "--dry-run"],
     ["bench", "io", "--pattern", "meta", "--files", "10"],
     ["bench", "io", "--dry-run"],
     ["config", "show"],
     ["config", "check"],
 ]
+
+
+def leaf_commands(command: click.Command, path: tuple[str, ...] = ()) -> set[str]:
+    if isinstance(command, click.Group):
+        return {leaf for name, sub in command.commands.items() for leaf in leaf_commands(sub, (*path, name))}
+    return {" ".join(path)}
+
+
+def test_every_command_is_in_this_test() -> None:
+    covered = {" ".join(c[:n]) for c in COMMANDS for n in (1, 2)}
+    missing = leaf_commands(get_command(app)) - covered
+    assert not missing, f"add {sorted(missing)} to COMMANDS in {__file__}: every command must refuse them"
 
 
 def closed_port() -> int:
