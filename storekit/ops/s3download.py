@@ -1,0 +1,166 @@
+"""Downloads of the S3 transfer engine: concurrent ranged GETs, hashed and written in order.
+
+The pool fetches ranges ahead (bounded by the in-flight cap); the caller's thread takes them in file
+order, hashes them (xxh3-128 of exactly the bytes written), writes them sequentially to a temp file
+beside the destination, and at each file's end fsyncs, checks the expected digest if one was given,
+renames into place and fsyncs the directory. Every GET names the ETag the HEAD saw (If-Match), so an
+object replaced during the download fails it instead of mixing two versions.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import os
+import uuid
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import xxhash
+
+from storekit.durable import TMP_MARK, fsync_dir
+from storekit.errors import MismatchError, NoSpaceError, StorekitError
+from storekit.ops.s3transfer import DownloadItem, DownloadResult, S3Transfer, fadvise_dontneed
+
+
+class ShortBody(ConnectionError):
+    """The gateway sent fewer bytes than the range asked for (a dropped connection): retryable."""
+
+
+@dataclass
+class _Target:
+    item: DownloadItem
+    size: int
+    tmp: str
+    fd: int
+    hasher: xxhash.xxh3_128 = field(default_factory=xxhash.xxh3_128)
+    written: int = 0
+
+
+@dataclass
+class _Range:
+    target: _Target
+    offset: int
+    length: int
+    etag: str
+
+
+def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[DownloadResult]:
+    targets: list[_Target] = []
+    window: deque[tuple[_Range, cf.Future[bytes]]] = deque()
+    results: list[DownloadResult] = []
+    try:
+        planned = _ranges(engine, items, targets)
+        pending = next(planned, None)
+        while pending is not None or window:
+            while pending is not None:
+                if window:
+                    if not engine.budget.try_acquire(pending.length):
+                        break
+                else:  # nothing held by us: a blocking wait cannot deadlock
+                    engine.budget.acquire(pending.length)
+                window.append((pending, engine.pool.submit(_fetch, engine, pending)))
+                pending = next(planned, None)
+            rng, fut = window.popleft()
+            try:
+                data = fut.result()
+                _write(rng, data)
+            finally:
+                engine.budget.release(rng.length)
+            if rng.offset + rng.length == rng.target.size:
+                results.append(_finish(rng.target))
+    except BaseException:
+        for _, fut in window:
+            fut.cancel()
+        cf.wait([fut for _, fut in window])
+        for held, _ in window:
+            engine.budget.release(held.length)
+        for t in targets:
+            with contextlib.suppress(OSError):
+                os.close(t.fd)
+            with contextlib.suppress(OSError):
+                os.unlink(t.tmp)
+        raise
+    return results
+
+
+def _ranges(engine: S3Transfer, items: Sequence[DownloadItem], targets: list[_Target]) -> Iterator[_Range]:
+    step = engine.config.range_size
+    for item in items:
+        head = engine.call(
+            f"download {engine.bucket}/{item.key}",
+            lambda item=item: engine.client.head_object(Bucket=engine.bucket, Key=item.key),  # type: ignore[misc]
+        )
+        size, etag = int(head["ContentLength"]), str(head["ETag"])
+        directory, name = os.path.split(os.path.abspath(item.path))
+        tmp = os.path.join(directory, f".{name}{TMP_MARK}{uuid.uuid4().hex[:12]}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise _local_error(item.path, exc) from None
+        target = _Target(item, size, tmp, fd)
+        targets.append(target)
+        if size == 0:
+            yield _Range(target, 0, 0, etag)
+        for offset in range(0, size, step):
+            yield _Range(target, offset, min(step, size - offset), etag)
+
+
+def _fetch(engine: S3Transfer, rng: _Range) -> bytes:
+    if rng.length == 0:
+        return b""
+    engine.throttle(rng.length)
+    key = rng.target.item.key
+
+    def get() -> bytes:
+        resp = engine.client.get_object(
+            Bucket=engine.bucket,
+            Key=key,
+            Range=f"bytes={rng.offset}-{rng.offset + rng.length - 1}",
+            IfMatch=rng.etag,
+        )
+        data: bytes = resp["Body"].read()
+        if len(data) != rng.length:
+            raise ShortBody(f"{len(data)} of {rng.length} bytes at offset {rng.offset}")
+        return data
+
+    return engine.call(f"download {engine.bucket}/{key}", get)
+
+
+def _write(rng: _Range, data: bytes) -> None:
+    target = rng.target
+    target.hasher.update(data)
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(target.fd, view)
+            view = view[n:]
+    except OSError as exc:
+        raise _local_error(target.item.path, exc) from None
+    target.written += len(data)
+
+
+def _finish(target: _Target) -> DownloadResult:
+    item = target.item
+    digest = target.hasher.hexdigest()
+    try:
+        os.fsync(target.fd)
+        fadvise_dontneed(target.fd, 0, target.size)  # clean pages only now, after the fsync
+        os.close(target.fd)
+        target.fd = -1
+    except OSError as exc:
+        raise _local_error(item.path, exc) from None
+    if item.expected_xxh3_128 is not None and digest != item.expected_xxh3_128:
+        raise MismatchError(
+            f"s3 object {item.key}: expected xxh3-128 {item.expected_xxh3_128}, downloaded {digest}"
+        )
+    os.replace(target.tmp, item.path)
+    fsync_dir(os.path.dirname(os.path.abspath(item.path)))
+    return DownloadResult(item.key, item.path, target.written, digest)
+
+
+def _local_error(path: str, exc: OSError) -> StorekitError:
+    if exc.errno is not None and exc.errno in (28, 122):  # ENOSPC, EDQUOT
+        return NoSpaceError(f"{path}: no space left on device")
+    return StorekitError(f"{path}: {exc.strerror or exc}")
