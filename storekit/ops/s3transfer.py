@@ -200,14 +200,14 @@ class S3Transfer:
         for entry in self.journal.entries():
             if entry.bucket != self.bucket:
                 continue
-            for upload_id in self._journaled_ids(entry):
+            for upload_id in self.journaled_upload_ids(entry):
                 with contextlib.suppress(NoSuchUpload):
                     self.abort(entry.key, upload_id)
             self.journal.forget(entry.bucket, entry.key)
             done.append(entry.key)
         return done
 
-    def _journaled_ids(self, entry: UploadEntry) -> list[str]:
+    def journaled_upload_ids(self, entry: UploadEntry) -> list[str]:
         if entry.upload_id is not None:
             return [entry.upload_id]
         # killed between sending create_multipart_upload and recording its answer: the uploads of

@@ -169,17 +169,22 @@ class _Multipart:
         engine, journal = self.engine, self.engine.journal
         fingerprint = (self.size, self.st.st_mtime_ns, self.st.st_ino)
         old = _journaled(engine, self.item.key)
-        if old is not None and old.upload_id is not None:
-            if (old.size, old.mtime_ns, old.inode) == fingerprint and old.part_size == self.part_size:
-                try:
-                    parts = _list_parts(engine, self.item.key, old.upload_id)
-                except NoSuchUpload:
-                    parts = None
-                if parts is not None:
-                    self.upload_id = old.upload_id
-                    return parts
-            with contextlib.suppress(NoSuchUpload):
-                engine.abort(self.item.key, old.upload_id)  # the source changed: its parts are stale
+        same = old is not None and (old.size, old.mtime_ns, old.inode, old.part_size) == (
+            *fingerprint,
+            self.part_size,
+        )
+        if old is not None and old.upload_id is not None and same:
+            try:
+                parts = _list_parts(engine, self.item.key, old.upload_id)
+            except NoSuchUpload:
+                parts = None
+            if parts is not None:
+                self.upload_id = old.upload_id
+                return parts
+        if old is not None:  # the source changed, or the create's answer was never recorded
+            for stale in engine.journaled_upload_ids(old):
+                with contextlib.suppress(NoSuchUpload):
+                    engine.abort(self.item.key, stale)
         entry = UploadEntry(
             bucket=engine.bucket,
             key=self.item.key,
@@ -200,6 +205,7 @@ class _Multipart:
             ),
         )
         self.upload_id = created["UploadId"]
+        faults.point("transfer.upload-created")
         if journal is not None:
             journal.record(replace(entry, upload_id=self.upload_id))
         faults.point("transfer.upload-journaled")
