@@ -49,10 +49,11 @@ class CheckReport:
     truncated: dict[str, int] = field(default_factory=dict)  # rule -> findings not listed
     entries_scanned: int = 0
     skipped: list[str] = field(default_factory=list)
+    error: str | None = None  # the tier could not be checked (unreachable, missing root)
 
     @property
     def clean(self) -> bool:
-        return not self.findings
+        return not self.findings and self.error is None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -60,6 +61,8 @@ class CheckReport:
             "url": self.url,
             "layout": self.layout,
             "clean": self.clean,
+            "reachable": self.error is None,
+            "error": self.error,
             "findings": [f.to_dict() for f in self.findings],
             "truncated": self.truncated,
             "entries_scanned": self.entries_scanned,

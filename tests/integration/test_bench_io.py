@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def phases(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]
 
 @pytest.mark.slow
 def test_every_pattern_runs_moves_the_planned_bytes_and_leaves_nothing_behind(
-    target: Path, tmp_path: Path
+    target: Path, tmp_path: Path, promtool: Callable[[str], None]
 ) -> None:
     before = snapshot(target)
     prom, png = tmp_path / "bench.prom", tmp_path / "bench.png"
@@ -127,13 +127,16 @@ def test_every_pattern_runs_moves_the_planned_bytes_and_leaves_nothing_behind(
     assert snapshot(target) == before  # nothing outside scratch/ touched, everything created removed
     assert (target / "scratch" / "someone-elses.tmp").read_text() == "keep me"
     check_prometheus(prom.read_text())
+    promtool(prom.read_text())
+    assert prom.stat().st_mode & 0o777 == 0o644
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert not [p for p in tmp_path.iterdir() if "storekit-tmp" in p.name]
 
 
 def check_prometheus(text: str) -> None:
     sample = re.compile(
-        r'^(storekit_bench_io_[a-z_]+)\{([a-z_]+="(?:[^"\\]|\\.)*"(?:,[a-z_]+="(?:[^"\\]|\\.)*")*)\} (\S+)$'
+        r"^(storekit_bench_io_[a-z_]+?)(?:_sum|_count)?"
+        r'\{([a-z_]+="(?:[^"\\]|\\.)*"(?:,[a-z_]+="(?:[^"\\]|\\.)*")*)\} (\S+)$'
     )
     declared: set[str] = set()
     names = set()
@@ -142,7 +145,7 @@ def check_prometheus(text: str) -> None:
             continue
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert kind == "gauge"
+            assert kind == ("summary" if name.endswith("_latency_seconds") else "gauge")
             declared.add(name)
             continue
         m = sample.match(line)
