@@ -21,7 +21,7 @@ from storekit.bench import native, uring
 from storekit.bench.iobuf import SMALL_PAGES, IOBuffer
 from storekit.bench.plan import WorkerTask
 from storekit.bench.spec import DIRECT_ALIGN
-from storekit.bench.worker import Job, Recorder, run_threads
+from storekit.bench.worker import Job, Recorder, run_recorded_threads
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"
@@ -197,7 +197,7 @@ class RandRead(_Base):
         if self.ring is not None:
             self._run_uring(rec, deadline)
         elif self.qd > 1:
-            run_threads(self.qd, lambda i, r: self._run_sync(r, deadline, i), rec)
+            run_recorded_threads(self.qd, lambda i, r: self._run_sync(r, deadline, i), rec)
         else:
             self._run_sync(rec, deadline, 0)
 

@@ -130,7 +130,7 @@ def run_worker(task: WorkerTask, barrier: StartBarrier) -> dict[str, Any]:
     return result.to_dict()
 
 
-def run_threads(count: int, body: Any, rec: Recorder) -> None:
+def run_recorded_threads(count: int, body: Any, rec: Recorder) -> None:
     """Run `body(i, recorder)` in `count` threads (I/O releases the GIL) and merge their recorders."""
     recorders = [Recorder() for _ in range(count)]
     errors: list[BaseException] = []

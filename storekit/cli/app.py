@@ -16,6 +16,7 @@ from storekit.cli import bench, config, dataset, layout, prepare
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, StorekitError
+from storekit.interrupts import interrupt_on
 
 EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
 
@@ -89,15 +90,11 @@ def _refuse_url_credentials(args: list[str]) -> None:
         refuse_url_credentials(value, "command line")
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
     reset_emitted()
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    interrupt_on(signal.SIGTERM)
     command = get_command(app)
     try:
         _refuse_url_credentials(args)

@@ -46,8 +46,8 @@ def verify_command(
 
       storekit dataset verify s3://archive/storage/datasets/text/web/v2 --json
     """
-    from storekit.pipeline.inspect import load_dataset_manifest, verify_dataset
     from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.verify import load_dataset_manifest, verify_dataset
 
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
@@ -83,9 +83,9 @@ def info_command(
 
       storekit dataset info /lustre/storage/datasets/text/web/v2 --json
     """
-    from storekit.pipeline.inspect import load_dataset_manifest
     from storekit.pipeline.location import resolve_location
     from storekit.pipeline.summary import manifest_summary, render_manifest_summary
+    from storekit.pipeline.verify import load_dataset_manifest
 
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)

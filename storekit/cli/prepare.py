@@ -12,6 +12,7 @@ from rich.table import Table
 
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
 from storekit.cli.output import Output, ProgressHandle
+from storekit.interrupts import interrupt_on
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
-    _stop_on_signals()
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # Slurm preemption stops like Ctrl-C: finished tasks kept
     with _progress(out) as progress:
         outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)
     _report(out, outcome)
@@ -264,16 +265,6 @@ def _name_from_input(ref: str) -> str:
         base = base.split(ch)[0]
     base = base.split(".")[0].strip("-_.") or Path(ref.rstrip("/")).parent.name
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-_.") or "dataset"
-
-
-def _stop_on_signals() -> None:
-    """SIGTERM and SIGUSR1 (Slurm preemption) stop the run like Ctrl-C: finished tasks are kept."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGUSR1, stop)
 
 
 class _progress:

@@ -79,16 +79,19 @@ class Staging:
         self.store = location.store
         self.work = work
         self.force = force
-        self.posix = location.store.capabilities.atomic_rename
+        # POSIX-like stores: stage in a hidden sibling, then rename; others (S3): in place, manifest last
+        self.atomic_rename = location.store.capabilities.atomic_rename
         prefix = f".{location.name}{TMP_MARK}"
         self.rel = (
-            join_rel(location.parent, f"{prefix}{uuid.uuid4().hex[:12]}") if self.posix else location.rel
+            join_rel(location.parent, f"{prefix}{uuid.uuid4().hex[:12]}")
+            if self.atomic_rename
+            else location.rel
         )
 
     def begin(self) -> None:
         record = json.dumps({"output": self.location.display}).encode()
         write_file_atomic(self.work.path / _STAGING_RECORD, record)
-        if self.posix:
+        if self.atomic_rename:
             self._remove_stale_siblings()
             self.store.makedirs(self.rel)
             return
@@ -109,7 +112,7 @@ class Staging:
                 self.store.delete(entry.path, recursive=True)
 
     def commit(self, plan_id: str) -> None:
-        if not self.posix:
+        if not self.atomic_rename:
             return
         final = self.location.rel
         old = None

@@ -7,7 +7,6 @@ and free space, run the unfinished tasks on the local executor, finalize, remove
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig
+from storekit.diskspace import free_bytes, nearest_existing
 from storekit.errors import NoSpaceError, UsageError
 from storekit.executors.local import default_workers, run_tasks
 from storekit.manifest import Manifest
@@ -184,11 +184,9 @@ def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> Non
             )
 
 
-def _device_and_free(path: Path) -> tuple[int, int]:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    return os.stat(probe).st_dev, shutil.disk_usage(probe).free
+def _device_and_free(path: Path) -> tuple[int, int | None]:
+    probe = nearest_existing(str(path))
+    return os.stat(probe).st_dev, free_bytes(probe)
 
 
 class SourceHasher(threading.Thread):

@@ -12,6 +12,7 @@ alone. Its parts appear under the work dir by rename, with `done.json` as the co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -295,16 +296,8 @@ class TaskRunner:
             stats.examples.append({"reason": reason, "where": reader.where(position), "detail": detail[:200]})
 
 
-class _NullCtx:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _maybe_open(path: Path, wanted: bool) -> Any:
-    return open(path, "wb") if wanted else _NullCtx()
+    return open(path, "wb") if wanted else contextlib.nullcontext()
 
 
 def _write_array(path: Path, arr: np.ndarray) -> None:

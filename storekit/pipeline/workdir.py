@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.durable import TMP_MARK, fsync_dir, fsync_file, write_file_atomic
-from storekit.errors import NoSpaceError, StorekitError, UsageError
+from storekit.errors import NoSpaceError, UsageError, storage_errors
 from storekit.pipeline.plan import PrepPlan
 
 DONE = "done.json"
@@ -129,17 +129,9 @@ def remove_path(path: Path) -> None:
             path.unlink()
 
 
-@contextlib.contextmanager
-def io_errors(path: Path) -> Iterator[None]:
+def io_errors(path: Path) -> contextlib.AbstractContextManager[None]:
     """OS errors on the work dir become storekit errors naming the path (ENOSPC: exit 6)."""
-    try:
-        yield
-    except StorekitError:
-        raise
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(
-                f"no space left on device while writing {path}",
-                hint="free space or point --work-dir at a larger file system; rerun to resume",
-            ) from None
-        raise StorekitError(f"{path}: {exc.strerror or exc}") from None
+    return storage_errors(str(path), hints={NoSpaceError: _NO_SPACE_HINT})
+
+
+_NO_SPACE_HINT = "free space or point --work-dir at a larger file system; rerun to resume"

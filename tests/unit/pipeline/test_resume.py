@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from storekit import faults
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     cli_subprocess,
@@ -65,22 +66,23 @@ def _remove(path: Path) -> None:
 @pytest.mark.parametrize(
     "hook",
     [
-        ("STOREKIT_TEST_KILL_AFTER_TASKS", "1"),
-        ("STOREKIT_TEST_KILL_AFTER_TASKS", "5"),
-        ("STOREKIT_TEST_KILL_AFTER_SHARDS", "2"),
-        ("STOREKIT_TEST_KILL_BEFORE_MANIFEST", "1"),
+        ("prepare.task-done", "1"),
+        ("prepare.task-done", "5"),
+        ("finalize.shard-closed", "2"),
+        ("finalize.before-manifest", "1"),
     ],
 )
 def test_sigkill_then_rerun_is_byte_identical(
     corpus: Path, baseline: dict[str, bytes], hook: tuple[str, str]
 ) -> None:
     try:
-        killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env={hook[0]: hook[1]})
+        kill = {faults.ENV: f"{hook[0]}@{hook[1]}=kill"}  # SIGKILL the hook[1]-th time the point is reached
+        killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env=kill)
         assert killed.code == -signal.SIGKILL
         assert not (corpus / FINAL).exists()  # no dataset without its manifest
         scratch = corpus / "storage" / "scratch"
         done = list(scratch.glob("storekit-prepare-*/tasks/[0-9]*"))
-        if hook[0] == "STOREKIT_TEST_KILL_AFTER_TASKS":
+        if hook[0] == "prepare.task-done":
             assert len(done) >= int(hook[1])
         res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
         assert res.code == 0, res.stderr

@@ -8,7 +8,7 @@ from typing import Any
 from storekit.errors import NotFoundError
 from storekit.manifest import Manifest, read_manifest, verify_manifest
 from storekit.paths import join_rel
-from storekit.pipeline.indexed import IndexError_, check_index, reader_from_file
+from storekit.pipeline.indexed import BadIndexError, check_index, reader_from_file
 from storekit.pipeline.location import DatasetLocation
 
 
@@ -65,7 +65,7 @@ def _check_shard(location: DatasetLocation, shard: dict[str, Any], dtype: str | 
             info = check_index(reader_from_file(fh), idx_size, bin_size)
     except NotFoundError:
         return "missing .bin or .idx"
-    except IndexError_ as exc:
+    except BadIndexError as exc:
         return f"index inconsistent with {shard['bin']}: {exc}"
     if dtype and info.dtype != dtype:
         return f"index dtype {info.dtype}, manifest says {dtype}"
