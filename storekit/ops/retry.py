@@ -13,18 +13,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from storekit import faults
+from storekit.errors import is_retryable
 
 T = TypeVar("T")
-
-# The network or the gateway failed: botocore's HTTPClientError family (EndpointConnectionError,
-# ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError), urllib3's
-# ProtocolError, builtin ConnectionError/TimeoutError. Names, so the test works on any wrapper.
-_RETRYABLE_NAMES = frozenset(
-    {"HTTPClientError", "ConnectionError", "TimeoutError", "ProtocolError", "IncompleteRead"}
-)
-_RETRYABLE_CODES = frozenset(
-    {"500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"}
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,27 +23,6 @@ class RetryPolicy:
     budget_s: float = 120.0  # from a request's first failure: a 30-60 s gateway restart fits twice
     first_delay_s: float = 0.25
     max_delay_s: float = 4.0
-
-
-def s3_error_code(exc: BaseException) -> str | None:
-    for e in _chain(exc):
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            code = response.get("Error", {}).get("Code")
-            if code:
-                return str(code)
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if status:
-                return str(status)
-    return None
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """A connection failure, a timeout or a gateway asking to slow down (5xx)."""
-    for e in _chain(exc):
-        if _RETRYABLE_NAMES & {c.__name__ for c in type(e).__mro__}:
-            return True
-    return s3_error_code(exc) in _RETRYABLE_CODES
 
 
 class RetryBudgetExceeded(Exception):
@@ -88,11 +58,3 @@ def call_with_retries(
         faults.point("transfer.retry")
         sleep(delay)
         delay = min(delay * 2, policy.max_delay_s)
-
-
-def _chain(exc: BaseException | None) -> list[BaseException]:
-    out: list[BaseException] = []
-    while exc is not None and len(out) < 10:
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    return out

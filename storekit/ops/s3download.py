@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import xxhash
 
 from storekit.durable import TMP_MARK, fsync_dir
-from storekit.errors import MismatchError, NoSpaceError, StorekitError
+from storekit.errors import MismatchError, StorekitError, storage_error
 from storekit.ops.s3transfer import DownloadItem, DownloadResult, S3Transfer, fadvise_dontneed
 
 
@@ -161,6 +161,4 @@ def _finish(target: _Target) -> DownloadResult:
 
 
 def _local_error(path: str, exc: OSError) -> StorekitError:
-    if exc.errno is not None and exc.errno in (28, 122):  # ENOSPC, EDQUOT
-        return NoSpaceError(f"{path}: no space left on device")
-    return StorekitError(f"{path}: {exc.strerror or exc}")
+    return storage_error(exc, path) or StorekitError(f"{path}: {exc}")

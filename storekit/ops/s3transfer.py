@@ -25,9 +25,9 @@ import boto3
 import botocore.config
 
 from storekit.config import TierConfig, mask_url
-from storekit.errors import NotFoundError, StorekitError, UnreachableError
+from storekit.errors import StorekitError, UnreachableError, error_class, s3_error_code
 from storekit.ops.journal import UploadEntry, UploadJournal
-from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries, s3_error_code
+from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.ops.throttle import ByteBudget, TokenBucket
 
 T = TypeVar("T")
@@ -171,7 +171,7 @@ class S3Transfer:
             code = s3_error_code(exc)
             if code is None:
                 raise
-            cls = NotFoundError if code.startswith("NoSuch") or code == "404" else StorekitError
+            cls = error_class(exc) or StorekitError  # e.g. AccessDenied: exit 1, retrying cannot fix it
             raise cls(f"{what}: {self.endpoint} answered {code}") from exc
 
     def throttle(self, n: int) -> None:

@@ -22,9 +22,8 @@ from typing import Any
 import xxhash
 
 from storekit import faults
-from storekit.errors import NoSpaceError, NotFoundError, StorekitError
+from storekit.errors import StorekitError, s3_error_code, storage_error
 from storekit.ops.journal import UploadEntry
-from storekit.ops.retry import s3_error_code
 from storekit.ops.s3transfer import (
     DIGEST_META_KEY,
     NoSuchUpload,
@@ -369,11 +368,7 @@ def _check_unchanged(path: str, fd: int, before: os.stat_result) -> None:
 
 
 def _local_error(path: str, exc: OSError) -> StorekitError:
-    if isinstance(exc, FileNotFoundError):
-        return NotFoundError(f"{path} does not exist")
-    if exc.errno is not None and exc.errno in (28, 122):  # ENOSPC, EDQUOT
-        return NoSpaceError(f"{path}: no space left on device")
-    return StorekitError(f"{path}: {exc.strerror or exc}")
+    return storage_error(exc, path) or StorekitError(f"{path}: {exc}")
 
 
 def _failed(exc: BaseException) -> cf.Future[UploadResult]:

@@ -10,7 +10,8 @@ import threading
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries, is_retryable
+from storekit.errors import is_retryable
+from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.ops.s3transfer import S3_MAX_PARTS, MiB, part_size_for
 from storekit.ops.throttle import ByteBudget, TokenBucket
 
