@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from storekit import faults
 from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import MismatchError, StorekitError, storage_error
 from storekit.ops.s3transfer import DownloadItem, DownloadResult, S3Transfer, fadvise_dontneed
@@ -125,7 +126,9 @@ def _fetch(engine: S3Transfer, rng: _Range) -> bytes:
             raise ShortBody(f"{len(data)} of {rng.length} bytes at offset {rng.offset}")
         return data
 
-    return engine.call(f"download {engine.bucket}/{key}", get)
+    data = engine.call(f"download {engine.bucket}/{key}", get)
+    faults.point("transfer.range-fetched")
+    return data
 
 
 def _write(rng: _Range, data: bytes) -> None:

@@ -127,6 +127,7 @@ class S3Transfer:
         config: TransferConfig | None = None,
         journal: UploadJournal | None = None,
         endpoint: str = "",
+        bandwidth: TokenBucket | None = None,
     ) -> None:
         self.client = client
         self.bucket = bucket
@@ -134,7 +135,8 @@ class S3Transfer:
         self.journal = journal
         self.endpoint = mask_url(endpoint) if endpoint else "the S3 endpoint"
         self.budget = ByteBudget(self.config.max_in_flight_bytes)
-        self.bucket_cap = TokenBucket(self.config.bandwidth) if self.config.bandwidth else None
+        # one bucket for every thread; `bandwidth` lets a test give it an injected clock
+        self.bandwidth = bandwidth or (TokenBucket(self.config.bandwidth) if self.config.bandwidth else None)
         self.pool = ThreadPoolExecutor(self.config.threads, thread_name_prefix="storekit-s3")
 
     @classmethod
@@ -175,8 +177,8 @@ class S3Transfer:
             raise cls(f"{what}: {self.endpoint} answered {code}") from exc
 
     def throttle(self, n: int) -> None:
-        if self.bucket_cap is not None:
-            self.bucket_cap.take(n)
+        if self.bandwidth is not None:
+            self.bandwidth.take(n)
 
     def part_size(self, size: int) -> int:
         return part_size_for(size, min_part_size=self.config.min_part_size, max_parts=self.config.max_parts)

@@ -22,6 +22,7 @@ from storekit.ops.s3transfer import (
     TransferConfig,
     UploadItem,
 )
+from storekit.ops.throttle import TokenBucket
 from tests.integration.s3_helpers import (
     MiB,
     PrivateGateway,
@@ -112,6 +113,75 @@ def test_a_missing_source_is_named(tmp_path: Path) -> None:
     with fresh_bucket(SMALL_PARTS) as engine, pytest.raises(StorekitError, match="does not exist") as info:
         engine.upload_files([UploadItem(str(tmp_path / "nope"), "nope")])
     assert str(tmp_path / "nope") in str(info.value)
+
+
+def test_the_bandwidth_cap_is_charged_every_byte(tmp_path: Path) -> None:
+    """What the cap decides, with an injected clock: (bytes - burst) / rate seconds of waiting."""
+    write_random(tmp_path / "big", 12 * MiB, seed=11)
+    write_random(tmp_path / "small", 1000, seed=12)
+    config = TransferConfig(min_part_size=5 * MiB, threads=1, max_in_flight_bytes=5 * MiB)
+    clock = _FakeClock()
+    with fresh_bucket(config) as engine:
+        engine.bandwidth = TokenBucket(MiB, burst=MiB, clock=clock, sleep=clock.sleep)
+        engine.upload_files([UploadItem(str(tmp_path / n), n) for n in ("big", "small")])
+        sent = 12 * MiB + 1000
+        assert clock.now == pytest.approx((sent - MiB) / MiB)
+        engine.download_files([DownloadItem("big", str(tmp_path / "big.back"))])
+        assert clock.now == pytest.approx((sent + 12 * MiB - MiB) / MiB)
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+_DOWNLOADER = """
+import json, sys
+from storekit.config import TierConfig
+from storekit.ops.s3transfer import DownloadItem, S3Transfer, TransferConfig
+tier = TierConfig(**json.loads(sys.argv[1]))
+config = TransferConfig(range_size=5 * 2**20, threads=1, max_in_flight_bytes=5 * 2**20)
+with S3Transfer.for_tier(tier, config=config) as engine:
+    engine.download_files([DownloadItem(sys.argv[2], sys.argv[3])])
+"""
+
+
+def test_an_object_replaced_during_its_download_fails_it(tmp_path: Path) -> None:
+    """Every ranged GET names the ETag the download started with: two versions are never mixed."""
+    write_random(tmp_path / "v1", 12 * MiB, seed=13)
+    events = tmp_path / "events"
+    events.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with fresh_bucket(SMALL_PARTS) as engine:
+        engine.upload_files([UploadItem(str(tmp_path / "v1"), "obj")])
+        tier = tier_for(engine.bucket)
+        tier_json = json.dumps({"name": tier.name, "url": tier.url, "options": dict(tier.options)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _DOWNLOADER, tier_json, "obj", str(dest / "obj")],
+            env=_env("transfer.range-fetched=pause", STOREKIT_FAULT_DIR=str(events)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for("the first range fetched", (events / "transfer.range-fetched.reached").exists)
+            engine.client.put_object(Bucket=engine.bucket, Key="obj", Body=b"version 2")
+            (events / "transfer.range-fetched.go").touch()
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 1
+        assert "answered PreconditionFailed" in err
+        assert os.listdir(dest) == []  # neither a mixed file nor a temp file
 
 
 # -- kills at fault points: the journal resumes or aborts exactly what was in flight ------------------
