@@ -16,6 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import xxhash
 
@@ -37,6 +38,7 @@ class _Target:
     fd: int
     hasher: xxhash.xxh3_128 = field(default_factory=xxhash.xxh3_128)
     written: int = 0
+    last_length: int = 0
 
 
 @dataclass
@@ -48,52 +50,63 @@ class _Range:
 
 
 def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[DownloadResult]:
+    heads = list(engine.pool.map(lambda item: _head(engine, item), items))  # sizes and ETags, concurrently
     targets: list[_Target] = []
     window: deque[tuple[_Range, cf.Future[bytes]]] = deque()
-    results: list[DownloadResult] = []
-    try:
-        planned = _ranges(engine, items, targets)
-        pending = next(planned, None)
-        while pending is not None or window:
-            while pending is not None:
-                if window:
-                    if not engine.budget.try_acquire(pending.length):
-                        break
-                else:  # nothing held by us: a blocking wait cannot deadlock
-                    engine.budget.acquire(pending.length)
-                window.append((pending, engine.pool.submit(_fetch, engine, pending)))
-                pending = next(planned, None)
-            rng, fut = window.popleft()
-            try:
-                data = fut.result()
-                _write(rng, data)
-            finally:
-                engine.budget.release(rng.length)
-            if rng.offset + rng.length == rng.target.size:
-                results.append(_finish(rng.target))
-    except BaseException:
-        for _, fut in window:
-            fut.cancel()
-        cf.wait([fut for _, fut in window])
-        for held, _ in window:
-            engine.budget.release(held.length)
-        for t in targets:
-            with contextlib.suppress(OSError):
-                os.close(t.fd)
-            with contextlib.suppress(OSError):
-                os.unlink(t.tmp)
-        raise
+    finishing: list[cf.Future[DownloadResult]] = []
+    # fsync + verify + rename of one file overlaps the download of the next
+    with cf.ThreadPoolExecutor(2, thread_name_prefix="storekit-fsync") as finisher:
+        try:
+            planned = _ranges(engine, items, heads, targets)
+            pending = next(planned, None)
+            while pending is not None or window:
+                while pending is not None:
+                    if window:
+                        if not engine.budget.try_acquire(pending.length):
+                            break
+                    else:  # nothing held by us: a blocking wait cannot deadlock
+                        engine.budget.acquire(pending.length)
+                    window.append((pending, engine.pool.submit(_fetch, engine, pending)))
+                    pending = next(planned, None)
+                rng, fut = window.popleft()
+                try:
+                    _write(rng, fut.result())
+                finally:
+                    engine.budget.release(rng.length)
+                if rng.offset + rng.length == rng.target.size:
+                    finishing.append(finisher.submit(_finish, rng.target))
+            results = [f.result() for f in finishing]
+        except BaseException:
+            for _, fut in window:
+                fut.cancel()
+            started: list[cf.Future[Any]] = [fut for _, fut in window]
+            cf.wait(started + list(finishing))
+            for held, _ in window:
+                engine.budget.release(held.length)
+            for t in targets:
+                _discard(t)
+            raise
+    for directory in sorted({os.path.dirname(os.path.abspath(r.path)) for r in results}):
+        fsync_dir(directory)  # the renames are durable before we return
     return results
 
 
-def _ranges(engine: S3Transfer, items: Sequence[DownloadItem], targets: list[_Target]) -> Iterator[_Range]:
+def _head(engine: S3Transfer, item: DownloadItem) -> tuple[int, str]:
+    head = engine.call(
+        f"download {engine.bucket}/{item.key}",
+        lambda: engine.client.head_object(Bucket=engine.bucket, Key=item.key),
+    )
+    return int(head["ContentLength"]), str(head["ETag"])
+
+
+def _ranges(
+    engine: S3Transfer,
+    items: Sequence[DownloadItem],
+    heads: Sequence[tuple[int, str]],
+    targets: list[_Target],
+) -> Iterator[_Range]:
     step = engine.config.range_size
-    for item in items:
-        head = engine.call(
-            f"download {engine.bucket}/{item.key}",
-            lambda item=item: engine.client.head_object(Bucket=engine.bucket, Key=item.key),  # type: ignore[misc]
-        )
-        size, etag = int(head["ContentLength"]), str(head["ETag"])
+    for item, (size, etag) in zip(items, heads, strict=True):
         directory, name = os.path.split(os.path.abspath(item.path))
         tmp = os.path.join(directory, f".{name}{TMP_MARK}{uuid.uuid4().hex[:12]}")
         try:
@@ -141,7 +154,12 @@ def _write(rng: _Range, data: bytes) -> None:
             view = view[n:]
     except OSError as exc:
         raise _local_error(target.item.path, exc) from None
+    # the range before this one: starts its writeback now (so the final fsync is short) and drops
+    # whatever of it is already clean (so a recall of terabytes does not flush the page cache)
+    if target.last_length:
+        fadvise_dontneed(target.fd, target.written - target.last_length, target.last_length)
     target.written += len(data)
+    target.last_length = len(data)
 
 
 def _finish(target: _Target) -> DownloadResult:
@@ -149,18 +167,31 @@ def _finish(target: _Target) -> DownloadResult:
     digest = target.hasher.hexdigest()
     try:
         os.fsync(target.fd)
-        fadvise_dontneed(target.fd, 0, target.size)  # clean pages only now, after the fsync
+        fadvise_dontneed(target.fd, 0, target.size)  # all clean after the fsync: drop it
         os.close(target.fd)
         target.fd = -1
+        if item.expected_xxh3_128 is not None and digest != item.expected_xxh3_128:
+            raise MismatchError(
+                f"s3 object {item.key}: expected xxh3-128 {item.expected_xxh3_128}, downloaded {digest}"
+            )
+        os.replace(target.tmp, item.path)
     except OSError as exc:
+        _discard(target)
         raise _local_error(item.path, exc) from None
-    if item.expected_xxh3_128 is not None and digest != item.expected_xxh3_128:
-        raise MismatchError(
-            f"s3 object {item.key}: expected xxh3-128 {item.expected_xxh3_128}, downloaded {digest}"
-        )
-    os.replace(target.tmp, item.path)
-    fsync_dir(os.path.dirname(os.path.abspath(item.path)))
+    except BaseException:
+        _discard(target)
+        raise
     return DownloadResult(item.key, item.path, target.written, digest)
+
+
+def _discard(target: _Target) -> None:
+    """Close and remove a temp file that will not be renamed (a no-op once it was)."""
+    if target.fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(target.fd)
+        target.fd = -1
+    with contextlib.suppress(OSError):
+        os.unlink(target.tmp)
 
 
 def _local_error(path: str, exc: OSError) -> StorekitError:
