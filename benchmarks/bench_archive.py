@@ -210,11 +210,11 @@ def main() -> None:
     args = ap.parse_args()
     if not os.environ.get("CEPH_CONF"):
         raise SystemExit("CEPH_CONF must name the test cluster's ceph.conf (for radosgw-admin gc)")
-    lock = hold_lock()
-    become_subreaper()
     bench = Bench(args)
     bench.src.mkdir(parents=True, exist_ok=True)
-    nbytes = make_payload(bench.src, args.scale)
+    nbytes = make_payload(bench.src, args.scale)  # before the lock: nobody waits for this
+    lock = hold_lock()
+    become_subreaper()
     bench.client.create_bucket(Bucket=bench.bucket)
     digests = bench.work / "digests.json"
     rows: dict[str, list[dict[str, Any]]] = {}
