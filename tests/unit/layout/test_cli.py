@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,19 +51,22 @@ def test_init_check_status_on_embedded_default(tmp_path: Path, promtool: Callabl
     doc = as_json(clean)
     assert doc["clean"] is True and doc["tiers"][0]["tier"] == "local"
 
-    (tmp_path / "storage/checkpoints/run_001/step_000100").mkdir(parents=True)
+    step = tmp_path / "storage/checkpoints/run_001/step_000100"
+    step.mkdir(parents=True)
+    assert run(tmp_path, "layout", "check", "--json").returncode == 0  # just written: in progress
+    os.utime(step, (time.time() - 86400, time.time() - 86400))  # a day without change: abandoned
     dirty = run(tmp_path, "layout", "check", "--json")
     assert dirty.returncode == 4
     findings = as_json(dirty)["tiers"][0]["findings"]
     assert findings == [
         {
-            "rule": "missing-manifest",
+            "rule": "incomplete-checkpoint",
             "path": "checkpoints/run_001/step_000100",
-            "message": "no manifest.json: not committed (half-written?)",
+            "message": "storekit: no manifest.json; torch-dcp: no .metadata; orbax: no _CHECKPOINT_METADATA",
         }
     ]
     human = run(tmp_path, "layout", "check")
-    assert human.returncode == 4 and "missing-manifest" in human.stdout
+    assert human.returncode == 4 and "incomplete-checkpoint" in human.stdout
 
     (tmp_path / "storage/logs/a.log").write_bytes(b"x" * 1234)
     prom = tmp_path / "storekit.prom"
@@ -126,7 +130,7 @@ def test_check_all_reports_every_tier_and_the_unreachable_one_as_an_error_row(tm
     )
     assert run(tmp_path, "init", "--quiet").returncode == 0
     assert run(tmp_path, "init", "--tier", "nfs", "--quiet").returncode == 0
-    (tmp_path / "nfs/checkpoints/run_001/step_000100").mkdir(parents=True)
+    (tmp_path / "nfs/datasets/text/wiki/v1").mkdir(parents=True)  # a dataset without its manifest
     proc = run(tmp_path, "layout", "check", "--all", "--json")
     assert proc.returncode == 5, proc.stderr
     doc = as_json(proc)  # the one document on stdout, with every tier in it
@@ -152,6 +156,25 @@ def test_check_where_no_layout_exists_suggests_init(tmp_path: Path) -> None:
         f"error: {(tmp_path / 'storage').as_uri()} does not exist",
         "hint: no layout here yet; create it with: storekit init",
     ]
+
+
+def test_init_refuses_a_foreign_directory_in_a_dry_run_too(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "other-user.dat").write_bytes(b"x")
+    shared.chmod(0o1777)
+    (tmp_path / "storekit.toml").write_text(f'[tiers.t]\nurl = "{shared}"\n')
+    for args in (["--dry-run", "--json"], ["--json"]):
+        proc = run(tmp_path, "init", *args)
+        assert proc.returncode == 1, proc.stderr
+        assert "holds no storekit layout" in as_json(proc)["error"]["message"]
+        assert proc.stderr.count("\n") == 2 and "hint: " in proc.stderr and "--adopt" in proc.stderr
+        assert (shared.stat().st_mode & 0o7777) == 0o1777 and os.listdir(shared) == ["other-user.dat"]
+    dry = run(tmp_path, "init", "--adopt", "--dry-run", "--json")
+    assert dry.returncode == 0 and {"chmod"} <= {a["action"] for a in as_json(dry)["actions"]}
+    assert (shared.stat().st_mode & 0o7777) == 0o1777
+    assert run(tmp_path, "init", "--adopt", "--quiet").returncode == 0
+    assert (shared / "other-user.dat").read_bytes() == b"x" and (shared / "scratch").is_dir()
 
 
 def test_init_lists_its_actions_once(tmp_path: Path) -> None:
