@@ -75,6 +75,12 @@ class UnreachableError(StorekitError):
     exit_code = ExitCode.RETRYABLE
 
 
+class BusyError(StorekitError):
+    """Another live process holds the lease on what this command would write: retry later."""
+
+    exit_code = ExitCode.RETRYABLE
+
+
 class NoSpaceError(StorekitError):
     exit_code = ExitCode.NO_SPACE
 

@@ -10,8 +10,10 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from storekit.layout.spec import AreaSpec, LayoutSpec
+from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.store import Entry, Store
 from storekit.units import format_bytes, format_duration
 
@@ -49,6 +51,7 @@ class CheckReport:
     truncated: dict[str, int] = field(default_factory=dict)  # rule -> findings not listed
     entries_scanned: int = 0
     skipped: list[str] = field(default_factory=list)
+    in_progress: list[str] = field(default_factory=list)  # temp entries a live lease covers
 
     @property
     def clean(self) -> bool:
@@ -64,6 +67,7 @@ class CheckReport:
             "truncated": self.truncated,
             "entries_scanned": self.entries_scanned,
             "skipped": self.skipped,
+            "in_progress": self.in_progress,
             "counts": {
                 rule: sum(1 for f in self.findings if f.rule == rule) + self.truncated.get(rule, 0)
                 for rule in RULES
@@ -109,8 +113,13 @@ class _AreaScan:
         if entry.is_link:
             self._check_link(entry)
             return
-        if self.spec.is_temp_name(entry.name):
-            self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
+        if is_lease_name(entry.name) or self.spec.is_temp_name(entry.name):
+            if self._leased(entry):
+                self.report.in_progress.append(entry.path)
+            elif is_lease_name(entry.name):
+                self.add("incomplete", entry.path, "the lease of a writer that is gone (stale)")
+            else:
+                self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
             self.skip.append(entry.path + "/")
             return
         self._check_mode(entry)
@@ -137,6 +146,16 @@ class _AreaScan:
             level = self.area.levels[len(rel_parts) - 2]
             if entry.name == level.committed_by:
                 self.committed_dirs[parent] = True
+
+    def _leased(self, entry: Entry) -> bool:
+        """A live writer's temp entry or lease file: in progress, not a finding (POSIX tiers)."""
+        root = self.store.local_path("") if self.store.capabilities.directories else None
+        if root is None:
+            return False
+        path = Path(root) / entry.path
+        if is_lease_name(entry.name):
+            return binding_lease(path) is not None
+        return covering_lease(path, Path(root)) is not None
 
     def _check_link(self, entry: Entry) -> None:
         target = link_escape(self.store, entry)

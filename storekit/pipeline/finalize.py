@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from storekit.errors import NoSpaceError, StorekitError
+from storekit.lease import Lease
 from storekit.manifest import Manifest, ManifestFile, write_manifest
 from storekit.pipeline import hooks
 from storekit.pipeline.commit import Staging
@@ -38,15 +39,19 @@ def finalize(
     force: bool,
     source_digests: Callable[[], list[dict[str, Any]]],
     on_shard: Callable[[ShardInfo], None] | None = None,
+    lease: Lease | None = None,
 ) -> Manifest:
     summaries = [work.read_done(i) for i in range(len(plan.tasks))]
+    for index, summary in enumerate(summaries):
+        work.check_parts(index, summary)
     drops = None
     if plan.options["dedup"]:
         drops = find_cross_task_duplicates(
             [work.task_dir(i) / "hashes.rec" for i in range(len(plan.tasks))], work.path / "dedup"
         )
-    staging = Staging(location, work, force=force)
+    staging = Staging(location, work, force=force, lease=lease)
     staging.begin()
+    hooks.point("finalize.staged")
     try:
         with _os_errors(location):
             shards = _write_shards(plan, work, staging, drops, on_shard)
