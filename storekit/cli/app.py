@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     json_mode = "--json" in args
     reset_emitted()
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGUSR1, _sigterm_as_interrupt)  # Slurm's preemption warning
     command = get_command(app)
     try:
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)

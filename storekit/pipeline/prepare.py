@@ -28,7 +28,7 @@ from storekit.pipeline.commit import check_existing, output_lease, settle_leftov
 from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation, resolve_location
-from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan, plan_tasks
+from storekit.pipeline.plan import PrepPlan, plan_tasks
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.task import peak_rss
@@ -202,8 +202,7 @@ def _run(
 
 def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> None:
     """Refuse up front (exit 6) when the estimated shards cannot fit; nothing is written yet."""
-    itemsize = 2 if plan.tokenizer.dtype == "uint16" else 4
-    estimate = plan.total_bytes // BYTES_PER_TOKEN_FLOOR * itemsize
+    estimate = plan.max_output_bytes  # the task parts hold as much again, until finalize is done
     work_dev, work_free = _device_and_free(work.path)
     needs = {work_dev: estimate}
     out_free = None
@@ -216,7 +215,8 @@ def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> Non
         if free is not None and need > free:
             where = work.path if dev == work_dev else out_local
             raise NoSpaceError(
-                f"not enough free space on {where}: the shards need about {format_size(need)}, "
+                f"not enough free space on {where}: the shards and task parts may need up to "
+                f"{format_size(need)} (one token per input byte, the most a tokenizer makes), "
                 f"{format_size(free)} is free",
                 hint="free space, or write task parts elsewhere with --work-dir",
             )
