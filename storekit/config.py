@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from storekit.errors import ConfigError, NotFoundError
+from storekit.errors import ConfigError, NotFoundError, UsageError
 from storekit.tomlkeys import get_str, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
@@ -71,16 +71,51 @@ def mask_value(key: str, value: Any) -> Any:
     return value
 
 
-def mask_url(url: str) -> str:
-    """Hide credentials embedded in a URL (`s3://key:secret@bucket/...`)."""
+def url_has_credentials(url: str) -> bool:
+    """Does `url` carry userinfo (`scheme://user:secret@host`)? Errs towards yes.
+
+    A secret with a `/` in it (AWS secrets often have one) splits the URL before the `@`:
+    `s3://KEY:SE/CRET@bucket` parses as bucket `KEY:SE`, so a `:` in a bucket counts too.
+    """
+    if "://" not in url:
+        return False
     try:
         parts = urlsplit(url)
     except ValueError:
-        return "<unparsable URL>"
-    if "@" not in parts.netloc:
+        return "@" in url
+    return "@" in parts.netloc or (parts.scheme == "s3" and ":" in parts.netloc)
+
+
+def mask_url(url: str) -> str:
+    """Hide credentials embedded in a URL (`s3://key:secret@bucket/...` -> `s3://***@bucket/...`)."""
+    if not url_has_credentials(url):
         return url
-    host = parts.netloc.rsplit("@", 1)[1]  # keeps the port as written, even an invalid one
-    return parts._replace(netloc=f"***@{host}").geturl()
+    scheme, _, rest = url.partition("://")
+    _, at, host = rest.partition("@")
+    return f"{scheme}://***@{host}" if at else f"{scheme}://***"
+
+
+# `scheme://anything-without-spaces@` in free text: the userinfo of a URL (last line of defence)
+_USERINFO_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s@'\"<>]*@")
+
+
+def redact_urls(text: str) -> str:
+    """Mask the userinfo of every URL in a message or traceback before it is printed."""
+    return _USERINFO_RE.sub(r"\1***@", text)
+
+
+URL_CREDENTIALS_HINT = (
+    "give S3 credentials as key/secret in the tier's [tiers.NAME.options] table, or as "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or as a profile (AWS_PROFILE); never in a URL"
+)
+
+
+def refuse_url_credentials(url: str, where: str) -> None:
+    """A URL with `user:secret@` in it is a usage error: it would end in shell history, logs and plans."""
+    if url_has_credentials(url):
+        raise UsageError(
+            f"{where}: credentials in a URL are refused ({mask_url(url)})", hint=URL_CREDENTIALS_HINT
+        )
 
 
 def embedded_default(cwd: Path | None = None) -> SiteConfig:
@@ -165,6 +200,10 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays."""
     if not url:
         raise ConfigError(source, key, "expected a URL such as file:///lustre/storage or s3://bucket/prefix")
+    if url_has_credentials(url):
+        raise ConfigError(
+            source, key, f"credentials in a URL are refused ({mask_url(url)})", hint=URL_CREDENTIALS_HINT
+        )
     try:
         parts = urlsplit(url)
     except ValueError as exc:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import uuid
+
+from storekit import faults
 
 TMP_MARK = ".storekit-tmp-"  # every temporary name we create contains this (layout check knows it)
 
@@ -46,3 +49,47 @@ def write_file_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int | 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+TOMBSTONE_MARK = ".storekit-deleting-"  # a directory being deleted; never a real name (layout check knows)
+
+
+def is_tombstone(name: str) -> bool:
+    return TOMBSTONE_MARK in name
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Delete a file or directory tree so that a crash never leaves it half-deleted under its name.
+
+    The tree is first renamed to a hidden sibling tombstone and the rename made durable; only then
+    are its contents removed. A crash leaves either the whole tree under its real name or a
+    tombstone that `purge_tombstones` (or a rerun) removes. A missing path is not an error.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    tomb = os.path.join(directory, f".{name}{TOMBSTONE_MARK}{uuid.uuid4().hex[:12]}")
+    try:
+        os.rename(path, tomb)
+    except FileNotFoundError:
+        return
+    fsync_dir(directory)
+    faults.point("durable.tombstoned")
+    _remove(tomb)
+
+
+def purge_tombstones(directory: str | os.PathLike[str]) -> list[str]:
+    """Remove the tombstones a crash left in `directory`; returns the names removed."""
+    removed = []
+    with os.scandir(directory) as entries:
+        names = [e.name for e in entries if is_tombstone(e.name)]
+    for name in names:
+        _remove(os.path.join(directory, name))
+        removed.append(name)
+    return removed
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

@@ -9,8 +9,10 @@ Outside CI a missing service skips the test with a one-line reason; with CI=true
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,20 @@ def _private_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ.pop("STOREKIT_CACHE_DIR", None)
     else:
         os.environ["STOREKIT_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def promtool() -> Callable[[str], None]:
+    """`check(text)`: the real `promtool check metrics` (Debian package prometheus) must accept text."""
+    exe = shutil.which("promtool")
+    if exe is None:
+        _need("promtool (Debian package prometheus)")
+
+    def check(text: str) -> None:
+        proc = subprocess.run(
+            [str(exe), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+        )
+        problems = (proc.stdout + proc.stderr).strip()
+        assert proc.returncode == 0 and not problems, problems
+
+    return check

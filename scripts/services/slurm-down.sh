@@ -47,8 +47,12 @@ if alive "$DIR/pids/slurmctld.pid" /usr/sbin/slurmctld; then
   fi
 fi
 
-# both take ~2 s to exit: stop them side by side
-stop_recorded slurmd /usr/sbin/slurmd &
+# each takes ~2 s to exit: stop them side by side
+for pf in "$DIR"/pids/slurmd*.pid; do
+  [ -e "$pf" ] || continue
+  name=${pf##*/}
+  stop_recorded "${name%.pid}" /usr/sbin/slurmd &
+done
 stop_recorded slurmctld /usr/sbin/slurmctld
 wait
 [ $KEEP_MUNGE = 1 ] || stop_recorded munged /usr/sbin/munged

@@ -1,17 +1,23 @@
 #!/bin/bash
-# slurm-up.sh — a single-host Slurm cluster (munged + slurmctld + slurmd) on localhost for tests.
+# slurm-up.sh — a Slurm cluster on localhost for tests: munged + slurmctld + one slurmd per
+# emulated node (own node name and port, as on a real cluster where each node runs one slurmd).
 #
 # Runs as root, without systemd. Idempotent: daemons it started earlier (recorded in
-# $DIR/pids) are reused, a changed config restarts them. Waits until the node is idle.
+# $DIR/pids) are reused, a changed config restarts them. Waits until every node is idle.
+# Partitions: `debug` (all nodes, default) and `cpu` (the second half of the nodes), so tests can
+# target a partition as users do.
 # The config is written to $DIR/slurm.conf (the system's /etc/slurm is left alone); clients
 # need `export SLURM_CONF=$DIR/slurm.conf`, which is printed on stdout and kept in $DIR/slurm.env.
 #
 # Usage:   eval "$(scripts/services/slurm-up.sh)"      ...      scripts/services/slurm-down.sh
 # Env:
 #   STOREKIT_SLURM_DIR  runtime dir (config, state, spool, logs, pids)  [<repo>/.services/slurm]
-#   SLURMCTLD_PORT      slurmctld port [6817]       SLURMD_PORT   slurmd port [6818]
-#   SLURM_NODE_CPUS     CPUs the node advertises [nproc] (may exceed the real cores)
-#   SLURM_UP_TIMEOUT    seconds to wait for the node to become idle [60]
+#   SLURMCTLD_PORT      slurmctld port [6817]
+#   SLURMD_PORT         first slurmd port; node i listens on SLURMD_PORT+i-1 [6818]
+#   SLURM_NODES         emulated nodes sk-node1..N [4]
+#   SLURM_NODE_CPUS     CPUs each node advertises [nproc] (may exceed the real cores)
+#   SLURM_MAX_ARRAY_SIZE  MaxArraySize: the highest array index + 1 [1001, Slurm's default]
+#   SLURM_UP_TIMEOUT    seconds to wait for the nodes to become idle [60]
 # Prereq (Debian 12): apt-get install --no-install-recommends slurmctld slurmd slurm-client munge
 set -euo pipefail
 SVC_NAME=slurm-up
@@ -22,6 +28,11 @@ DIR=$(realpath -m "${STOREKIT_SLURM_DIR:-$REPO_ROOT/.services/slurm}")
 CTLD_PORT=${SLURMCTLD_PORT:-6817}
 SLURMD_PORT=${SLURMD_PORT:-6818}
 NCPUS=${SLURM_NODE_CPUS:-$(nproc)}
+NNODES=${SLURM_NODES:-4}
+MAX_ARRAY=${SLURM_MAX_ARRAY_SIZE:-1001}
+[[ $NNODES =~ ^[1-9][0-9]*$ ]] || { echo "SLURM_NODES must be a positive number" >&2; exit 2; }
+NODELIST=$(seq -f 'sk-node%g' 1 "$NNODES")
+FIRST_CPU_NODE=$((NNODES / 2 + 1))
 TIMEOUT=${SLURM_UP_TIMEOUT:-60}
 CONF=$DIR/slurm.conf
 MUNGE_KEY=/etc/munge/munge.key
@@ -75,11 +86,10 @@ fi
 MEM_MB=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
 NEW=$(mktemp "$DIR/.slurm.conf.XXXXXX")
 cat >"$NEW" <<EOF
-# written by storekit scripts/services/slurm-up.sh: single-host test cluster
+# written by storekit scripts/services/slurm-up.sh: $NNODES emulated nodes on one host
 ClusterName=storekit
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -117,8 +127,13 @@ InactiveLimit=0
 KillWait=5
 SlurmdTimeout=60
 SlurmctldTimeout=60
-NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$NCPUS RealMemory=$MEM_MB State=UNKNOWN
+MaxArraySize=$MAX_ARRAY
+$(i=0; for n in $NODELIST; do
+  echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=localhost Port=$((SLURMD_PORT + i)) CPUs=$NCPUS RealMemory=$((MEM_MB / NNODES)) State=UNKNOWN"
+  i=$((i + 1))
+done)
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=cpu Nodes=sk-node[$FIRST_CPU_NODE-$NNODES] MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 CHANGED=1
 if [ -f "$CONF" ] && cmp -s "$NEW" "$CONF"; then CHANGED=0; fi
@@ -127,17 +142,24 @@ chmod 0644 "$CONF"
 printf 'export SLURM_CONF=%q\n' "$CONF" >"$DIR/slurm.env"
 
 ctld_alive() { alive "$DIR/pids/slurmctld.pid" "$SLURMCTLD"; }
-slurmd_alive() { alive "$DIR/pids/slurmd.pid" "$SLURMD"; }
+slurmd_alive() { alive "$DIR/pids/slurmd-$1.pid" "$SLURMD"; }
+any_slurmd_alive() {
+  local pf
+  for pf in "$DIR"/pids/slurmd-*.pid; do alive "$pf" "$SLURMD" && return 0; done
+  return 1
+}
 
 # an interrupted earlier run may have started daemons before recording them: claim them
-for d in slurmctld slurmd; do
-  exe=$SLURMCTLD
-  [ $d = slurmd ] && exe=$SLURMD
-  pf=$DIR/run-$d.pid
-  [ $d = slurmd ] && pf=$DIR/run-slurmd-localhost.pid
-  if ! alive "$DIR/pids/$d.pid" "$exe" && alive "$pf" "$exe"; then cp "$pf" "$DIR/pids/$d.pid"; fi
+if ! ctld_alive && alive "$DIR/run-slurmctld.pid" "$SLURMCTLD"; then
+  cp "$DIR/run-slurmctld.pid" "$DIR/pids/slurmctld.pid"
+fi
+for pf in "$DIR"/run-slurmd-*.pid; do
+  [ -e "$pf" ] || continue
+  n=${pf#"$DIR/run-slurmd-"}
+  n=${n%.pid}
+  if ! slurmd_alive "$n" && alive "$pf" "$SLURMD"; then cp "$pf" "$DIR/pids/slurmd-$n.pid"; fi
 done
-if [ $CHANGED = 1 ] && { ctld_alive || slurmd_alive; }; then
+if [ $CHANGED = 1 ] && { ctld_alive || any_slurmd_alive; }; then
   svc_log "config changed: restarting our slurm daemons"
   "$SERVICES_HERE/slurm-down.sh" --keep-munge
 fi
@@ -160,33 +182,37 @@ else
   svc_log "slurmctld up on port $CTLD_PORT (pid $(pid_of "$DIR/pids/slurmctld.pid"))"
 fi
 
-# ---------------------------------------------------------------- slurmd
-if slurmd_alive; then
-  svc_log "slurmd already running (ours, pid $(pid_of "$DIR/pids/slurmd.pid"))"
-else
-  port_in_use "$SLURMD_PORT" && die "port $SLURMD_PORT is in use (another slurmd?); set SLURMD_PORT"
-  mkdir -p "$DIR/spool/localhost"
-  rm -f "$DIR/run-slurmd-localhost.pid"
-  "$SLURMD" -f "$CONF" -N localhost || die "slurmd failed to start"
-  for _ in $(seq 100); do alive "$DIR/run-slurmd-localhost.pid" "$SLURMD" && break; sleep 0.05; done
-  alive "$DIR/run-slurmd-localhost.pid" "$SLURMD" || die "slurmd did not stay up"
-  cp "$DIR/run-slurmd-localhost.pid" "$DIR/pids/slurmd.pid"
-  svc_log "slurmd up on port $SLURMD_PORT (pid $(pid_of "$DIR/pids/slurmd.pid"))"
-fi
+# ---------------------------------------------------------------- slurmd (one per node)
+i=0
+for n in $NODELIST; do
+  port=$((SLURMD_PORT + i))
+  i=$((i + 1))
+  if slurmd_alive "$n"; then
+    svc_log "slurmd $n already running (ours, pid $(pid_of "$DIR/pids/slurmd-$n.pid"))"
+    continue
+  fi
+  port_in_use "$port" && die "port $port is in use (another slurmd?); set SLURMD_PORT"
+  mkdir -p "$DIR/spool/$n"
+  rm -f "$DIR/run-slurmd-$n.pid"
+  "$SLURMD" -f "$CONF" -N "$n" || die "slurmd $n failed to start"
+  for _ in $(seq 100); do alive "$DIR/run-slurmd-$n.pid" "$SLURMD" && break; sleep 0.05; done
+  alive "$DIR/run-slurmd-$n.pid" "$SLURMD" || die "slurmd $n did not stay up"
+  cp "$DIR/run-slurmd-$n.pid" "$DIR/pids/slurmd-$n.pid"
+  svc_log "slurmd $n up on port $port (pid $(pid_of "$DIR/pids/slurmd-$n.pid"))"
+done
 
 # ---------------------------------------------------------------- wait for idle
 deadline=$((SECONDS + TIMEOUT))
 while :; do
-  state=$(timeout --foreground 5 sinfo -h -N -o '%T' 2>/dev/null | head -n 1 || true)
-  case $state in
-  idle | mixed | allocated | completing) break ;;
-  down* | drain* | drained*)
-    # left down by an earlier run of this cluster: put it back to work
-    timeout --foreground 5 scontrol update NodeName=localhost State=RESUME 2>/dev/null || true
-    ;;
-  esac
-  [ $SECONDS -ge $deadline ] && die "node not idle after ${TIMEOUT}s (state: ${state:-none})"
+  states=$(timeout --foreground 5 sinfo -h -N -p debug -o '%N %T' 2>/dev/null | sort -u || true)
+  ready=$(awk '$2 ~ /^(idle|mixed|allocated|completing)$/' <<<"$states" | wc -l)
+  [ "$ready" -eq "$NNODES" ] && break
+  # left down by an earlier run of this cluster: put them back to work
+  for n in $(awk '$2 ~ /^(down|drain)/ {print $1}' <<<"$states"); do
+    timeout --foreground 5 scontrol update NodeName="$n" State=RESUME 2>/dev/null || true
+  done
+  [ $SECONDS -ge $deadline ] && die "nodes not idle after ${TIMEOUT}s: $(echo $states)"
   sleep 0.1
 done
-svc_log "cluster ready: node localhost $state; SLURM_CONF=$CONF"
+svc_log "cluster ready: $NNODES nodes idle ($(echo $NODELIST)); SLURM_CONF=$CONF"
 cat "$DIR/slurm.env"

@@ -16,6 +16,7 @@ from storekit.bench.schema import BENCH_SCHEMA, BENCH_SCHEMA_VERSION
 from storekit.bench.verdict import verdict_lines
 from storekit.durable import write_file_atomic
 from storekit.errors import StorekitError, UsageError
+from storekit.metrics import TEXTFILE_MODE, Metrics, write_textfile
 
 
 def build_document(plan: BenchPlan, run: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
@@ -133,61 +134,59 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
 # -- Prometheus textfile ---------------------------------------------------------------------------
 
 
-def _label(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+_QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99_9": 0.999}
 
 
 def prometheus_text(doc: dict[str, Any]) -> str:
-    metrics: dict[str, tuple[str, list[str]]] = {}
+    m = Metrics()
+    prefix = "storekit_bench_io_"
 
-    def emit(name: str, help_text: str, labels: dict[str, Any], value: float | None) -> None:
-        if value is None:
-            return
-        full = f"storekit_bench_io_{name}"
-        entry = metrics.setdefault(full, (help_text, []))
-        text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-        entry[1].append(f"{full}{{{text}}} {float(value):.6g}")
+    def gauge(name: str, help_text: str, labels: dict[str, Any], value: float | None) -> None:
+        m.gauge(prefix + name, help_text, labels, value)
 
     base = {"target": doc["environment"]["target"], "config_hash": doc["config_hash"]}
     for point in doc["results"]:
         for ph in point["phases"]:
             s = ph["summary"]
-            labels = {**base, "pattern": point["pattern"], "phase": ph["phase"]}
-            labels.update({k: v for k, v in point["params"].items()})
-            emit(
+            labels = {**base, "pattern": point["pattern"], "phase": ph["phase"], **point["params"]}
+            gauge(
                 "bandwidth_bytes_per_second",
                 "Median bandwidth over repeats: bytes/(last finish - first start).",
                 labels,
                 s["bandwidth_bytes_per_s"]["median"],
             )
-            emit(
+            gauge(
                 "bandwidth_spread_ratio",
                 "(max - min) / median bandwidth over repeats.",
                 labels,
                 s["bandwidth_bytes_per_s"]["spread"],
             )
-            emit(
+            gauge(
                 "stonewall_bandwidth_bytes_per_second",
                 "Median bandwidth while all workers were active.",
                 labels,
                 s["stonewall_bandwidth_bytes_per_s"]["median"],
             )
-            emit(
+            gauge(
                 "ops_per_second",
                 "Median operations per second over repeats.",
                 labels,
                 s["ops_per_s"]["median"],
             )
-            for q in ("p50", "p90", "p99", "p99_9"):
-                value = s["latency"][f"{q}_ms"]
-                quantile = {"p50": "0.5", "p90": "0.9", "p99": "0.99", "p99_9": "0.999"}[q]
-                emit(
-                    "latency_seconds",
-                    "Operation latency quantiles from histograms merged over workers and repeats.",
-                    {**labels, "quantile": quantile},
-                    None if value is None else value / 1e3,
+            lat = s["latency"]
+            if lat.get("count"):
+                m.summary(
+                    prefix + "latency_seconds",
+                    "Operation latency from histograms merged over workers and repeats.",
+                    labels,
+                    quantiles={
+                        q: None if lat[f"{key}_ms"] is None else lat[f"{key}_ms"] / 1e3
+                        for key, q in _QUANTILES.items()
+                    },
+                    count=int(lat["count"]),
+                    total=(lat.get("mean_ms") or 0.0) * lat["count"] / 1e3,
                 )
-            emit(
+            gauge(
                 "cpu_cores_used",
                 "CPU cores the benchmark's own workers used (median over repeats).",
                 labels,
@@ -197,38 +196,35 @@ def prometheus_text(doc: dict[str, Any]) -> str:
     ckpt = verdict.get("checkpoint")
     if ckpt:
         model = {**base, "model": verdict["model"]["name"], "ranks": ckpt["ranks"]}
-        emit(
+        gauge(
             "checkpoint_save_seconds", "Estimated checkpoint save time for the model.", model, ckpt["save_s"]
         )
-        emit(
+        gauge(
             "checkpoint_load_seconds", "Estimated checkpoint load time for the model.", model, ckpt["load_s"]
         )
     for d in verdict["data"]:
-        emit(
+        gauge(
             "gpus_fed",
             "GPUs the measured dataset bandwidth can feed.",
             {**base, "source": d["pattern"]},
             d["gpus_fed"],
         )
     if verdict.get("pass") is not None:
-        emit("verdict_pass", "1 when every threshold was met.", base, 1.0 if verdict["pass"] else 0.0)
-    emit("duration_seconds", "Wall time of the whole benchmark run.", base, doc["duration_s"])
-    lines = []
-    for name, (help_text, samples) in metrics.items():
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
-    return "\n".join(lines) + "\n"
+        gauge("verdict_pass", "1 when every threshold was met.", base, 1 if verdict["pass"] else 0)
+    gauge("duration_seconds", "Wall time of the whole benchmark run.", base, doc["duration_s"])
+    return m.render()
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write next to the destination and rename, so a collector never reads half a file."""
+    """Write next to the destination and rename, so a reader never sees half a file (mode 0644)."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UsageError(f"{path}: directory {directory} does not exist")
-    write_file_atomic(path, data, mode=0o644)  # readable by the collector whatever the umask
+    write_file_atomic(path, data, mode=TEXTFILE_MODE)
 
 
 def write_prometheus(path: str, doc: dict[str, Any]) -> None:
-    write_atomic(path, prometheus_text(doc).encode())
+    write_textfile(path, prometheus_text(doc))
 
 
 def require_matplotlib() -> None:

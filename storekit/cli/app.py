@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import traceback
 from typing import NoReturn
 
 import click
@@ -13,6 +14,7 @@ from typer.main import get_command
 from storekit import __version__
 from storekit.cli import bench, config, dataset, layout, prepare
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
+from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, StorekitError
 
 EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
@@ -58,13 +60,33 @@ config.register(app)
 
 def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
     code = int(exc.exit_code)
+    message = redact_urls(exc.message)
+    hint = redact_urls(exc.hint) if exc.hint else None
     if json_mode and not result_emitted():
-        sys.stdout.write(dumps(error_document(exc.message, exc.hint, code)) + "\n")
-    sys.stderr.write(f"error: {exc.message}\n")
-    if exc.hint:
-        sys.stderr.write(f"hint: {exc.hint}\n")
+        sys.stdout.write(dumps(error_document(message, hint, code)) + "\n")
+    sys.stderr.write(f"error: {message}\n")
+    if hint:
+        sys.stderr.write(f"hint: {hint}\n")
     sys.stderr.flush()
     raise SystemExit(code)
+
+
+def _crash(exc: BaseException, json_mode: bool) -> NoReturn:
+    """A bug still gets its traceback, with the userinfo of any URL in it masked."""
+    text = redact_urls("".join(traceback.format_exception(exc)))
+    if json_mode and not result_emitted():
+        message = redact_urls(f"internal error: {type(exc).__name__}: {exc}")
+        sys.stdout.write(dumps(error_document(message, None, int(ExitCode.ERROR))) + "\n")
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    raise SystemExit(ExitCode.ERROR)
+
+
+def _refuse_url_credentials(args: list[str]) -> None:
+    """Any argument (`--input=s3://k:s@b/x` too) holding a URL with userinfo is refused before use."""
+    for arg in args:
+        value = arg.partition("=")[2] if arg.startswith("-") else arg
+        refuse_url_credentials(value, "command line")
 
 
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
@@ -79,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGUSR1, _sigterm_as_interrupt)  # Slurm's preemption warning
     command = get_command(app)
     try:
+        _refuse_url_credentials(args)
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)
     except StorekitError as exc:
         _fail(exc, json_mode)
@@ -95,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(ExitCode.INTERRUPTED) from None
     except BrokenPipeError:
         raise SystemExit(ExitCode.OK) from None
+    except Exception as exc:
+        _crash(exc, json_mode)
     if rv == ExitCode.INTERRUPTED:
         # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGUSR1 above) that escapes a command
         # into a silent exit 130; say what happened, as for any other error

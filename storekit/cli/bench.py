@@ -9,6 +9,7 @@ from rich.console import Console
 
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.config import refuse_url_credentials
 from storekit.errors import UsageError
 from storekit.units import format_bytes
 
@@ -75,6 +76,8 @@ Examples:
 def _target(config: str | None, tier: str | None, target: str | None, endpoint_url: str | None) -> TargetSpec:
     import os
 
+    refuse_url_credentials(target or "", "--target")
+    refuse_url_credentials(endpoint_url or "", "--endpoint-url")
     if tier and target:
         raise UsageError("give either --tier or --target, not both")
     if endpoint_url and not (target or "").startswith("s3://") and target:

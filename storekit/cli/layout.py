@@ -18,11 +18,13 @@ from storekit.cli.common import (
     site_config,
     tier_store,
 )
-from storekit.errors import ExitCode, NotFoundError, UnreachableError
+from storekit.config import SiteConfig, mask_url
+from storekit.errors import ExitCode, NotFoundError, StorekitError, UnreachableError
 from storekit.layout.check import RULES, CheckReport, check_layout
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
-from storekit.layout.status import TierStatus, prometheus_text, tier_status, write_textfile
+from storekit.layout.status import TierStatus, prometheus_text, tier_status
+from storekit.metrics import write_textfile
 from storekit.store import S3Store, Store, open_store
 from storekit.units import format_bytes, format_duration
 
@@ -138,22 +140,59 @@ def check(
     cfg = site_config(config)
     names = list(cfg.tiers) if all_tiers else [cfg.tier(tier).name]
     reports: list[CheckReport] = []
+    failures: list[StorekitError] = []
     for name in names:
-        store = tier_store(cfg, name)
-        spec = load_layout(layout or store.tier.layout)
-        reports.append(check_layout(spec, store))
+        try:
+            store = tier_store(cfg, name)
+            spec = load_layout(layout or store.tier.layout)
+            reports.append(check_layout(spec, store))
+        except (UnreachableError, NotFoundError) as exc:
+            # one tier down must not hide the others: report it as a row, fail after all were checked
+            failures.append(exc)
+            url = mask_url(cfg.tiers[name].url)
+            reports.append(
+                CheckReport(tier=name, url=url, layout=layout or cfg.tiers[name].layout, error=exc.message)
+            )
+            if isinstance(exc, NotFoundError) and cfg.tiers[name].scheme == "file" and not exc.hint:
+                exc.hint = f"no layout here yet; create it with: {_init_command(cfg, name)}"
     total = sum(len(r.findings) + sum(r.truncated.values()) for r in reports)
     out.result(
         "layout check",
-        {"clean": total == 0, "findings_total": total, "tiers": [r.to_dict() for r in reports]},
+        {
+            "clean": total == 0 and not failures,
+            "findings_total": total,
+            "tiers_failed": len(failures),
+            "tiers": [r.to_dict() for r in reports],
+        },
         lambda c: _render_check(c, reports),
     )
+    if failures:
+        raise _combined(failures)
     if total:
         raise typer.Exit(int(ExitCode.MISMATCH))
 
 
+def _init_command(cfg: SiteConfig, tier: str) -> str:
+    return "storekit init" if tier == cfg.default_tier else f"storekit init --tier {tier}"
+
+
+def _combined(failures: list[StorekitError]) -> StorekitError:
+    """One error for several tiers: an unreachable tier (retryable, 5) outranks a missing one (3)."""
+    failures = sorted(failures, key=lambda f: not isinstance(f, UnreachableError))
+    first = failures[0]
+    if len(failures) > 1:
+        first.message = f"{len(failures)} tiers could not be checked: " + "; ".join(
+            f.message for f in failures
+        )
+        first.args = (first.message,)
+    return first
+
+
 def _render_check(c: Console, reports: list[CheckReport]) -> None:
     for r in reports:
+        if r.error is not None:
+            c.print(f"tier {r.tier} ({r.url}): NOT CHECKED: {r.error}", markup=False)
+            continue
         if r.clean:
             c.print(f"tier {r.tier} ({r.url}): clean against layout {r.layout} ({r.entries_scanned} entries)")
             continue

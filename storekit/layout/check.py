@@ -52,10 +52,11 @@ class CheckReport:
     entries_scanned: int = 0
     skipped: list[str] = field(default_factory=list)
     in_progress: list[str] = field(default_factory=list)  # temp entries a live lease covers
+    error: str | None = None  # the tier could not be checked (unreachable, missing root)
 
     @property
     def clean(self) -> bool:
-        return not self.findings
+        return not self.findings and self.error is None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -63,6 +64,8 @@ class CheckReport:
             "url": self.url,
             "layout": self.layout,
             "clean": self.clean,
+            "reachable": self.error is None,
+            "error": self.error,
             "findings": [f.to_dict() for f in self.findings],
             "truncated": self.truncated,
             "entries_scanned": self.entries_scanned,

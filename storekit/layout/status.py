@@ -6,9 +6,9 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from storekit.durable import write_file_atomic
 from storekit.errors import StorekitError
 from storekit.layout.spec import LayoutSpec
+from storekit.metrics import Metrics
 from storekit.store import Store
 
 OTHER = "(other)"  # entries outside any area
@@ -83,58 +83,38 @@ def _area_free(store: Store, area: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+_HELP = {
+    "storekit_tier_up": "1 if the tier answered, 0 if unreachable.",
+    "storekit_tier_free_bytes": "Bytes free on the tier, where the backend reports it.",
+    "storekit_status_scan_seconds": "Seconds the status scan of the tier took.",
+    "storekit_area_bytes": "Bytes stored in a layout area.",
+    "storekit_area_files": "Files stored in a layout area.",
+    "storekit_area_dirs": "Directories in a layout area.",
+    "storekit_area_free_bytes": "Bytes free on the filesystem holding the area.",
+    "storekit_area_quota_bytes": "The area's quota from the layout, in bytes.",
+    "storekit_status_timestamp_seconds": "When storekit status last wrote this file.",
+}
 
 
 def prometheus_text(statuses: list[TierStatus], *, now: float | None = None) -> str:
     """node_exporter textfile-collector format; metric names are storekit_*."""
-    metrics: dict[str, tuple[str, list[str]]] = {
-        "storekit_tier_up": ("1 if the tier answered, 0 if unreachable.", []),
-        "storekit_tier_free_bytes": ("Bytes free on the tier, where the backend reports it.", []),
-        "storekit_area_bytes": ("Bytes stored in a layout area.", []),
-        "storekit_area_files": ("Files stored in a layout area.", []),
-        "storekit_area_dirs": ("Directories in a layout area.", []),
-        "storekit_area_free_bytes": ("Bytes free on the filesystem holding the area.", []),
-        "storekit_area_quota_bytes": ("The area's quota from the layout, in bytes.", []),
-        "storekit_status_scan_seconds": ("Seconds the status scan of the tier took.", []),
-    }
+    m = Metrics()
+
+    def gauge(name: str, labels: dict[str, str], value: float | None) -> None:
+        m.gauge(name, _HELP[name], labels, value)
+
     for st in statuses:
-        t = f'tier="{_label(st.tier)}",role="{_label(st.role)}"'
-        metrics["storekit_tier_up"][1].append(f"storekit_tier_up{{{t}}} {int(st.reachable)}")
-        metrics["storekit_status_scan_seconds"][1].append(f"storekit_status_scan_seconds{{{t}}} {st.seconds}")
-        if st.free_bytes is not None:
-            metrics["storekit_tier_free_bytes"][1].append(f"storekit_tier_free_bytes{{{t}}} {st.free_bytes}")
+        t = {"tier": st.tier, "role": st.role}
+        gauge("storekit_tier_up", t, int(st.reachable))
+        gauge("storekit_status_scan_seconds", t, st.seconds)
+        gauge("storekit_tier_free_bytes", t, st.free_bytes)
+    for st in statuses:
         for a in st.areas:
-            labels = f'{t},area="{_label(a.area)}"'
-            metrics["storekit_area_bytes"][1].append(f"storekit_area_bytes{{{labels}}} {a.bytes}")
-            metrics["storekit_area_files"][1].append(f"storekit_area_files{{{labels}}} {a.files}")
-            metrics["storekit_area_dirs"][1].append(f"storekit_area_dirs{{{labels}}} {a.dirs}")
-            if a.free_bytes is not None:
-                metrics["storekit_area_free_bytes"][1].append(
-                    f"storekit_area_free_bytes{{{labels}}} {a.free_bytes}"
-                )
-            if a.quota_bytes is not None:
-                metrics["storekit_area_quota_bytes"][1].append(
-                    f"storekit_area_quota_bytes{{{labels}}} {a.quota_bytes}"
-                )
-    lines: list[str] = []
-    for name, (help_text, samples) in metrics.items():
-        if not samples:
-            continue
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
-    stamp = time.time() if now is None else now
-    lines += [
-        "# HELP storekit_status_timestamp_seconds When storekit status last wrote this file.",
-        "# TYPE storekit_status_timestamp_seconds gauge",
-        f"storekit_status_timestamp_seconds {stamp:.3f}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def write_textfile(path: str, text: str) -> None:
-    """Atomic (temp + rename in the same directory), as the textfile collector requires."""
-    try:
-        write_file_atomic(path, text.encode("utf-8"))
-    except OSError as exc:
-        raise StorekitError(f"cannot write {path}: {exc.strerror or exc}") from None
+            labels = {"tier": st.tier, "role": st.role, "area": a.area}
+            gauge("storekit_area_bytes", labels, a.bytes)
+            gauge("storekit_area_files", labels, a.files)
+            gauge("storekit_area_dirs", labels, a.dirs)
+            gauge("storekit_area_free_bytes", labels, a.free_bytes)
+            gauge("storekit_area_quota_bytes", labels, a.quota_bytes)
+    gauge("storekit_status_timestamp_seconds", {}, round(time.time() if now is None else now, 3))
+    return m.render()

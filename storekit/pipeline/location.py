@@ -10,7 +10,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from storekit.config import SiteConfig, TierConfig
+from storekit.config import SiteConfig, TierConfig, refuse_url_credentials
 from storekit.errors import UsageError
 from storekit.pipeline.inputs import s3_options_for
 from storekit.store import Store, open_store
@@ -39,6 +39,7 @@ class DatasetLocation:
 
 
 def resolve_location(where: str, site: SiteConfig, tier: str | None) -> DatasetLocation:
+    refuse_url_credentials(where, "dataset location")
     if where.startswith("s3://"):
         return _s3_location(where, site)
     if where.startswith("file://"):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from storekit.config import URL_CREDENTIALS_HINT, mask_url, url_has_credentials
 from storekit.errors import ConfigError
 from storekit.units import parse_size
 
@@ -206,6 +207,12 @@ def _check(name: str, value: Any, origin: str) -> Any:
 
     def fail(problem: str) -> ConfigError:
         return ConfigError(file, key, problem)
+
+    for text in [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else ():
+        if isinstance(text, str) and url_has_credentials(text):
+            raise ConfigError(
+                file, key, f"credentials in a URL are refused ({mask_url(text)})", hint=URL_CREDENTIALS_HINT
+            )
 
     if name == "inputs":
         items = [value] if isinstance(value, str) else value

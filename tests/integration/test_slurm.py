@@ -118,3 +118,35 @@ def test_sbatch_array_runs_storekit_on_a_shared_tier(slurm_cluster: None, tmp_pa
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+MIN_NODES = 2
+
+
+def test_the_test_cluster_emulates_several_nodes_and_a_second_partition(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """Multi-node behaviour (arrays spread over nodes, per-node agents) needs several slurmd."""
+    nodes = sorted(set(slurm("sinfo", "-h", "-N", "-p", "debug", "-o", "%N").split()))
+    if len(nodes) < MIN_NODES:
+        from tests.conftest import IN_CI
+
+        message = f"the Slurm cluster has {len(nodes)} node(s) {nodes}; multi-node tests need {MIN_NODES}+"
+        if IN_CI:
+            pytest.fail(message + " (scripts/services/slurm-up.sh starts SLURM_NODES=4)")
+        pytest.skip(message)
+    partitions = set(slurm("sinfo", "-h", "-o", "%R").split())
+    assert len(partitions) >= 2, partitions
+
+    # one task per node, as `srun --ntasks-per-node=1` starts the bench agents: every node answers
+    out = tmp_path / "nodes.out"
+    submitted = slurm(
+        "sbatch", "--parsable", f"--nodes={len(nodes)}", "--ntasks-per-node=1", "--job-name=storekit-nodes",
+        f"--output={out}", "--time=5", "--wrap", "srun bash -c 'echo $SLURMD_NODENAME'",
+    )  # fmt: skip
+    job = submitted.strip().split(";")[0]
+    try:
+        wait_for(job)
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    assert sorted(out.read_text().split()) == nodes

@@ -38,3 +38,38 @@ def test_a_failed_rename_leaves_no_temp_file_and_the_target_untouched(tmp_path: 
         write_file_atomic(target, b"data")  # a file cannot replace a non-empty directory
     assert (target / "inside").read_text() == "keep"
     assert not [p for p in tmp_path.iterdir() if TMP_MARK in p.name]
+
+
+def _tree(root: Path) -> None:
+    (root / "sub").mkdir(parents=True)
+    (root / "a.bin").write_bytes(b"a" * 100)
+    (root / "sub" / "b.bin").write_bytes(b"b")
+
+
+def test_remove_tree_leaves_nothing(tmp_path: Path) -> None:
+    from storekit.durable import remove_tree
+
+    _tree(tmp_path / "step_000100")
+    (tmp_path / "keep").write_bytes(b"k")
+    remove_tree(tmp_path / "step_000100")
+    remove_tree(tmp_path / "missing")  # nothing there: not an error
+    assert os.listdir(tmp_path) == ["keep"]
+
+
+def test_a_crash_mid_delete_never_leaves_a_partial_tree_under_its_name(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from storekit.durable import is_tombstone, purge_tombstones
+
+    _tree(tmp_path / "step_000100")
+    code = f"from storekit.durable import remove_tree; remove_tree({str(tmp_path / 'step_000100')!r})"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env["STOREKIT_FAULTS"] = "durable.tombstoned=kill"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+    assert proc.returncode == -9
+    names = os.listdir(tmp_path)
+    assert "step_000100" not in names
+    assert len(names) == 1 and is_tombstone(names[0])
+    assert purge_tombstones(tmp_path) == names
+    assert os.listdir(tmp_path) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def test_verdict_scales_the_checkpoint_and_counts_gpus_fed() -> None:
     assert any("FAIL" in line for line in verdict_lines(strict))
 
 
-def test_prometheus_text_escapes_labels_and_declares_every_metric() -> None:
+def test_prometheus_text_escapes_labels_and_declares_every_metric(promtool: Callable[[str], None]) -> None:
     doc = {
         "environment": {"target": 'weird "path"\\x'},
         "config_hash": "abc",
@@ -74,9 +75,12 @@ def test_prometheus_text_escapes_labels_and_declares_every_metric() -> None:
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if not line.startswith("#"):
-            name = line.split("{")[0]
-            assert f"# TYPE {name} gauge" in lines[:i]
+            name = line.split("{")[0].removesuffix("_sum").removesuffix("_count")
+            kind = "summary" if name.endswith("latency_seconds") else "gauge"
+            assert f"# TYPE {name} {kind}" in lines[:i]
     assert "storekit_bench_io_latency_seconds{" in text and 'quantile="0.99"' in text
+    assert "storekit_bench_io_latency_seconds_count{" in text
+    promtool(text)
 
 
 def test_write_atomic_replaces_whole_files_and_leaves_no_temp(tmp_path: Path) -> None:

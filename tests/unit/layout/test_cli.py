@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(proc.stdout)
 
 
-def test_init_check_status_on_embedded_default(tmp_path: Path) -> None:
+def test_init_check_status_on_embedded_default(tmp_path: Path, promtool: Callable[[str], None]) -> None:
     dry = run(tmp_path, "init", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     plan = as_json(dry)
@@ -75,9 +76,11 @@ def test_init_check_status_on_embedded_default(tmp_path: Path) -> None:
     assert 'storekit_tier_up{tier="local",role="plain"} 1' in text
     assert "# TYPE storekit_area_files gauge" in text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".storekit.prom")]  # temp renamed away
+    assert prom.stat().st_mode & 0o777 == 0o644
+    promtool(text)
 
 
-def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path) -> None:
+def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path, promtool: Callable[[str], None]) -> None:
     cfg = tmp_path / "storekit.toml"
     cfg.write_text(
         '[tiers.nvme]\nurl = "./storage"\nrole = "burst"\n'
@@ -91,6 +94,7 @@ def test_status_reports_unreachable_tier_and_exits_5(tmp_path: Path) -> None:
     assert tiers["nvme"]["reachable"] is True and tiers["lustre"]["reachable"] is False
     assert "/nonexistent-mount-xyz" in tiers["lustre"]["error"]
     assert 'storekit_tier_up{tier="lustre",role="parallel"} 0' in prom.read_text()
+    promtool(prom.read_text())
     assert "error:" in st.stderr and "Traceback" not in st.stderr
 
 
@@ -112,3 +116,39 @@ def test_layout_show_json(tmp_path: Path) -> None:
     names = [a["name"] for a in doc["layout"]["areas"]]
     assert names == ["datasets", "checkpoints", "logs", "models", "scratch"]
     assert "missing-manifest" in doc["rules"]
+
+
+def test_check_all_reports_every_tier_and_the_unreachable_one_as_an_error_row(tmp_path: Path) -> None:
+    (tmp_path / "storekit.toml").write_text(
+        'default_tier = "nvme"\n[tiers.nvme]\nurl = "./storage"\nrole = "burst"\n'
+        '[tiers.lustre]\nurl = "file:///nonexistent-mount-xyz/storage"\nrole = "parallel"\n'
+        '[tiers.nfs]\nurl = "./nfs"\n'
+    )
+    assert run(tmp_path, "init", "--quiet").returncode == 0
+    assert run(tmp_path, "init", "--tier", "nfs", "--quiet").returncode == 0
+    (tmp_path / "nfs/checkpoints/run_001/step_000100").mkdir(parents=True)
+    proc = run(tmp_path, "layout", "check", "--all", "--json")
+    assert proc.returncode == 5, proc.stderr
+    doc = as_json(proc)  # the one document on stdout, with every tier in it
+    tiers = {t["tier"]: t for t in doc["tiers"]}
+    assert list(tiers) == ["nvme", "lustre", "nfs"]
+    assert tiers["nvme"]["clean"] is True and tiers["nvme"]["reachable"] is True
+    assert [f["rule"] for f in tiers["nfs"]["findings"]] == ["missing-manifest"]
+    assert tiers["lustre"]["reachable"] is False and "/nonexistent-mount-xyz" in tiers["lustre"]["error"]
+    assert doc["clean"] is False and doc["tiers_failed"] == 1 and doc["findings_total"] == 1
+    assert proc.stderr.splitlines()[0].startswith("error: tier lustre:")
+    human = run(tmp_path, "layout", "check", "--all")
+    assert human.returncode == 5
+    lines = human.stdout.splitlines()
+    assert lines[0].startswith("tier nvme (") and "clean" in lines[0]
+    assert any(line.startswith("tier lustre (") and "NOT CHECKED" in line for line in lines)
+    assert "missing-manifest" in human.stdout
+
+
+def test_check_where_no_layout_exists_suggests_init(tmp_path: Path) -> None:
+    proc = run(tmp_path, "layout", "check")
+    assert proc.returncode == 3
+    assert proc.stderr.splitlines() == [
+        f"error: {(tmp_path / 'storage').as_uri()} does not exist",
+        "hint: no layout here yet; create it with: storekit init",
+    ]

@@ -1,0 +1,76 @@
+"""Fault-injection points: storekit.faults (the mechanism every crash and interleaving test uses)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from storekit import faults
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts() -> None:
+    faults.reset()
+
+
+def test_unset_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(faults.ENV, raising=False)
+    for _ in range(3):
+        faults.point("a")
+
+
+def test_fires_on_the_nth_time_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.ENV, "other=eio,a@3=enospc")
+    faults.point("a")
+    faults.point("a")
+    with pytest.raises(OSError, match="injected at a") as info:
+        faults.point("a")
+    assert info.value.errno == 28
+    faults.point("a")  # the 4th time passes
+
+
+def test_unknown_action_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.ENV, "a=explode")
+    with pytest.raises(ValueError, match="'explode' for a"):
+        faults.point("a")
+
+
+@pytest.mark.parametrize(
+    ("action", "signum"), [("kill", signal.SIGKILL), ("", signal.SIGKILL), ("term", signal.SIGTERM)]
+)
+def test_signal_actions_hit_the_process_at_the_point(action: str, signum: int) -> None:
+    code = "from storekit import faults\nprint('before', flush=True)\nfaults.point('p')\nprint('after')"
+    spec = f"p={action}" if action else "p"
+    env = {**os.environ, "PYTHONPATH": str(REPO), faults.ENV: spec}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signum
+    assert proc.stdout == "before\n"
+
+
+def test_pause_holds_the_step_until_the_test_releases_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(faults.ENV, "p=pause")
+    monkeypatch.setenv(faults.DIR_ENV, str(tmp_path))
+    done = threading.Event()
+
+    def step() -> None:
+        faults.point("p")
+        done.set()
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    while not (tmp_path / "p.reached").exists():  # the worker reached the step
+        worker.join(0.01)
+    assert not done.is_set()  # held until released
+    (tmp_path / "p.go").touch()
+    worker.join(60)
+    assert done.is_set()

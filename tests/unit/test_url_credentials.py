@@ -1,0 +1,172 @@
+"""Credentials in a URL (`s3://KEY:SECRET@bucket/prefix`) are refused by every command, with one line,
+exit 2 and a hint naming the options and the environment, and never appear in any output or file.
+
+Nothing here needs a reachable endpoint: the refusal comes before any connection is made (the
+endpoint is a closed port, so a command that did try would fail with botocore's own words).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storekit.config import mask_url, redact_urls, url_has_credentials
+from tests.unit.pipeline.helpers import run_cli
+
+KEY = "AKIDLEAKY77"
+SECRET = "SeCrEtLeAk9x"
+# An AWS secret may hold a '/': then the URL splits before the '@' and the "bucket" is KEY:SECRE
+URLS = {
+    "plain": f"s3://{KEY}:{SECRET}@bucket/storage",
+    "slash": f"s3://{KEY}:{SECRET[:4]}/{SECRET[4:]}@bucket/storage",
+    "key-only": f"s3://{KEY}@bucket/storage",
+}
+SECRET_PARTS = (KEY, SECRET, SECRET[4:])
+
+COMMANDS = [
+    ["init"],
+    ["init", "--dry-run"],
+    ["status"],
+    ["layout", "check"],
+    ["layout", "check", "--all"],
+    ["layout", "show"],
+    ["prepare", "dataset"],
+    ["prepare", "dataset", "--dry-run"],
+    ["dataset", "verify", "datasets/code/sample/v1"],
+    ["dataset", "info", "datasets/code/sample/v1"],
+    ["bench", "io", "--pattern", "meta", "--files", "10"],
+    ["bench", "io", "--dry-run"],
+    ["config", "show"],
+    ["config", "check"],
+]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
+    yield tmp_path
+
+
+def assert_no_secret(tmp: Path, *texts: str, skip: tuple[Path, ...] = ()) -> None:
+    for text in texts:
+        for part in SECRET_PARTS:
+            assert part not in text, text
+    for path in tmp.rglob("*"):
+        if path.is_file() and path not in skip:
+            data = path.read_bytes()
+            for part in SECRET_PARTS:
+                assert part.encode() not in data, path
+
+
+def write_config(tmp: Path, url: str) -> Path:
+    config = tmp / "storekit.toml"
+    config.write_text(
+        'default_tier = "archive"\n'
+        f'[tiers.local]\nurl = "{tmp / "storage"}"\n'
+        f'[tiers.archive]\nurl = "{url}"\n'
+        f'[tiers.archive.options]\nendpoint_url = "http://127.0.0.1:{closed_port()}"\n'
+    )
+    return config
+
+
+@pytest.mark.parametrize(
+    ("form", "json_mode"), [("plain", False), ("plain", True), ("slash", True), ("key-only", False)]
+)
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_tier_url_with_credentials_is_refused_by_every_command(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], command: list[str], json_mode: bool, form: str
+) -> None:
+    config = write_config(in_tmp, URLS[form])
+    args = [*command, "--config", str(config), *(["--json"] if json_mode else [])]
+    res = run_cli(args, capsys)
+    if command == ["layout", "show"] and res.code == 0:
+        pass  # shows the layout only: never reads a tier
+    else:
+        assert res.code == 2, (res.code, res.stderr)
+        assert "credentials in a URL are refused" in res.stderr
+        assert "tiers.archive.url" in res.stderr and "AWS_ACCESS_KEY_ID" in res.stderr
+        assert "s3://***@bucket/storage" in res.stderr
+        assert "Traceback" not in res.stderr
+        if json_mode:
+            doc = json.loads(res.stdout)
+            assert doc["error"]["exit_code"] == 2
+    assert_no_secret(in_tmp, res.stdout, res.stderr, skip=(config,))
+    assert not (in_tmp / "storage").exists()  # nothing was created or written anywhere
+
+
+CLI_URLS = [
+    ["prepare", "dataset", "--input", f"{URLS['plain']}/corpus.jsonl"],
+    ["prepare", "dataset", f"--input={URLS['slash']}/corpus.jsonl", "--dry-run"],
+    ["prepare", "dataset", "--output", f"{URLS['plain']}/datasets/text/x/v1"],
+    ["dataset", "verify", f"{URLS['plain']}/datasets/text/x/v1"],
+    ["dataset", "info", f"{URLS['slash']}/datasets/text/x/v1"],
+    ["bench", "io", "--target", URLS["plain"], "--pattern", "meta"],
+    ["bench", "io", "--target", URLS["slash"], "--dry-run"],
+    ["bench", "io", "--target", "s3://bucket/p", "--endpoint-url", f"http://{KEY}:{SECRET}@127.0.0.1:1"],
+]
+
+
+@pytest.mark.parametrize("json_mode", [False, True], ids=["human", "json"])
+@pytest.mark.parametrize("command", CLI_URLS, ids=[f"{i}-{c[0]}" for i, c in enumerate(CLI_URLS)])
+def test_command_line_url_with_credentials_is_refused(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], command: list[str], json_mode: bool
+) -> None:
+    res = run_cli([*command, *(["--json"] if json_mode else [])], capsys)
+    assert res.code == 2, (res.code, res.stderr)
+    assert res.stderr.startswith("error: command line: credentials in a URL are refused")
+    assert "hint:" in res.stderr and "Traceback" not in res.stderr
+    if json_mode:
+        assert json.loads(res.stdout)["error"]["exit_code"] == 2
+    assert_no_secret(in_tmp, res.stdout, res.stderr)
+
+
+def test_pipeline_file_input_with_credentials_is_refused(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pipeline = in_tmp / "web.toml"
+    pipeline.write_text(
+        f'[dataset]\nname = "web"\n[input]\npaths = ["{URLS["slash"]}/a.jsonl"]\n[tokenizer]\npath = "x"\n'
+    )
+    res = run_cli(["prepare", "dataset", str(pipeline), "--json"], capsys)
+    assert res.code == 2, res.stderr
+    assert f"{pipeline}: input.paths: credentials in a URL are refused" in res.stderr
+    assert_no_secret(in_tmp, res.stdout, res.stderr, skip=(pipeline,))
+
+
+def test_an_unexpected_error_is_printed_with_urls_masked(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last line of defence: a bug's traceback (and --json's error) masks any URL's userinfo."""
+
+    def broken(explicit: str | None = None) -> None:
+        raise RuntimeError(f"botocore said: Could not connect to {URLS['slash']}/x")
+
+    monkeypatch.setattr("storekit.cli.common.load_config", broken)
+    res = run_cli(["status", "--json"], capsys)
+    assert res.code == 1
+    assert "Traceback" in res.stderr and "RuntimeError" in res.stderr and "s3://***@bucket" in res.stderr
+    assert "internal error: RuntimeError" in json.loads(res.stdout)["error"]["message"]
+    assert_no_secret(in_tmp, res.stdout, res.stderr)
+
+
+def test_what_counts_as_credentials_in_a_url() -> None:
+    for url in URLS.values():
+        assert url_has_credentials(url)
+        assert mask_url(url) == "s3://***@bucket/storage"
+    assert url_has_credentials("http://u:p@rgw:7480")
+    for clean in ("s3://bucket/p/user@example.com/x", "/data/a@b.jsonl", "file:///x", "s3://b", "rel/p"):
+        assert not url_has_credentials(clean)
+        assert mask_url(clean) == clean
+    text = f"error: {URLS['slash']} and http://u:pw@h:1/x, not s3://b/k"
+    assert redact_urls(text) == "error: s3://***@bucket/storage and http://***@h:1/x, not s3://b/k"
