@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,21 @@ FINAL = Path("storage/datasets/text/vs/v1")
 BASE = ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "vs", "--json", "--quiet", "--workers", "1"]
 
 
-@pytest.fixture
-def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> Path:
-    monkeypatch.chdir(tmp_path)
-    write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=30_000, max_doc=4_000))
-    res = run_cli([*BASE, "-i", "a.jsonl", "--shard-size", "8KiB"], capsys)
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One prepared dataset; each test gets its own copy to damage."""
+    root = tmp_path_factory.mktemp("verify")
+    write_jsonl(root / "a.jsonl", sample_records(limit_bytes=30_000, max_doc=4_000))
+    res = run_subprocess([*BASE, "-i", "a.jsonl", "--shard-size", "8KiB"], root)
     assert res.code == 0, res.stderr
-    assert len(json.loads((tmp_path / FINAL / "manifest.json").read_bytes())["shards"]) >= 2
+    assert len(json.loads((root / FINAL / "manifest.json").read_bytes())["shards"]) >= 2
+    return root / "storage"
+
+
+@pytest.fixture
+def dataset(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(template, tmp_path / "storage", symlinks=True)
+    monkeypatch.chdir(tmp_path)
     return tmp_path / FINAL
 
 
