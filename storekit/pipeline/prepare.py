@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig
-from storekit.errors import BusyError, NoSpaceError, UsageError
+from storekit.errors import NoSpaceError, StorekitError, UsageError
 from storekit.executors.local import default_workers, run_tasks
 from storekit.lease import Lease
 from storekit.manifest import Manifest
@@ -131,7 +131,8 @@ def _if_present(work: WorkDir) -> WorkDir | None:
 def _unchanged(outcome: PrepareOutcome, existing: Manifest, work: WorkDir) -> PrepareOutcome:
     if work.path.is_dir():
         # a finished dataset's leftover work dir (killed after the commit), unless a run holds it
-        with contextlib.suppress(BusyError), work.leased():
+        # or it is not ours to remove (best effort: the dataset is there either way)
+        with contextlib.suppress(StorekitError), work.leased():
             work.remove()
     outcome.status, outcome.manifest = "unchanged", existing
     return outcome

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.durable import TMP_MARK, fsync_dir, fsync_file, write_file_atomic
-from storekit.errors import MismatchError, NoSpaceError, StorekitError
+from storekit.errors import BusyError, MismatchError, NoSpaceError, StorekitError
 from storekit.lease import Lease, dir_lease_path, read_lease
 from storekit.ops import FileDigest, hash_stream
 from storekit.pipeline import hooks
@@ -199,18 +199,19 @@ class WorkDirState:
     idle_seconds: float  # since the newest change of its plan, tasks or lease
 
 
-def work_dir_state(path: Path, *, now: float | None = None) -> WorkDirState:
-    """What a cleaner needs to decide about a work dir (see `abandoned`)."""
+def work_dir_state(path: Path, *, now: float | None = None, own_lease: bool = False) -> WorkDirState:
+    """What a cleaner needs to decide about a work dir (see `abandoned`); `own_lease`: the caller
+    holds the lease now, so the lease file and the dir's own mtime say nothing about the last run."""
     now = time.time() if now is None else now
     lease = read_lease(dir_lease_path(path))
-    newest = os.lstat(path).st_mtime
-    for p in (path / "plan.json", path / "tasks", dir_lease_path(path)):
+    newest = 0.0 if own_lease else os.lstat(path).st_mtime
+    for p in (path / "plan.json", path / "tasks", *(() if own_lease else (dir_lease_path(path),))):
         with contextlib.suppress(FileNotFoundError):
             newest = max(newest, p.stat().st_mtime)
     return WorkDirState(
         path=path,
         owner_uid=os.lstat(path).st_uid,
-        live=lease is not None and lease.binds(now),
+        live=lease is not None and not own_lease and lease.binds(now),
         holder=lease.describe() if lease is not None else None,
         idle_seconds=max(0.0, now - newest),
     )
@@ -222,6 +223,23 @@ def abandoned(path: Path, *, idle_for: float, now: float | None = None) -> bool:
     stopped with --on-error fail. Only its owner (or root) may remove it."""
     state = work_dir_state(path, now=now)
     return not state.live and state.idle_seconds >= idle_for
+
+
+def reclaim(path: Path, *, idle_for: float, now: float | None = None) -> bool:
+    """Remove an abandoned work dir (see `abandoned`), safely against a run starting meanwhile: its
+    lease is taken first, idleness checked again under it, then the dir goes tombstone-first.
+    False when it is not abandoned or a run holds it; only the owner's (or root's) call succeeds."""
+    if not abandoned(path, idle_for=idle_for, now=now):
+        return False
+    work = WorkDir(path)
+    try:
+        with work.leased():
+            if work_dir_state(path, now=now, own_lease=True).idle_seconds < idle_for:
+                return False  # a run used it between the first look and the lease
+            work.remove()
+    except BusyError:
+        return False
+    return True
 
 
 def remove_path(path: Path) -> None:

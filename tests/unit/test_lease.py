@@ -15,7 +15,7 @@ import pytest
 
 from storekit.errors import BusyError, ExitCode
 from storekit.lease import Lease, break_stale, covering_lease, read_lease, sibling_lease_path
-from storekit.pipeline.workdir import abandoned, work_dir_state
+from storekit.pipeline.workdir import abandoned, reclaim, work_dir_state
 
 
 def _dead_pid() -> int:
@@ -129,3 +129,19 @@ def test_abandoned_work_dirs(tmp_path: Path) -> None:
     assert not state.live and state.idle_seconds >= 7000 and state.owner_uid == os.geteuid()
     assert abandoned(work, idle_for=3600, now=later)
     assert not abandoned(work, idle_for=3600)  # changed just now
+
+
+def test_reclaim_removes_only_an_abandoned_work_dir(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir(mode=0o700)
+    (work / "plan.json").write_text("{}")
+    (work / "tasks").mkdir()
+    old = time.time() - 7200
+    for p in (work / "plan.json", work / "tasks", work):
+        os.utime(p, (old, old))
+    with Lease(work / ".storekit-lease", purpose="using w"):
+        assert not reclaim(work, idle_for=3600)  # a live run holds it
+    os.utime(work, (old, old))
+    assert not reclaim(work, idle_for=3 * 3600)  # not idle long enough
+    assert reclaim(work, idle_for=3600)
+    assert not work.exists() and not list(tmp_path.iterdir())  # tombstone gone too
