@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from storekit.errors import ConfigError, NotFoundError, UsageError
-from storekit.tomlkeys import get_str, reject_unknown
+from storekit.tomlkeys import get_str, parse_toml, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
@@ -148,12 +147,7 @@ def load_config(explicit: str | None = None) -> SiteConfig:
 
 
 def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
+    raw = parse_toml(data, source)
     reject_unknown(raw, {"tiers", "default_tier", "layout"}, source, "")
     layout = get_str(raw, "layout", source, "layout", default=DEFAULT_LAYOUT)
     tiers_raw = raw.get("tiers")

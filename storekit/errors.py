@@ -7,6 +7,9 @@ gets a traceback.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+from collections.abc import Iterator, Mapping
 from enum import IntEnum
 
 
@@ -99,3 +102,144 @@ class InputError(StorekitError):
 
 class Interrupted(StorekitError):
     exit_code = ExitCode.INTERRUPTED
+
+
+class PermissionDeniedError(StorekitError):
+    """The OS or the gateway refused access (permissions, read-only mount, bad or missing credentials)."""
+
+    exit_code = ExitCode.ERROR
+
+
+# -- translating what the OS, s3fs and botocore raise ------------------------------------------------
+# The one answer to "which storekit error is this failure?": every module that touches storage asks here,
+# so "no space" is exit 6 and "try again later" is exit 5 wherever the failure happens.
+
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+# Class names anywhere in an exception's MRO that mean "the network or the gateway failed, retry":
+# builtin ConnectionError/TimeoutError (sockets, NFS ETIMEDOUT), botocore's HTTPClientError and
+# ConnectionError (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError),
+# aiohttp's ClientConnectionError (ClientConnectorError, ServerDisconnectedError, ClientOSError) and
+# ServerTimeoutError, fsspec's FSTimeoutError. Names, not imports: botocore/aiohttp stay optional here.
+RETRYABLE_NAMES = frozenset(
+    {
+        "ConnectionError",
+        "TimeoutError",
+        "HTTPClientError",
+        "ClientConnectionError",
+        "ServerTimeoutError",
+        "FSTimeoutError",
+    }
+)
+# S3 error codes (botocore ClientError, also kept as the cause of s3fs's OSError) per class
+NOT_FOUND_CODES = frozenset({"404", "NoSuchBucket", "NoSuchKey", "NoSuchUpload"})
+DENIED_CODES = frozenset(
+    {
+        "403",
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "RequestTimeTooSkewed",
+    }
+)
+RETRYABLE_CODES = frozenset(
+    {"500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"}
+)
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc`, then its causes/contexts (at most 10): libraries wrap the error that tells what happened."""
+    seen = 0
+    while exc is not None and seen < 10:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+
+
+def s3_error_code(exc: BaseException) -> str | None:
+    """The S3 error code of a botocore ClientError anywhere in the chain (None: no gateway answer)."""
+    for e in exception_chain(exc):
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if code:
+                return str(code)
+    return None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """A connection failure, a timeout or a gateway asking to slow down: exit 5, try again later."""
+    for e in exception_chain(exc):
+        if isinstance(e, StorekitError):
+            return isinstance(e, UnreachableError)
+        if RETRYABLE_NAMES & {c.__name__ for c in type(e).__mro__}:
+            return True
+    return s3_error_code(exc) in RETRYABLE_CODES
+
+
+def error_class(exc: BaseException) -> type[StorekitError] | None:
+    """The storekit error for a storage failure; None for anything else (a bug keeps its traceback)."""
+    if isinstance(exc, StorekitError):
+        return type(exc)
+    code = exc.errno if isinstance(exc, OSError) else None
+    s3_code = s3_error_code(exc)
+    if code in NO_SPACE_ERRNOS:
+        return NoSpaceError
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)) or s3_code in NOT_FOUND_CODES:
+        return NotFoundError
+    if is_retryable(exc):
+        return UnreachableError
+    if isinstance(exc, PermissionError) or code in DENIED_ERRNOS or s3_code in DENIED_CODES:
+        return PermissionDeniedError
+    if any(type(e).__name__ == "NoCredentialsError" for e in exception_chain(exc)):
+        return PermissionDeniedError
+    if isinstance(exc, OSError) or s3_code is not None:
+        return StorekitError
+    return None
+
+
+def storage_error(
+    exc: BaseException, where: str, *, hints: Mapping[type[StorekitError], str] | None = None
+) -> StorekitError | None:
+    """`exc` as a one-line storekit error about `where` (a path, URL or target); None: not a storage failure.
+
+    `hints` adds the caller's advice per class (e.g. "free space and rerun" for NoSpaceError).
+    """
+    if isinstance(exc, StorekitError):
+        return exc
+    cls = error_class(exc)
+    if cls is None:
+        return None
+    hint = (hints or {}).get(cls)
+    if cls is NoSpaceError:
+        return NoSpaceError(f"{where}: no space left on device", hint=hint)
+    if cls is NotFoundError:
+        if isinstance(exc, NotADirectoryError):
+            return NotFoundError(f"{where}: not a directory (or a parent is not)", hint=hint)
+        return NotFoundError(f"{where} does not exist", hint=hint)
+    if cls is UnreachableError:
+        return UnreachableError(f"cannot reach the storage for {where}", hint=hint)
+    return cls(f"{where}: {_reason(exc)}", hint=hint)
+
+
+@contextlib.contextmanager
+def storage_errors(where: str, *, hints: Mapping[type[StorekitError], str] | None = None) -> Iterator[None]:
+    """Translate storage failures inside the block with `storage_error`; other exceptions pass unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        err = storage_error(exc, where, hints=hints)
+        if err is None or err is exc:
+            raise
+        raise err from None
+
+
+def _reason(exc: BaseException) -> str:
+    if any(type(e).__name__ == "NoCredentialsError" for e in exception_chain(exc)):
+        return "no S3 credentials"
+    code = s3_error_code(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        reason = exc.strerror[:1].lower() + exc.strerror[1:] if exc.strerror[1:2].islower() else exc.strerror
+        return f"{reason} ({code})" if code and code not in reason else reason
+    return code or f"{type(exc).__name__}: {exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 
 from storekit.errors import PathEscapeError
@@ -26,6 +27,15 @@ def clean_rel(rel: str, *, what: str = "path") -> str:
     if ".." in parts:
         raise PathEscapeError(f"{what} {rel!r} contains '..' and could escape the tier root")
     return "/".join(parts)
+
+
+def resolves_outside(path: str, root: str) -> str | None:
+    """Where `path` really is, symlinks resolved, when that is outside `root`; None when inside it
+    (the root itself included). The one check behind "a symlink may not lead out of a tier"."""
+    real, root_real = os.path.realpath(path), os.path.realpath(root)
+    if real == root_real or real.startswith(root_real.rstrip("/") + "/"):
+        return None
+    return real
 
 
 def join_rel(*parts: str) -> str:

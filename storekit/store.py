@@ -25,16 +25,19 @@ from typing import IO, Any, cast
 import fsspec
 
 from storekit.config import TierConfig, mask_url
+from storekit.diskspace import free_bytes
 from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import (
     InputError,
-    NoSpaceError,
     NotFoundError,
     PathEscapeError,
     StorekitError,
     UnreachableError,
+    exception_chain,
+    is_retryable,
+    storage_errors,
 )
-from storekit.paths import clean_rel
+from storekit.paths import clean_rel, resolves_outside
 
 XATTR_PREFIX = "user.storekit."
 # metadata keys every backend keeps as given: S3 lower-cases keys and RGW turns '_' into '-'
@@ -194,21 +197,8 @@ class Store(ABC):
     @contextlib.contextmanager
     def _errors(self, rel: str) -> Iterator[None]:
         """Turn backend exceptions into storekit errors that name the tier and path."""
-        where = f"{self.display_url}/{rel}".rstrip("/")
-        try:
+        with storage_errors(f"{self.display_url}/{rel}".rstrip("/")):
             yield
-        except StorekitError:
-            raise
-        except FileNotFoundError:
-            raise NotFoundError(f"{where} does not exist") from None
-        except NotADirectoryError:
-            raise NotFoundError(f"{where}: not a directory (or a parent is not)") from None
-        except PermissionError as exc:
-            raise StorekitError(f"{where}: permission denied ({exc})") from None
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"{where}: no space left on device") from None
-            raise StorekitError(f"{where}: {exc.strerror or exc}") from None
 
 
 class PosixStore(Store):
@@ -233,11 +223,11 @@ class PosixStore(Store):
         probe = path
         while not os.path.lexists(probe) and probe != self.root:
             probe = os.path.dirname(probe)
-        real = os.path.realpath(probe)
-        root_real = os.path.realpath(self.root)
-        if real != root_real and not real.startswith(root_real.rstrip("/") + "/"):
+        real = resolves_outside(probe, self.root)
+        if real is not None:
             raise PathEscapeError(
-                f"{path} resolves to {real}, outside the root of tier {self.name} ({root_real})",
+                f"{path} resolves to {real}, outside the root of tier {self.name} "
+                f"({os.path.realpath(self.root)})",
                 hint="a symlink inside the tier points out of it; storekit will not follow it",
             )
 
@@ -286,12 +276,8 @@ class PosixStore(Store):
                 )
         return sorted(out, key=lambda e: e.path)
 
-    def free_space(self) -> int:
-        path = self.root
-        while not os.path.exists(path):
-            path = os.path.dirname(path)
-        st = os.statvfs(path)
-        return st.f_bavail * st.f_frsize
+    def free_space(self) -> int | None:
+        return free_bytes(self.root)
 
     def get_metadata(self, rel: str) -> dict[str, str]:
         full = self.full(rel)
@@ -432,18 +418,16 @@ class S3Store(Store):
 
     @contextlib.contextmanager
     def _errors(self, rel: str) -> Iterator[None]:
-        try:
-            with super()._errors(rel):
+        with super()._errors(rel):
+            try:
                 yield
-        except StorekitError:
-            raise
-        except Exception as exc:
-            if _is_connection_error(exc):
+            except Exception as exc:
+                if isinstance(exc, StorekitError) or not is_retryable(exc):
+                    raise
                 raise UnreachableError(
                     f"tier {self.name}: cannot reach {self.endpoint} for {self.display_url}",
                     hint="check endpoint_url and that the gateway is up; then retry",
                 ) from None
-            raise
 
     def _entry(self, info: Mapping[str, Any]) -> Entry:
         is_dir = info.get("type") == "directory"
@@ -624,7 +608,7 @@ def _decode_meta(value: str) -> str:
 def _changed_while_reading(exc: BaseException) -> bool:
     """The object's ETag no longer matches the one the read started with (HTTP 412). s3fs turns
     this into FileExpired, or, when the gateway sends no message (RGW), into a TypeError."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if type(e).__name__ == "FileExpired":
             return True
         response = getattr(e, "response", None)
@@ -634,31 +618,6 @@ def _changed_while_reading(exc: BaseException) -> bool:
         ):
             return True
     return False
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    names = {type(e).__name__ for e in _chain(exc)}
-    return bool(
-        names
-        & {
-            "EndpointConnectionError",
-            "ConnectTimeoutError",
-            "ConnectionClosedError",
-            "ReadTimeoutError",
-            "ClientConnectorError",
-            "ServerDisconnectedError",
-            "ConnectionRefusedError",
-            "ClientOSError",
-        }
-    )
-
-
-def _chain(exc: BaseException | None) -> Iterator[BaseException]:
-    seen = 0
-    while exc is not None and seen < 10:
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
 
 
 def s3_filesystem(options: Mapping[str, Any]) -> fsspec.AbstractFileSystem:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from typing import Any
 
 from storekit.errors import ConfigError
+
+
+def parse_toml(data: bytes, source: str) -> dict[str, Any]:
+    """The one way a config, layout or pipeline file is read: UTF-8 TOML, errors naming the file."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
 
 
 def get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: str | None = None) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from storekit.bench.plan import WorkerTask
 from storekit.bench.spec import TargetSpec
-from storekit.bench.worker import Job, Recorder, run_threads
+from storekit.bench.worker import Job, Recorder, run_recorded_threads
 from storekit.store import S3_DEFAULT_CONFIG
 
 MIN_PART = 8 * 1024 * 1024
@@ -174,7 +174,7 @@ class RangedGet(_Base):
                     raise S3Failure(errno.EIO, f"s3 {key}: ranged GET returned {len(data)} of {window} bytes")
                 r.op(t0, r.now(), window)
 
-        run_threads(self.task.queue_depth, body, rec)
+        run_recorded_threads(self.task.queue_depth, body, rec)
 
 
 class Meta(_Base):

@@ -9,7 +9,6 @@ nobody waits forever; Ctrl-C or SIGTERM stops every worker before the caller cle
 from __future__ import annotations
 
 import contextlib
-import errno
 import multiprocessing as mp
 import queue
 import signal
@@ -22,7 +21,7 @@ from storekit import faults
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.results import WorkerResult
 from storekit.bench.worker import StartBarrier, run_worker
-from storekit.errors import NoSpaceError, StorekitError
+from storekit.errors import NoSpaceError, StorekitError, UnreachableError, error_class
 
 # imported once by the forkserver, so each worker process starts in milliseconds
 PRELOAD = {
@@ -46,9 +45,8 @@ def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any) -> None
     except BaseException as exc:
         with contextlib.suppress(Exception):
             barrier.abort()  # type: ignore[attr-defined]
-        # "nospace:" lets the coordinator answer with exit 6 instead of a generic failure
-        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        results.put((task.worker, "error", ("nospace:" if full else "") + (f"{exc}" or type(exc).__name__)))
+        # classified here, where the exception still has its errno and cause: pickling loses them
+        results.put((task.worker, "error", (error_class(exc), f"{exc}" or type(exc).__name__)))
 
 
 class PhaseRunner:
@@ -78,11 +76,13 @@ class PhaseRunner:
             p.join()
         errors = [msg for status, msg in outcomes.values() if status == "error"]
         if errors:
-            message = errors[0].removeprefix("nospace:")
-            if errors[0].startswith("nospace:"):
+            cls, message = errors[0]
+            if cls is NoSpaceError:
                 raise NoSpaceError(
                     f"{phase.name} phase ran out of space: {message}", hint="lower --size or free space"
                 )
+            if cls is UnreachableError:
+                raise UnreachableError(f"{phase.name} phase failed: {message}", hint="retry later")
             raise WorkerFailed(f"{phase.name} phase failed: {message}")
         if any(status != "ok" for status, _ in outcomes.values()):
             raise WorkerFailed(f"{phase.name} phase failed: a worker stopped before finishing")

@@ -25,6 +25,13 @@ MEDIAN_SPREAD: dict[str, Any] = {
     "min": (OPT_NUM, "smallest repeat", None),
     "max": (OPT_NUM, "largest repeat", None),
     "spread": (OPT_NUM, "(max - min) / median", None),
+    "modes": (
+        (list, type(None)),
+        "when the repeats fall into groups separated by a 3x jump: each group's median, count, min "
+        "and max, smallest first (the overall median of a bimodal measurement jumps between them); "
+        "null otherwise",
+        None,
+    ),
 }
 LATENCY: dict[str, Any] = {
     "count": (int, "operations timed", None),
@@ -70,6 +77,13 @@ PHASE_RESULT: dict[str, Any] = {
     "direct": ((bool, type(None)), "O_DIRECT in effect for every worker (null: not applicable)", None),
     "engine": (str, "psync, io_uring, threads, posix, boto3, boto3-threads", None),
     "notes": (list, "worker notes, e.g. O_DIRECT refused", None),
+    "window": (str, "what each operation's timed window covers, and where it differs from fio's", None),
+    "settle_s": (
+        NUM,
+        "untimed: the longest a worker spent syncing the target's filesystem before the start "
+        "barrier, so work left by earlier phases is not timed in this one (0 on S3)",
+        None,
+    ),
 }
 SUMMARY: dict[str, Any] = {
     "repeats": (int, "repeats summarised", None),
@@ -174,3 +188,14 @@ def describe(fields: dict[str, Any] = DOCUMENT, indent: str = "") -> list[str]:
         if nested:
             lines += describe(nested, indent + "    ")
     return lines
+
+
+def describe_json(fields: dict[str, Any] = DOCUMENT) -> dict[str, Any]:
+    """The layout as data (for --print-schema --json): name -> type, description, nested fields."""
+    out: dict[str, Any] = {}
+    for name, (types, text, nested) in fields.items():
+        entry: dict[str, Any] = {"type": _type_names(types), "description": text}
+        if nested:
+            entry["fields"] = describe_json(nested)
+        out[name] = entry
+    return out

@@ -7,14 +7,25 @@ drops in the run directory survives. Free space is checked before anything is wr
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from storekit.bench.plan import RUN_PREFIX, SCRATCH
 from storekit.bench.spec import TargetSpec
-from storekit.errors import NoSpaceError, NotFoundError, PathEscapeError, StorekitError, UnreachableError
+from storekit.diskspace import free_bytes
+from storekit.errors import (
+    NoSpaceError,
+    NotFoundError,
+    PathEscapeError,
+    PermissionDeniedError,
+    StorekitError,
+    UnreachableError,
+    error_class,
+    storage_error,
+    storage_errors,
+)
+from storekit.paths import resolves_outside
 from storekit.units import format_bytes
 
 PROBE = ".storekit-bench-probe"
@@ -42,10 +53,10 @@ class PosixScratch:
             )
         # only scratch/ is written: it must be writable (or creatable in a writable root)
         if os.path.lexists(self.scratch):
-            real, root_real = os.path.realpath(self.scratch), os.path.realpath(self.root)
             if not os.path.isdir(self.scratch):
                 raise StorekitError(f"{self.scratch} exists and is not a directory")
-            if not real.startswith(root_real.rstrip("/") + "/"):
+            real, root_real = os.path.realpath(self.scratch), os.path.realpath(self.root)
+            if resolves_outside(real, root_real) is not None or real == root_real:  # must be below the root
                 raise PathEscapeError(f"{self.scratch} resolves to {real}, outside the target {root_real}")
             writes_to = self.scratch
         else:
@@ -55,8 +66,8 @@ class PosixScratch:
             raise StorekitError(
                 f"target {self.root} is not writable ({writes_to})", hint="benchmark a writable mount"
             )
-        free = st.f_bavail * st.f_frsize
-        if st.f_blocks and free < space_needed:  # f_blocks 0: the filesystem does not say (ramfs)
+        free = free_bytes(writes_to)
+        if free is not None and free < space_needed:
             have, need = format_bytes(free), format_bytes(space_needed)
             raise NoSpaceError(
                 f"target {self.root} has {have} free; this run needs {need}",
@@ -64,17 +75,11 @@ class PosixScratch:
             )
 
     def create(self) -> None:
-        try:
+        with storage_errors(self.run_root):
             if not os.path.isdir(self.scratch):
                 os.mkdir(self.scratch)
                 self.created_scratch = True
             os.mkdir(self.run_root, 0o755)
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise StorekitError(f"target {self.root} is not writable ({exc.strerror})") from None
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"target {self.root}: no space left") from None
-            raise StorekitError(f"cannot create {self.run_root}: {exc.strerror}") from None
 
     def makedirs(self, rels: Iterable[str]) -> None:
         for rel in sorted(set(rels), key=lambda r: r.count("/")):
@@ -179,27 +184,18 @@ class S3Scratch:
 
 
 def s3_error(exc: BaseException, target: TargetSpec) -> StorekitError:
-    where = f"{target.display} at {target.endpoint_url or 'the default endpoint'}"
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = str(response.get("Error", {}).get("Code", ""))
-        if code in ("404", "NoSuchBucket"):
-            return NotFoundError(f"bucket {target.bucket!r} does not exist ({where})", hint="create it first")
-        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-            return StorekitError(
-                f"access denied to {where} ({code})", hint="check the credentials in env/AWS config"
-            )
-        return StorekitError(f"{where}: {code or exc}")
-    name = type(exc).__name__
-    if "Connect" in name or "Endpoint" in name or "Timeout" in name:
-        return UnreachableError(
-            f"cannot reach {where}", hint="check --endpoint-url and that the gateway is up"
-        )
-    if name == "NoCredentialsError":
-        return StorekitError(
-            f"no S3 credentials for {where}", hint="set AWS_ACCESS_KEY_ID/SECRET or a tier's key/secret"
-        )
-    return StorekitError(f"{where}: {name}: {exc}")
+    """A failed request on the target's bucket, classified by the one translator in storekit.errors."""
+    endpoint = target.endpoint_url or "the default endpoint"
+    if error_class(exc) is NotFoundError:  # head_bucket is the only call that can miss
+        where = f"bucket {target.bucket!r}"
+    else:
+        where = f"{target.display} at {endpoint}"
+    hints: dict[type[StorekitError], str] = {
+        NotFoundError: f"create it first (at {endpoint})",
+        PermissionDeniedError: "check the credentials in env/AWS config (or a tier's key/secret)",
+        UnreachableError: "check --endpoint-url and that the gateway is up",
+    }
+    return storage_error(exc, where, hints=hints) or StorekitError(f"{where}: {type(exc).__name__}: {exc}")
 
 
 def open_scratch(target: TargetSpec, run_id: str) -> PosixScratch | S3Scratch:

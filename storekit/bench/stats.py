@@ -11,6 +11,7 @@ series and the "all workers active" (stonewall) rate, and merge across hosts who
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ N_BUCKETS = (MAX_SHIFT + 2) * SUB
 FINE_NS = 10_000_000  # progress trace resolution
 SERIES_NS = 1_000_000_000  # time series resolution
 MIN_STONEWALL_NS = 50_000_000  # shorter all-active windows are too short to rate
+MODE_GAP = 3.0  # repeats whose sorted values jump by this factor or more form separate modes
 
 
 def bucket_index(value_ns: int) -> int:
@@ -238,15 +240,37 @@ def series(traces: Iterable[ProgressTrace], start_ns: int, end_ns: int) -> list[
     return rows
 
 
-def median_spread(values: Sequence[float]) -> dict[str, float | None]:
-    """Median, min, max and relative spread ((max-min)/median) of repeated measurements."""
+def median_spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max and relative spread ((max-min)/median) of repeated measurements, and the
+    modes when the repeats fall into separate groups (see `modes`)."""
     clean = [v for v in values if v is not None]
     if not clean:
-        return {"median": None, "min": None, "max": None, "spread": None}
+        return {"median": None, "min": None, "max": None, "spread": None, "modes": None}
     med = statistics.median(clean)
     return {
         "median": med,
         "min": min(clean),
         "max": max(clean),
         "spread": (max(clean) - min(clean)) / med if med else None,
+        "modes": modes(clean),
     }
+
+
+def modes(values: Sequence[float], gap: float = MODE_GAP) -> list[dict[str, float]] | None:
+    """Groups of values separated by jumps of `gap`x or more between neighbours in sorted order,
+    smallest values first, as {median, count, min, max}; None when the values form one group.
+
+    A bimodal measurement (e.g. an empty-file create costing 30 us or 0.7 ms depending on what the
+    filesystem did seconds earlier) has no meaningful median: it jumps between the modes from run to
+    run. Each mode's own median is what can be compared."""
+    ordered = sorted(v for v in values if v is not None and v > 0)
+    if len(ordered) < 2:
+        return None
+    groups: list[list[float]] = [[ordered[0]]]
+    for prev, value in itertools.pairwise(ordered):
+        if value >= prev * gap:
+            groups.append([])
+        groups[-1].append(value)
+    if len(groups) == 1:
+        return None
+    return [{"median": statistics.median(g), "count": len(g), "min": g[0], "max": g[-1]} for g in groups]

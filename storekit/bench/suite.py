@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from storekit.bench import cache, env, native, uring
+from storekit.bench import env, native, pagecache, uring
 from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan
 from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
 from storekit.bench.runner import PhaseRunner
@@ -154,7 +154,9 @@ class Suite:
     def _before_read(self, phase: PhasePlan) -> dict[str, Any]:
         if not self.posix:
             return {"applicable": False}
-        done, why = cache.drop_caches() if self.spec.drop_caches else (False, "disabled (--no-drop-caches)")
+        done, why = (
+            pagecache.drop_caches() if self.spec.drop_caches else (False, "disabled (--no-drop-caches)")
+        )
         self.honesty.setdefault(
             "drop_caches", {"requested": self.spec.drop_caches, "done": done, "reason": why or None}
         )
@@ -163,8 +165,8 @@ class Suite:
         info: dict[str, Any] = {"dropped": done, "reason": why or None}
         if phase.op in DATA_OPS:
             paths = sorted({self.scratch.full(f) for t in phase.tasks for f in t.files})
-            info["evicted_files"] = cache.evict(paths)
-            resident = cache.resident_fraction(paths[:32])
+            info["evicted_files"] = pagecache.evict(paths)
+            resident = pagecache.resident_fraction(paths[:32])
             info["resident_before"] = resident
             if resident is not None and resident > RESIDENT_WARN:
                 self._warn_once(

@@ -126,11 +126,12 @@ def run_worker(task: WorkerTask, barrier: StartBarrier) -> dict[str, Any]:
         direct=job.direct,
         engine=job.engine,
         notes=job.notes,
+        settle_s=float(getattr(job, "settle_s", 0.0)),  # POSIX jobs sync the filesystem first
     )
     return result.to_dict()
 
 
-def run_threads(count: int, body: Any, rec: Recorder) -> None:
+def run_recorded_threads(count: int, body: Any, rec: Recorder) -> None:
     """Run `body(i, recorder)` in `count` threads (I/O releases the GIL) and merge their recorders."""
     recorders = [Recorder() for _ in range(count)]
     errors: list[BaseException] = []

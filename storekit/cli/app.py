@@ -13,11 +13,11 @@ from typer.main import get_command
 
 from storekit import __version__
 from storekit.cli import bench, config, dataset, layout, prepare
+from storekit.cli.common import HELP_SETTINGS, exit_codes
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
-from storekit.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, StorekitError
-
-EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
+from storekit.errors import ExitCode, Interrupted, StorekitError
+from storekit.interrupts import interrupt_on
 
 app = typer.Typer(
     name="storekit",
@@ -25,14 +25,16 @@ app = typer.Typer(
         "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
         "prepare tokenized datasets, and benchmark parallel I/O.\n\n"
         "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
-        "one local tier at ./storage is used."
+        "one local tier at ./storage is used. `storekit COMMAND --help` describes each command; "
+        "`storekit --install-completion` sets up tab completion for your shell."
     ),
-    epilog=EPILOG,
+    epilog=exit_codes(*ExitCode),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    rich_markup_mode=None,
+    suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
+    context_settings=HELP_SETTINGS,
 )
 
 
@@ -71,6 +73,11 @@ def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
     raise SystemExit(code)
 
 
+def _usage_hint(exc: click.ClickException) -> str | None:
+    ctx = getattr(exc, "ctx", None)
+    return f"{ctx.command_path} --help" if ctx is not None else None
+
+
 def _crash(exc: BaseException, json_mode: bool) -> NoReturn:
     """A bug still gets its traceback, with the userinfo of any URL in it masked."""
     text = redact_urls("".join(traceback.format_exception(exc)))
@@ -89,16 +96,11 @@ def _refuse_url_credentials(args: list[str]) -> None:
         refuse_url_credentials(value, "command line")
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
     reset_emitted()
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    signal.signal(signal.SIGUSR1, _sigterm_as_interrupt)  # Slurm's preemption warning
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     command = get_command(app)
     try:
         _refuse_url_credentials(args)
@@ -109,7 +111,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(exc.exit_code) from None
     except click.ClickException as exc:
         exc.show()
-        raise SystemExit(ExitCode.USAGE) from None
+        code = ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        if json_mode and not result_emitted():
+            # a `| jq` pipeline still gets its one document, saying what was wrong
+            message = redact_urls(exc.format_message())
+            sys.stdout.write(dumps(error_document(message, _usage_hint(exc), code)) + "\n")
+        raise SystemExit(code) from None
     except click.exceptions.Abort:
         sys.stderr.write("error: interrupted\n")
         raise SystemExit(ExitCode.INTERRUPTED) from None

@@ -8,25 +8,30 @@ import typer
 from rich.console import Console
 
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
-from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.config import refuse_url_credentials
-from storekit.errors import UsageError
+from storekit.errors import ExitCode, UsageError
 from storekit.units import format_bytes
 
 if TYPE_CHECKING:
     from storekit.bench.plan import BenchPlan
 
-bench_app = typer.Typer(
-    name="bench",
-    help="Benchmark storage the way training uses it.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-)
+bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
 
 IO_HELP = """Measure whether storage can feed training and absorb checkpoints.
 
+\b
 Patterns, each on a POSIX directory or an S3 bucket/prefix:
-
   shards      W workers write large shard files (fsync included),
               then stream them back
   checkpoint  N ranks write their share of a model checkpoint at once
@@ -51,6 +56,17 @@ storage ceiling. Small-file operations are timed in C (compiled with
 the system's cc on first use, cached in ~/.cache/storekit; set
 STOREKIT_BENCH_NATIVE=0 to time them in Python, which adds ~0.5 us).
 
+Windows (what is timed; --json says it per phase as "window"): as
+fio's where fio has the operation. A write phase creates its files
+empty before the start, then times each file from its open through
+the writes and fsync to its close (fio rw=write end_fsync=1); stat
+and delete time the call alone (fio filestat/filedelete). Different
+on purpose: create times open, write of the payload and close (fio's
+filecreate times only the open). Before each phase every worker
+syncs the target's filesystem, untimed ("settle_s"), so work left by
+the previous phase is not timed in the next. Repeats that fall into
+separate modes (a 3x jump) are listed per mode, not as one median.
+
 Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
 removed afterwards, also on Ctrl-C; refused before writing when free
 space is short.
@@ -58,8 +74,8 @@ space is short.
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
 
+\b
 Examples:
-
   storekit bench io                         # suite on the default tier
   storekit bench io --target /lustre/storage --pattern shards \\
       --workers 1,4,16 --block-size 1M,4M
@@ -305,7 +321,12 @@ def io(
 
     out = make_output(json_out, quiet)
     if print_schema:
-        typer.echo("\n".join(schema.describe()))
+        doc = {
+            "schema": schema.BENCH_SCHEMA,
+            "bench_schema_version": schema.BENCH_SCHEMA_VERSION,
+            "fields": schema.describe_json(),
+        }
+        out.result("bench io", doc, lambda console: console.print("\n".join(schema.describe()), markup=False))
         return
     if plot:
         require_matplotlib()
@@ -378,5 +399,7 @@ def _render_plan(console: Console, plan: BenchPlan) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    bench_app.command("io", help=IO_HELP)(io)
+    E = ExitCode
+    codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    bench_app.command("io", help=IO_HELP, epilog=codes)(io)
     app.add_typer(bench_app, name="bench")

@@ -10,8 +10,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.cli.output import Output, ProgressHandle
+from storekit.errors import ExitCode
+from storekit.interrupts import interrupt_on
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -21,31 +33,31 @@ if TYPE_CHECKING:
 
 EXAMPLES = """
 
+\b
 Examples:
-
-  # the bundled sample (CPython stdlib sources + a 65k BPE tokenizer) into ./storage, offline
+  # the bundled sample (CPython stdlib sources + a 65k BPE tokenizer)
+  # into ./storage, offline
   storekit prepare dataset
-
-  # a declarative pipeline; flags override its keys
-  storekit prepare dataset pipelines/web.toml --workers 32
-
-  # everything by flags: jsonl.zst shards on S3 -> datasets/text/web/v2 on the 'lustre' tier
-  storekit prepare dataset -i 's3://raw/web/*.jsonl.zst' --tokenizer /models/llama3/ \\
-      --name web --version v2 --tier lustre --shard-size 2GiB --holdout 0.005
-
-  # a source tree, one document per file, keeping the file path next to each document
-  storekit prepare dataset -i ~/src/linux --format text --kind code --name linux \\
-      --tokenizer tok.json --keep-fields path
+  # a pipeline file (pipelines/sample.toml is the bundled sample's);
+  # flags override its keys
+  storekit prepare dataset pipelines/sample.toml --workers 2 --dry-run
+  # everything by flags: jsonl.zst on S3 -> datasets/text/web/v2 on 'lustre'
+  storekit prepare dataset -i 's3://raw/web/*.jsonl.zst' \\
+      --tokenizer /models/llama3/ --name web --version v2 --tier lustre \\
+      --shard-size 2GiB --holdout 0.005
+  # a source tree, one document per file, keeping each file's path
+  storekit prepare dataset -i ~/src/linux --format text --kind code \\
+      --name linux --tokenizer tok.json --keep-fields path
 """
 
 
 def register(app: typer.Typer) -> None:
-    prepare_app = typer.Typer(
-        name="prepare",
-        help="Prepare training data: raw corpora -> tokenized, deduplicated, sharded datasets.",
-        no_args_is_help=True,
+    prepare_app = noun_app(
+        "prepare", "Prepare training data: raw corpora -> tokenized, deduplicated, sharded datasets."
     )
-    prepare_app.command("dataset", help=_HELP + EXAMPLES)(prepare_dataset_command)
+    E = ExitCode
+    codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    prepare_app.command("dataset", help=_HELP + EXAMPLES, epilog=codes)(prepare_dataset_command)
     app.add_typer(prepare_app)
 
 
@@ -257,7 +269,7 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
-    _stop_on_signals()
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # Slurm preemption stops like Ctrl-C: finished tasks kept
     with _progress(out) as progress:
         outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)
     _report(out, outcome)
@@ -269,16 +281,6 @@ def _name_from_input(ref: str) -> str:
         base = base.split(ch)[0]
     base = base.split(".")[0].strip("-_.") or Path(ref.rstrip("/")).parent.name
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-_.") or "dataset"
-
-
-def _stop_on_signals() -> None:
-    """SIGTERM and SIGUSR1 (Slurm preemption) stop the run like Ctrl-C: finished tasks are kept."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGUSR1, stop)
 
 
 class _progress:
@@ -325,6 +327,7 @@ class _progress:
 
 
 def _report(out: Output, outcome: PrepareOutcome) -> None:
+    from storekit.pipeline.megatron import as_command_line, data_path_args, shard_prefixes
     from storekit.pipeline.summary import manifest_summary, plan_summary, render_manifest_summary
 
     data: dict[str, Any] = {
@@ -334,8 +337,13 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
         "path": outcome.location.rel,
         "plan": plan_summary(outcome.plan, work_dir=str(outcome.work_dir)),
     }
+    next_step = None
     if outcome.manifest is not None:
         data["manifest"] = manifest_summary(outcome.manifest)
+        root = outcome.location.local_path() or outcome.location.display
+        args = data_path_args(shard_prefixes(outcome.manifest.body, root))
+        data["megatron_args"] = args
+        next_step = as_command_line(args)
     if outcome.timings:
         data["timings"] = outcome.timings
         data["tasks_resumed"] = outcome.tasks_resumed
@@ -364,6 +372,9 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
                 f"{t['docs_per_s']:.0f} docs/s  {t['mb_per_s']:.2f} MB/s  workers {t['workers']}  "
                 f"peak RSS {rss} (max process {rss_max})"
             )
+        if next_step:
+            console.print("next: train on it with Megatron-LM or NeMo, giving them", markup=False)
+            console.print(f"  {next_step}", markup=False, soft_wrap=True)
 
     out.result("prepare dataset", data, human)
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import ExitCode, Interrupted, StorekitError
-from storekit.pipeline import hooks
 from storekit.pipeline.encode import Encoder
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
@@ -47,11 +47,11 @@ class RunReport:
     def task_done(
         self, index: int, summary: dict[str, Any], on_done: Callable[[int, dict[str, Any]], None] | None
     ) -> None:
-        """A completion record exists (one call at a time: under run_threads' lock or from the pool loop)."""
+        """A completion record exists (one call at a time: under the threads' lock or from the pool loop)."""
         self.tasks_run += 1
         if on_done:
             on_done(index, summary)
-        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_TASKS", self.tasks_run)
+        faults.point("prepare.task-done")
 
 
 def default_workers() -> int:
@@ -114,7 +114,7 @@ def _interrupted(report: RunReport, total: int) -> Interrupted:
     )
 
 
-def run_threads(
+def run_tasks_on_threads(
     plan: PrepPlan,
     work: WorkDir,
     site: SiteConfig | None,
@@ -197,7 +197,9 @@ def _run_here(
     def done(index: int, summary: dict[str, Any]) -> None:
         report.task_done(index, summary, on_done)
 
-    run_threads(plan, work, site, next_task, threads, progress, done)  # this process: the caller counts it
+    run_tasks_on_threads(
+        plan, work, site, next_task, threads, progress, done
+    )  # this process: the caller counts it
 
 
 def _run_pool(
@@ -310,7 +312,7 @@ def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: A
         results.put(("done", index, summary))
 
     try:
-        run_threads(plan, work, site, tasks.get, threads, progress, done)
+        run_tasks_on_threads(plan, work, site, tasks.get, threads, progress, done)
     except StorekitError as exc:
         index = getattr(exc, "task_index", -1)
         results.put(("error", index, type(exc).__name__, exc.message, exc.hint, int(exc.exit_code)))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.lease import binding_lease, covering_lease, is_lease_name
+from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
 from storekit.units import format_bytes, format_duration
 
@@ -202,11 +203,9 @@ def link_escape(store: Store, entry: Entry) -> str | None:
     """Where a symlink inside a POSIX tier points, if that is outside the root; else None."""
     if not entry.is_link or not store.capabilities.directories:
         return None
-    root = os.path.realpath(store.root)
-    target = os.path.realpath(os.path.join(store.root, entry.path))  # not store.full(): it refuses escapes
-    if target == root or target.startswith(root.rstrip("/") + "/"):
-        return None
-    return target
+    return resolves_outside(
+        os.path.join(store.root, entry.path), store.root
+    )  # not full(): it refuses escapes
 
 
 def check_layout(spec: LayoutSpec, store: Store, *, now: float | None = None) -> CheckReport:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from dataclasses import dataclass
 from typing import Any
 
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
-from storekit.tomlkeys import get_str, get_table, reject_unknown
+from storekit.tomlkeys import get_str, get_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -74,12 +73,7 @@ def load_layout(name_or_path: str) -> LayoutSpec:
 
 
 def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
+    raw = parse_toml(data, source)
     reject_unknown(raw, {"layout", "areas"}, source, "")
     head = get_table(raw, "layout", source, "layout")
     reject_unknown(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")

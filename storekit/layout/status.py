@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
+from storekit.diskspace import free_bytes
 from storekit.errors import StorekitError
 from storekit.layout.spec import LayoutSpec
 from storekit.metrics import Metrics
@@ -79,8 +79,7 @@ def _area_free(store: Store, area: str) -> int | None:
     path = store.local_path(area)
     if path is None:
         return store.free_space()
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+    return free_bytes(path)
 
 
 _HELP = {

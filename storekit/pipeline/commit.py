@@ -23,12 +23,12 @@ from pathlib import Path
 
 import xxhash
 
+from storekit import faults
 from storekit.durable import TMP_MARK, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
 from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
-from storekit.pipeline import hooks
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.workdir import WorkDir
 
@@ -147,10 +147,13 @@ class Staging:
         self.store = location.store
         self.work = work
         self.force = force
-        self.posix = location.store.capabilities.atomic_rename
+        # POSIX-like stores: stage in a hidden sibling, then rename; others (S3): in place, manifest last
+        self.atomic_rename = location.store.capabilities.atomic_rename
         prefix = f".{location.name}{TMP_MARK}"
         self.rel = (
-            join_rel(location.parent, f"{prefix}{uuid.uuid4().hex[:12]}") if self.posix else location.rel
+            join_rel(location.parent, f"{prefix}{uuid.uuid4().hex[:12]}")
+            if self.atomic_rename
+            else location.rel
         )
         self.old: str | None = None
         self.committed = False
@@ -159,7 +162,7 @@ class Staging:
         """Call with the output lease held."""
         record = json.dumps({"output": self.location.display}).encode()
         write_file_atomic(self.work.path / _STAGING_RECORD, record)
-        if self.posix:
+        if self.atomic_rename:
             settle_leftovers(self.location)
             self.store.makedirs(self.rel)
             return
@@ -170,9 +173,9 @@ class Staging:
             self.store.delete(self.location.rel, recursive=True)
 
     def commit(self, plan_id: str) -> None:
-        if not self.posix:
+        if not self.atomic_rename:
             return
-        hooks.point("commit.before_rename")
+        faults.point("commit.before-rename")
         if self.lease is not None:
             self.lease.check()
         final = self.location.rel
@@ -182,10 +185,10 @@ class Staging:
             old_name = f".{self.location.name}{TMP_MARK}{_OLD}{uuid.uuid4().hex[:8]}"
             self.old = join_rel(self.location.parent, old_name)
             self.store.rename(final, self.old)
-            hooks.point("commit.old_moved")
+            faults.point("commit.old-moved")
         self.store.rename(self.rel, final)
         self.committed = True
-        hooks.point("commit.renamed")
+        faults.point("commit.renamed")
         if self.old:
             self.store.delete(self.old, recursive=True)
 

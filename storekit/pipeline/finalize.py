@@ -8,17 +8,16 @@ task parts, which stay in the work dir until success.
 from __future__ import annotations
 
 import contextlib
-import errno
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from storekit.errors import NoSpaceError, StorekitError
+from storekit import faults
+from storekit.errors import NoSpaceError, storage_errors
 from storekit.lease import Lease
 from storekit.manifest import Manifest, ManifestFile, write_manifest
-from storekit.pipeline import hooks
 from storekit.pipeline.commit import Staging
 from storekit.pipeline.dedup import DropIndex, find_cross_task_duplicates
 from storekit.pipeline.location import DatasetLocation
@@ -51,12 +50,12 @@ def finalize(
         )
     staging = Staging(location, work, force=force, lease=lease)
     staging.begin()
-    hooks.point("finalize.staged")
+    faults.point("finalize.staged")
     try:
         with _os_errors(location):
             shards = _write_shards(plan, work, staging, drops, on_shard)
             manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
-            hooks.maybe_kill("STOREKIT_TEST_KILL_BEFORE_MANIFEST", 1)
+            faults.point("finalize.before-manifest")
             write_manifest(staging.store, staging.rel, manifest)
             staging.commit(plan.plan_id)
     except BaseException:
@@ -65,18 +64,12 @@ def finalize(
     return manifest
 
 
-@contextlib.contextmanager
-def _os_errors(location: DatasetLocation) -> Iterator[None]:
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(
-                f"no space left on device while writing {location.display}; nothing was committed "
-                "and the partial shards were removed",
-                hint="free space and rerun: finished tasks are kept in the work dir",
-            ) from None
-        raise StorekitError(f"writing {location.display}: {exc.strerror or exc}") from None
+def _os_errors(location: DatasetLocation) -> contextlib.AbstractContextManager[None]:
+    hint = "nothing was committed and the partial shards were removed; free space and rerun: "
+    return storage_errors(f"writing {location.display}", hints={NoSpaceError: hint + _KEPT})
+
+
+_KEPT = "finished tasks are kept in the work dir"
 
 
 def _write_shards(
@@ -100,7 +93,7 @@ def _write_shards(
         closed[0] += 1
         if on_shard:
             on_shard(info)
-        hooks.maybe_kill("STOREKIT_TEST_KILL_AFTER_SHARDS", closed[0])
+        faults.point("finalize.shard-closed")
 
     splits = SPLITS if plan.options["holdout"] > 0 else SPLITS[:1]
     series = {name: ShardSeries(name, limit, open_shard) for name in splits}

@@ -74,28 +74,28 @@ class IndexInfo:
     tokens: int
 
 
-class IndexError_(ValueError):
+class BadIndexError(ValueError):
     """An `.idx` that is malformed or does not match its `.bin`."""
 
 
 def check_index(read_at: Callable[[int, int], bytes], idx_size: int, bin_size: int) -> IndexInfo:
-    """Validate an `.idx` against its `.bin` size; raises IndexError_ naming the first problem."""
+    """Validate an `.idx` against its `.bin` size; raises BadIndexError naming the first problem."""
     if idx_size < HEADER_SIZE:
-        raise IndexError_(f"index is {idx_size} bytes, shorter than the {HEADER_SIZE}-byte header")
+        raise BadIndexError(f"index is {idx_size} bytes, shorter than the {HEADER_SIZE}-byte header")
     head = read_at(0, HEADER_SIZE)
     if head[:9] != MAGIC:
-        raise IndexError_(f"bad magic {head[:9]!r}, expected {MAGIC!r}")
+        raise BadIndexError(f"bad magic {head[:9]!r}, expected {MAGIC!r}")
     (version,) = struct.unpack("<Q", head[9:17])
     if version != VERSION:
-        raise IndexError_(f"version {version}, expected {VERSION}")
+        raise BadIndexError(f"version {version}, expected {VERSION}")
     code = head[17]
     if code not in CODE_DTYPES:
-        raise IndexError_(f"unknown dtype code {code}")
+        raise BadIndexError(f"unknown dtype code {code}")
     dtype = CODE_DTYPES[code]
     sequences, documents = struct.unpack("<QQ", head[18:34])
     expected = HEADER_SIZE + sequences * 4 + sequences * 8 + documents * 8
     if idx_size != expected:
-        raise IndexError_(
+        raise BadIndexError(
             f"index is {idx_size} bytes; {sequences} sequences and {documents} documents need {expected}"
         )
     itemsize = np.dtype(dtype).itemsize
@@ -105,29 +105,29 @@ def check_index(read_at: Callable[[int, int], bytes], idx_size: int, bin_size: i
         lengths = np.frombuffer(read_at(HEADER_SIZE + 4 * k, 4 * n), dtype=np.int32)
         pointers = np.frombuffer(read_at(HEADER_SIZE + 4 * sequences + 8 * k, 8 * n), dtype=np.int64)
         if (lengths < 0).any():
-            raise IndexError_(f"negative sequence length near sequence {k}")
+            raise BadIndexError(f"negative sequence length near sequence {k}")
         sizes = lengths.astype(np.int64) * itemsize
         starts = np.cumsum(sizes) - sizes + offset
         bad = np.nonzero(pointers != starts)[0]
         if bad.size:
             i = int(bad[0])
-            raise IndexError_(f"sequence {k + i} points at byte {pointers[i]}, expected {starts[i]}")
+            raise BadIndexError(f"sequence {k + i} points at byte {pointers[i]}, expected {starts[i]}")
         offset += int(sizes.sum())
         tokens += int(lengths.sum())
     if offset != bin_size:
-        raise IndexError_(f"index describes {offset} bytes of tokens but the .bin has {bin_size}")
+        raise BadIndexError(f"index describes {offset} bytes of tokens but the .bin has {bin_size}")
     doc_base = HEADER_SIZE + 12 * sequences
     prev = -1
     for k in range(0, documents, _CHUNK):
         n = min(_CHUNK, documents - k)
         docs = np.frombuffer(read_at(doc_base + 8 * k, 8 * n), dtype=np.int64)
         if docs.size and (docs[0] < prev or (np.diff(docs) < 0).any()):
-            raise IndexError_("document indices are not increasing")
+            raise BadIndexError("document indices are not increasing")
         if k == 0 and docs.size and docs[0] != 0:
-            raise IndexError_(f"document indices start at {docs[0]}, expected 0")
+            raise BadIndexError(f"document indices start at {docs[0]}, expected 0")
         prev = int(docs[-1]) if docs.size else prev
     if documents and prev != sequences:
-        raise IndexError_(f"document indices end at {prev}, expected the sequence count {sequences}")
+        raise BadIndexError(f"document indices end at {prev}, expected the sequence count {sequences}")
     return IndexInfo(dtype=dtype, sequences=sequences, documents=documents, tokens=tokens)
 
 
@@ -136,7 +136,7 @@ def reader_from_file(fh: IO[bytes]) -> Callable[[int, int], bytes]:
         fh.seek(offset)
         data = fh.read(size)
         if len(data) != size:
-            raise IndexError_(f"short read at byte {offset}")
+            raise BadIndexError(f"short read at byte {offset}")
         return data
 
     return read_at

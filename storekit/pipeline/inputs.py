@@ -12,7 +12,7 @@ from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
 from storekit.config import SiteConfig, mask_url
-from storekit.errors import InputError, NotFoundError, StorekitError, UnreachableError
+from storekit.errors import InputError, StorekitError, storage_error
 from storekit.pipeline.bundled import bundled_path, is_bundled
 
 GLOB_CHARS = ("*", "?", "[")
@@ -61,14 +61,8 @@ class InputFS:
             return cast(
                 IO[bytes], self.s3(url).open(url, "rb", block_size=block_size, cache_type="readahead")
             )
-        except FileNotFoundError:
-            raise NotFoundError(f"input {mask_url(url)} does not exist (any more)") from None
-        except PermissionError:
-            raise InputError(f"input {mask_url(url)}: permission denied") from None
-        except StorekitError:
-            raise
         except Exception as exc:
-            raise _remote_error(url, exc) from None
+            raise _input_error(url, exc) from None
 
     def expand(self, pattern: str) -> list[tuple[str, int, float | None]]:
         """(url, size, mtime) of every file an input names: a file, a directory (recursive) or a glob."""
@@ -93,7 +87,7 @@ class InputFS:
         except FileNotFoundError:
             return []
         except Exception as exc:
-            raise _remote_error(pattern, exc) from None
+            raise _input_error(pattern, exc) from None
         out = []
         for name, info in infos.items():
             if info.get("type") == "directory" or _hidden(name.split("/", 1)[-1]):
@@ -102,12 +96,10 @@ class InputFS:
         return sorted(out)
 
 
-def _remote_error(url: str, exc: Exception) -> StorekitError:
-    from storekit.store import _is_connection_error
-
-    if _is_connection_error(exc):
-        return UnreachableError(f"cannot reach the S3 endpoint for input {mask_url(url)}")
-    return InputError(f"input {mask_url(url)}: {type(exc).__name__}: {exc}")
+def _input_error(url: str, exc: Exception) -> StorekitError:
+    """Through the one translator; whatever it does not know is still bad input naming the URL."""
+    where = f"input {mask_url(url)}"
+    return storage_error(exc, where) or InputError(f"{where}: {type(exc).__name__}: {exc}")
 
 
 def _hidden(rel: str) -> bool:

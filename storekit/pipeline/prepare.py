@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -16,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storekit import faults
 from storekit.config import SiteConfig
+from storekit.diskspace import free_bytes, nearest_existing
 from storekit.errors import NoSpaceError, StorekitError, UsageError
 from storekit.executors.local import default_workers, run_tasks
 from storekit.lease import Lease
 from storekit.manifest import Manifest
 from storekit.ops import hash_stream
 from storekit.paths import join_rel
-from storekit.pipeline import hooks
 from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
 from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
@@ -119,7 +119,7 @@ def prepare_dataset(
             return _unchanged(outcome, existing, work)
         with work.leased():
             _run(plan, work, location, spec, fs, force, progress, outcome, started, lease)
-            hooks.point("prepare.committed")
+            faults.point("prepare.committed")
             work.remove()
     return outcome
 
@@ -172,7 +172,7 @@ def _run(
         plan, work, fs.site, todo, workers=workers, progress=progress.advance, on_done=task_done
     )
     t1 = time.monotonic()
-    hooks.point("prepare.tasks_done")
+    faults.point("prepare.tasks-done")
     progress.finalizing()
     manifest = finalize(plan, work, location, force=force, source_digests=digests.result, lease=lease)
     t2 = time.monotonic()
@@ -223,11 +223,9 @@ def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> Non
             )
 
 
-def _device_and_free(path: Path) -> tuple[int, int]:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    return os.stat(probe).st_dev, shutil.disk_usage(probe).free
+def _device_and_free(path: Path) -> tuple[int, int | None]:
+    probe = nearest_existing(str(path))
+    return os.stat(probe).st_dev, free_bytes(probe)
 
 
 class SourceHasher(threading.Thread):

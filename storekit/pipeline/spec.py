@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from storekit.config import URL_CREDENTIALS_HINT, mask_url, url_has_credentials
 from storekit.errors import ConfigError
+from storekit.tomlkeys import parse_toml
 from storekit.units import parse_size
 
 KINDS = ("text", "code", "multimodal")
@@ -130,13 +130,10 @@ def load_pipeline_file(path: Path) -> dict[str, Any]:
     """Read a pipeline TOML into a flat {field: value} mapping (validated later)."""
     source = str(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(source, None, "pipeline file does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(source, None, f"invalid TOML: {exc}") from None
+    raw = parse_toml(data, source)
     by_key = {(table, key): name for name, (table, key, _) in _KEYS.items()}
     tables = {table for table, _ in by_key}
     flat: dict[str, Any] = {}

@@ -11,6 +11,8 @@ from storekit.manifest import Manifest
 from storekit.pipeline.plan import PrepPlan
 from storekit.units import format_bytes as format_size
 
+SAMPLE_CORPUS = "bundled:cpython-stdlib-sample"
+
 
 def plan_summary(plan: PrepPlan, *, work_dir: str) -> dict[str, Any]:
     itemsize = 2 if plan.tokenizer.dtype == "uint16" else 4
@@ -94,6 +96,17 @@ def render_manifest_summary(console: Console, summary: dict[str, Any]) -> None:
         )
         if stats.get("errors"):
             table.add_row("bad records", ", ".join(f"{k} {v:,}" for k, v in stats["errors"].items()))
+            table.add_row("", _bad_records_note(stats))
         for example in stats.get("error_examples", [])[:3]:
             table.add_row("", f"{example['where']}: {example['reason']}: {example['detail']}")
     console.print(table)
+
+
+def _bad_records_note(stats: dict[str, Any]) -> str:
+    examples = stats.get("error_examples", [])
+    if set(stats["errors"]) == {"empty"} and all(e["where"].startswith(SAMPLE_CORPUS) for e in examples):
+        return (
+            "the sample's empty files (__init__.py), kept in it on purpose: bad input is skipped "
+            "and counted, not fatal"
+        )
+    return "skipped and counted, not fatal (--on-error fail stops at the first instead)"

@@ -12,6 +12,7 @@ alone. Its parts appear under the work dir by rename, with `done.json` as the co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -25,9 +26,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import InputError
-from storekit.pipeline import hooks
 from storekit.pipeline.encode import Encoder, Unsplittable, stripped_hash
 from storekit.pipeline.giant import BadText, measure, pieces
 from storekit.pipeline.inputs import InputFS
@@ -128,7 +129,7 @@ class TaskRunner:
                     },
                 }
                 (tmp / DONE).write_bytes(json.dumps(summary, indent=1).encode("utf-8"))
-                hooks.point("task.written")
+                faults.point("prepare.task-written")
         except BaseException:
             remove_path(tmp)
             raise
@@ -301,16 +302,8 @@ class TaskRunner:
             stats.examples.append({"reason": reason, "where": reader.where(position), "detail": detail[:200]})
 
 
-class _NullCtx:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _maybe_open(path: Path, wanted: bool) -> Any:
-    return open(path, "wb") if wanted else _NullCtx()
+    return open(path, "wb") if wanted else contextlib.nullcontext()
 
 
 def _write_array(path: Path, arr: np.ndarray) -> None:

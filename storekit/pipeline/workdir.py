@@ -10,7 +10,7 @@ It lives on a POSIX file system (local NVMe, Lustre, NFS): parts are memory-mapp
 It is private: created 0700, and refused when it is not a real directory owned by the running user,
 or when group/others may write to it (its name is predictable, and scratch/ is world-writable).
 Each completion record carries the size and xxh3-128 of the task's parts; finalize checks them.
-Removal is tombstone-first: the directory is renamed away in one step, then deleted.
+Removal is tombstone-first (durable.remove_tree): renamed away in one step, then deleted.
 """
 
 from __future__ import annotations
@@ -28,15 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storekit.durable import TMP_MARK, fsync_dir, fsync_file, write_file_atomic
-from storekit.errors import BusyError, MismatchError, NoSpaceError, StorekitError
+from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
+from storekit.errors import BusyError, MismatchError, NoSpaceError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path, read_lease
 from storekit.ops import FileDigest, hash_stream
-from storekit.pipeline import hooks
 from storekit.pipeline.plan import PrepPlan
 
 DONE = "done.json"
-TOMB = "tomb-"  # .NAME.storekit-tmp-tomb-*: a work dir being deleted
 
 
 class WorkDir:
@@ -147,18 +145,13 @@ class WorkDir:
             lease.release()
 
     def remove(self) -> None:
-        """Tombstone first: the work dir leaves its name in one rename, then is deleted. A stop
-        during the delete leaves a tombstone that `clear_tombstones` (run at every start) removes."""
-        if not self.path.is_dir():
-            return
-        tomb = self.path.parent / f".{self.path.name}{TMP_MARK}{TOMB}{uuid.uuid4().hex[:8]}"
-        os.rename(self.path, tomb)
-        fsync_dir(self.path.parent)
-        hooks.point("workdir.tombstoned")
-        remove_path(tomb)
+        """Tombstone first (durable.remove_tree): a stop during the delete leaves a tombstone that
+        `clear_tombstones` (run at every start) removes, never a half-removed work dir."""
+        remove_tree(self.path)
 
     def clear_tombstones(self) -> None:
-        prefix = f".{self.path.name}{TMP_MARK}{TOMB}"
+        """Tombstones of this work dir only: another run may be deleting its own right now."""
+        prefix = f".{self.path.name}{TOMBSTONE_MARK}"
         with contextlib.suppress(FileNotFoundError):
             for p in self.path.parent.iterdir():
                 if p.name.startswith(prefix):
@@ -250,17 +243,9 @@ def remove_path(path: Path) -> None:
             path.unlink()
 
 
-@contextlib.contextmanager
-def io_errors(path: Path) -> Iterator[None]:
+def io_errors(path: Path) -> contextlib.AbstractContextManager[None]:
     """OS errors on the work dir become storekit errors naming the path (ENOSPC: exit 6)."""
-    try:
-        yield
-    except StorekitError:
-        raise
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(
-                f"no space left on device while writing {path}",
-                hint="free space or point --work-dir at a larger file system; rerun to resume",
-            ) from None
-        raise StorekitError(f"{path}: {exc.strerror or exc}") from None
+    return storage_errors(str(path), hints={NoSpaceError: _NO_SPACE_HINT})
+
+
+_NO_SPACE_HINT = "free space or point --work-dir at a larger file system; rerun to resume"

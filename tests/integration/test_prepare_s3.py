@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from storekit import faults
 from storekit.config import TierConfig
 from storekit.store import Store
 from tests.unit.pipeline.helpers import (
@@ -148,7 +149,7 @@ def test_s3_finalize_killed_then_resumed(tmp_path: Path, s3_tier: TierConfig, s3
         "--shard-size",
         "16KiB",
     ]
-    killed = run_subprocess(args, tmp_path, env={"STOREKIT_TEST_KILL_AFTER_SHARDS": "2"})
+    killed = run_subprocess(args, tmp_path, env={faults.ENV: "finalize.shard-closed@2=kill"})
     assert killed.code == -9
     rel = "datasets/text/k/v1"
     assert not s3_store.exists(f"{rel}/manifest.json")  # shards without a manifest: not a dataset

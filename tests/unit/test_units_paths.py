@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from storekit.errors import PathEscapeError
-from storekit.paths import clean_rel, join_rel
+from storekit.paths import clean_rel, join_rel, resolves_outside
 from storekit.units import format_bytes, parse_duration, parse_size
 
 
@@ -65,3 +68,17 @@ def test_join_rel() -> None:
     assert join_rel("datasets", "", "text/x") == "datasets/text/x"
     with pytest.raises(PathEscapeError):
         join_rel("datasets", "../../etc")
+
+
+def test_a_symlink_out_of_the_root_is_found_and_one_inside_is_not(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "elsewhere"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    os.symlink(outside, root / "out")
+    os.symlink(root / "sub", root / "in")
+    os.symlink(root, root / "self")
+    assert resolves_outside(str(root / "out" / "file"), str(root)) == str(outside / "file")
+    assert resolves_outside(str(root / "in"), str(root)) is None
+    assert resolves_outside(str(root / "self"), str(root)) is None  # the root itself is inside
+    # a sibling whose name starts like the root is outside: prefixes are compared per component
+    assert resolves_outside(str(tmp_path / "rootx"), str(root)) == str(tmp_path / "rootx")

@@ -152,3 +152,10 @@ def test_check_where_no_layout_exists_suggests_init(tmp_path: Path) -> None:
         f"error: {(tmp_path / 'storage').as_uri()} does not exist",
         "hint: no layout here yet; create it with: storekit init",
     ]
+
+
+def test_init_lists_its_actions_once(tmp_path: Path) -> None:
+    proc = run(tmp_path, "init")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no second copy of the actions in a log
+    assert proc.stdout.count(" scratch ") == 1 and "1777" in proc.stdout

@@ -243,7 +243,7 @@ def test_full_disk_mid_way_fails_cleanly(
 ) -> None:
     """The up-front check passes (its bound fits), then another writer fills the disk while the
     tasks run (work dir) or before the shards are written (output): exit 6, nothing half-written."""
-    from storekit.pipeline import hooks
+    from storekit import faults
 
     rng = random.Random(7)
     alphabet = [chr(c) for c in range(0x4E00, 0x4E00 + 8000)] + [chr(c) for c in range(0x1F300, 0x1F5FF)]
@@ -252,10 +252,10 @@ def test_full_disk_mid_way_fails_cleanly(
     bound = (tmp_path / "a.jsonl").stat().st_size * 2 + (1 << 20)  # one uint16 token per byte at most
     if full == "output":  # work dir and output share the small file system
         fs = small_fs(str(2 * bound))
-        where, step = ["--output", str(fs / "ds")], "prepare.tasks_done"
+        where, step = ["--output", str(fs / "ds")], "prepare.tasks-done"
     else:  # task parts go to the small file system, the output elsewhere
         fs = small_fs(str(bound))
-        where, step = ["--work-dir", str(fs), "--output", str(tmp_path / "ds")], "task.written"
+        where, step = ["--work-dir", str(fs), "--output", str(tmp_path / "ds")], "prepare.task-written"
     filled: list[int] = []
 
     def another_writer_fills_the_disk() -> None:
@@ -266,7 +266,7 @@ def test_full_disk_mid_way_fails_cleanly(
                 os.posix_fallocate(fh.fileno(), 0, filled[0])
 
     monkeypatch.chdir(tmp_path)
-    with hooks.at(step, another_writer_fills_the_disk):
+    with faults.at(step, another_writer_fills_the_disk):
         res = run_cli([*BASE, "-i", "a.jsonl", *where, "--task-size", "256KiB", "--workers", "2"], capsys)
     assert filled
     assert res.code == 6, res.stderr

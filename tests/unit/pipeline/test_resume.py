@@ -4,14 +4,13 @@ produces exactly the bytes of an uninterrupted run; nothing is visible under the
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
+from storekit import faults
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
-    cli_subprocess,
     run_cli,
     run_subprocess,
     sample_records,
@@ -65,22 +64,23 @@ def _remove(path: Path) -> None:
 @pytest.mark.parametrize(
     "hook",
     [
-        ("STOREKIT_TEST_KILL_AFTER_TASKS", "1"),
-        ("STOREKIT_TEST_KILL_AFTER_TASKS", "5"),
-        ("STOREKIT_TEST_KILL_AFTER_SHARDS", "2"),
-        ("STOREKIT_TEST_KILL_BEFORE_MANIFEST", "1"),
+        ("prepare.task-done", "1"),
+        ("prepare.task-done", "5"),
+        ("finalize.shard-closed", "2"),
+        ("finalize.before-manifest", "1"),
     ],
 )
 def test_sigkill_then_rerun_is_byte_identical(
     corpus: Path, baseline: dict[str, bytes], hook: tuple[str, str]
 ) -> None:
     try:
-        killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env={hook[0]: hook[1]})
+        kill = {faults.ENV: f"{hook[0]}@{hook[1]}=kill"}  # SIGKILL the hook[1]-th time the point is reached
+        killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env=kill)
         assert killed.code == -signal.SIGKILL
         assert not (corpus / FINAL).exists()  # no dataset without its manifest
         scratch = corpus / "storage" / "scratch"
         done = list(scratch.glob("storekit-prepare-*/tasks/[0-9]*"))
-        if hook[0] == "STOREKIT_TEST_KILL_AFTER_TASKS":
+        if hook[0] == "prepare.task-done":
             assert len(done) >= int(hook[1])
         res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
         assert res.code == 0, res.stderr
@@ -94,26 +94,24 @@ def test_sigkill_then_rerun_is_byte_identical(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("signum", "workers"),
+    ("signal_name", "workers"),
     # 1: the caller's thread; 2: two threads of the caller; 4: two processes of two threads
-    [(signal.SIGTERM, "1"), (signal.SIGUSR1, "1"), (signal.SIGTERM, "2"), (signal.SIGUSR1, "4")],
+    [("term", "1"), ("usr1", "1"), ("term", "2"), ("usr1", "4")],
 )
 def test_preemption_signal_stops_cleanly_and_resumes(
-    corpus: Path, baseline: dict[str, bytes], signum: int, workers: str
+    corpus: Path, baseline: dict[str, bytes], signal_name: str, workers: str
 ) -> None:
+    """The signal (SIGTERM, or Slurm's SIGUSR1) arrives right after the first task's completion record,
+    from a fault point in the run itself: never before the run started or after it ended."""
     try:
-        proc = cli_subprocess([*ARGS, "--task-size", "16KiB", "--workers", workers], corpus)
-        tasks = corpus / "storage" / "scratch"
-        deadline = time.monotonic() + 60
-        while not list(tasks.glob("storekit-prepare-*/tasks/[0-9]*")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        proc.send_signal(signum)
-        _out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, err
-        assert "rerun" in err
+        faults = {"STOREKIT_FAULTS": f"prepare.task-done@1={signal_name}"}
+        res = run_subprocess([*ARGS, "--task-size", "16KiB", "--workers", workers], corpus, env=faults)
+        assert res.code == 130, res.stderr
+        assert "rerun" in res.stderr
+        assert res.json()["error"]["exit_code"] == 130
         assert not (corpus / FINAL).exists()
+        tasks = corpus / "storage" / "scratch"
+        assert list(tasks.glob("storekit-prepare-*/tasks/[0-9]*"))  # the first task's record was kept
         assert not list(tasks.glob("storekit-prepare-*/tasks/.*storekit-tmp-*"))  # no half-written task
         res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
         assert res.code == 0, res.stderr

@@ -1,7 +1,7 @@
 """Two runs, or two users, on one cluster: one commit per dataset path at a time (a lease on the
 output), private work dirs whose parts are checked against their completion records, a --force
 replace that never loses the old copy, and a work dir removal that a rerun finishes. Interleavings
-and kills happen at named fault points (storekit.pipeline.hooks), never by timing."""
+and kills happen at named fault points (storekit.faults), never by timing."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from storekit import faults
 from storekit.config import TierConfig
 from storekit.layout.check import check_layout
 from storekit.layout.spec import load_layout
-from storekit.pipeline import hooks
 from storekit.store import open_store
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
@@ -66,13 +66,13 @@ def verify(capsys: Any) -> int:
 
 # -- item 1: one commit per dataset path --------------------------------------------------------
 COMMIT_STEPS = [
-    "task.written",
-    "prepare.tasks_done",
+    "prepare.task-written",
+    "prepare.tasks-done",
     "finalize.staged",
-    "commit.before_rename",
+    "commit.before-rename",
     "commit.renamed",
     "prepare.committed",
-    "workdir.tombstoned",
+    "durable.tombstoned",
 ]
 
 
@@ -80,7 +80,7 @@ PLAIN, OWN_WORK_DIR, FORCE = [], ["--work-dir", "mine"], ["--force"]
 BEFORE_COMMIT = COMMIT_STEPS[: COMMIT_STEPS.index("commit.renamed")]
 # after the commit a different plan without --force is refused as "already holds" (exit 1)
 CASES = [(s, PLAIN) for s in BEFORE_COMMIT] + [
-    (s, OWN_WORK_DIR) for s in ("task.written", "commit.before_rename")
+    (s, OWN_WORK_DIR) for s in ("prepare.task-written", "commit.before-rename")
 ]
 CASES += [(s, FORCE) for s in COMMIT_STEPS]
 
@@ -97,7 +97,7 @@ def test_a_second_prepare_into_a_live_dataset_path_exits_5_and_leaves_the_first_
         if not seen:
             seen.append(nested_cli([*BASE, "--min-chars", "2", *extra]))
 
-    with hooks.at(step, second_run):
+    with faults.at(step, second_run):
         first = run_cli(BASE, capsys)
     assert first.code == 0, first.stderr
     assert len(seen) == 1
@@ -113,14 +113,14 @@ def test_a_second_prepare_into_a_live_dataset_path_exits_5_and_leaves_the_first_
 def test_a_second_prepare_of_the_same_plan_exits_5_not_2(corpus: Path, capsys: Any) -> None:
     """Issue #13: the same command twice at once (same work dir) was a usage error (2)."""
     seen: list[tuple[int, str]] = []
-    with hooks.at("task.written", lambda: seen.append(nested_cli(BASE)) if not seen else None):
+    with faults.at("prepare.task-written", lambda: seen.append(nested_cli(BASE)) if not seen else None):
         assert run_cli(BASE, capsys).code == 0
     assert seen[0][0] == 5, seen[0][1]
     assert verify(capsys) == 0
 
 
 def test_the_lease_of_a_killed_run_is_broken_by_the_next_run(corpus: Path, capsys: Any) -> None:
-    killed = run_subprocess(BASE, corpus, env={"STOREKIT_TEST_KILL_AT": "finalize.staged"})
+    killed = run_subprocess(BASE, corpus, env={"STOREKIT_FAULTS": "finalize.staged=kill"})
     assert killed.code == -signal.SIGKILL
     lease = corpus / FINAL.parent / ".v1.storekit-lease"
     assert json.loads(lease.read_bytes())["pid"] > 0  # left behind by the dead process
@@ -139,7 +139,7 @@ def _work_dirs(root: Path) -> list[Path]:
 
 def test_work_dir_is_created_private(corpus: Path, capsys: Any) -> None:
     modes: list[int] = []
-    with hooks.at("prepare.tasks_done", lambda: modes.extend(p.stat().st_mode for p in _work_dirs(corpus))):
+    with faults.at("prepare.tasks-done", lambda: modes.extend(p.stat().st_mode for p in _work_dirs(corpus))):
         assert run_cli(BASE, capsys).code == 0
     assert modes and all(m & 0o777 == 0o700 for m in modes)
 
@@ -182,7 +182,7 @@ def test_a_doctored_part_is_caught_at_finalize(corpus: Path, capsys: Any) -> Non
         data[0] ^= 0xFF
         (task / "tokens.bin").write_bytes(bytes(data))
 
-    with hooks.at("prepare.tasks_done", doctor):
+    with faults.at("prepare.tasks-done", doctor):
         res = run_cli(BASE, capsys)
     assert res.code == 4, res.stderr
     assert "tokens.bin: differs from the task's completion record" in res.stderr
@@ -191,12 +191,12 @@ def test_a_doctored_part_is_caught_at_finalize(corpus: Path, capsys: Any) -> Non
 
 # -- item 8: the work dir goes tombstone-first; a rerun finishes a stopped removal ---------------
 def test_a_kill_while_removing_the_work_dir_is_finished_by_the_next_run(corpus: Path, capsys: Any) -> None:
-    killed = run_subprocess(BASE, corpus, env={"STOREKIT_TEST_KILL_AT": "workdir.tombstoned"})
+    killed = run_subprocess(BASE, corpus, env={"STOREKIT_FAULTS": "durable.tombstoned=kill"})
     assert killed.code == -signal.SIGKILL
     assert verify(capsys) == 0  # committed before the removal started
     scratch = corpus / "storage" / "scratch"
     assert not _work_dirs(corpus)  # the name is gone in one step
-    assert list(scratch.glob(".storekit-prepare-cn-*.storekit-tmp-tomb-*"))
+    assert list(scratch.glob(".storekit-prepare-cn-*.storekit-deleting-*"))
     shutil.rmtree(corpus / FINAL)
     res = run_cli(BASE, capsys)
     assert res.code == 0, res.stderr
@@ -217,7 +217,7 @@ def test_a_stop_between_the_renames_of_a_replace_puts_the_old_copy_back(corpus: 
     def stop() -> None:
         raise KeyboardInterrupt  # what SIGTERM/SIGUSR1 raise
 
-    with hooks.at("commit.old_moved", stop):
+    with faults.at("commit.old-moved", stop):
         res = run_cli([*BASE, "--force"], capsys)
     assert res.code == 130, res.stderr
     assert (corpus / FINAL / "manifest.json").read_bytes() == old
@@ -229,7 +229,7 @@ def test_a_kill_between_the_renames_of_a_replace_is_recovered_by_the_next_run(
     corpus: Path, capsys: Any
 ) -> None:
     old = _prepared_other(corpus, capsys)
-    killed = run_subprocess([*BASE, "--force"], corpus, env={"STOREKIT_TEST_KILL_AT": "commit.old_moved"})
+    killed = run_subprocess([*BASE, "--force"], corpus, env={"STOREKIT_FAULTS": "commit.old-moved=kill"})
     assert killed.code == -signal.SIGKILL
     assert not (corpus / FINAL).exists()
     (moved,) = (corpus / FINAL).parent.glob(".v1.storekit-tmp-old-*")
@@ -277,11 +277,11 @@ def _check(corpus: Path) -> Any:
     return check_layout(load_layout("llm-cluster"), store)
 
 
-@pytest.mark.parametrize("step", ["task.written", "commit.before_rename"])
+@pytest.mark.parametrize("step", ["prepare.task-written", "commit.before-rename"])
 def test_layout_check_calls_a_live_runs_temp_dirs_in_progress(corpus: Path, capsys: Any, step: str) -> None:
     assert run_cli(["init", "--json"], capsys).code == 0
     reports: list[Any] = []
-    with hooks.at(step, lambda: reports.append(_check(corpus)) if not reports else None):
+    with faults.at(step, lambda: reports.append(_check(corpus)) if not reports else None):
         assert run_cli(BASE, capsys).code == 0
     (report,) = reports
     assert [f for f in report.findings if f.rule == "incomplete"] == []
@@ -291,7 +291,7 @@ def test_layout_check_calls_a_live_runs_temp_dirs_in_progress(corpus: Path, caps
 
 def test_layout_check_reports_a_dead_runs_leftovers(corpus: Path, capsys: Any) -> None:
     assert run_cli(["init", "--json"], capsys).code == 0
-    killed = run_subprocess(BASE, corpus, env={"STOREKIT_TEST_KILL_AT": "finalize.staged"})
+    killed = run_subprocess(BASE, corpus, env={"STOREKIT_FAULTS": "finalize.staged=kill"})
     assert killed.code == -signal.SIGKILL
     report = _check(corpus)
     incomplete = sorted(f.path for f in report.findings if f.rule == "incomplete")
@@ -308,7 +308,7 @@ def test_a_run_whose_lease_was_broken_does_not_commit(corpus: Path, capsys: Any)
         doc = json.loads(lease.read_bytes())
         lease.write_text(json.dumps({**doc, "token": "another run"}))
 
-    with hooks.at("commit.before_rename", taken_over):
+    with faults.at("commit.before-rename", taken_over):
         res = run_cli(BASE, capsys)
     assert res.code == 5 and "lost its lease" in res.stderr, res.stderr
     assert not (corpus / FINAL).exists()

@@ -15,7 +15,7 @@ from storekit.errors import InputError, MismatchError, NotFoundError, PathEscape
 from storekit.manifest import MANIFEST_NAME, Manifest, ManifestFile, read_manifest, verify_manifest
 from storekit.ops import hash_file
 from storekit.paths import clean_rel, join_rel
-from storekit.pipeline.indexed import IndexError_, check_index, reader_from_file
+from storekit.pipeline.indexed import BadIndexError, check_index, reader_from_file
 from storekit.pipeline.location import DatasetLocation
 
 _TABLES = ("dataset", "format", "tokenizer", "options", "splits", "stats")
@@ -167,7 +167,7 @@ def _check_shard(location: DatasetLocation, shard: dict[str, Any], dtype: str | 
         return "missing .bin or .idx"
     except PathEscapeError:
         return ".bin or .idx is a symlink that leaves the tier"
-    except IndexError_ as exc:
+    except BadIndexError as exc:
         return f"index inconsistent with {shard['bin']}: {exc}"
     if dtype and info.dtype != dtype:
         return f"index dtype {info.dtype}, manifest says {dtype}"
