@@ -30,7 +30,7 @@ from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
 from storekit.pipeline.location import DatasetLocation
-from storekit.pipeline.workdir import WorkDir
+from storekit.pipeline.workdir import WorkDir, check_private
 
 _STAGING_RECORD = "finalize.json"
 _OLD = "old-"  # .<version>.storekit-tmp-old-*: the previous copy during a --force replace
@@ -129,8 +129,13 @@ def _occupied(location: DatasetLocation) -> bool:
 
 
 def _ours(location: DatasetLocation, work: WorkDir | None) -> bool:
-    """Leftovers of our own finalize that was killed (S3 writes shards in place)."""
+    """Leftovers of our own finalize that was killed (S3 writes shards in place). Only a private
+    work dir's record counts: a planted one must not make someone else's prefix look like ours."""
     if work is None or not (work.path / _STAGING_RECORD).is_file():
+        return False
+    try:
+        check_private(work.path)
+    except StorekitError:
         return False
     record = json.loads((work.path / _STAGING_RECORD).read_bytes())
     return bool(record.get("output") == location.display)

@@ -168,6 +168,11 @@ def make_private_dir(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
+    check_private(path)
+
+
+def check_private(path: Path) -> None:
+    """Raise unless `path` is a real directory of the running user that only it may write to."""
     st = os.lstat(path)
     problem = None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):

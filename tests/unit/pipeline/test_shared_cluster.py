@@ -313,3 +313,20 @@ def test_a_run_whose_lease_was_broken_does_not_commit(corpus: Path, capsys: Any)
     assert res.code == 5 and "lost its lease" in res.stderr, res.stderr
     assert not (corpus / FINAL).exists()
     assert not list((corpus / FINAL).parent.glob(".v1.storekit-tmp-*"))
+
+
+def test_a_planted_staging_record_does_not_make_an_output_ours(tmp_path: Path) -> None:
+    """On S3 a killed finalize's shards are recognised through the work dir's record; a record in
+    a work dir others can write must not make someone else's prefix look like ours (and deletable)."""
+    from storekit.cli.common import site_config
+    from storekit.pipeline.commit import _ours
+    from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.workdir import WorkDir
+
+    location = resolve_location(str(tmp_path / "out" / "v1"), site_config(None), None)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    (work / "finalize.json").write_text(json.dumps({"output": location.display}))
+    assert _ours(location, WorkDir(work))
+    os.chmod(work, 0o777)
+    assert not _ours(location, WorkDir(work))
