@@ -30,7 +30,7 @@ EXIT_CODE_TABLE: dict[int, str] = {
     ExitCode.USAGE: "usage: bad command line, config file or spec file",
     ExitCode.NOT_FOUND: "not found: a path, tier, dataset or bucket does not exist",
     ExitCode.MISMATCH: "mismatch: verification failed or layout violations found",
-    ExitCode.RETRYABLE: "retryable: storage unreachable, transient failure, or busy (another run)",
+    ExitCode.RETRYABLE: "retryable: storage unreachable, transient failure, or busy",
     ExitCode.NO_SPACE: "no space: not enough free space, nothing was written",
     ExitCode.INTERRUPTED: "interrupted: stopped cleanly, rerun to resume",
 }
