@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from storekit.bench.stats import MIN_STONEWALL_NS, LatencyHistogram, ProgressTrace, series
+from storekit.bench.stats import MIN_STONEWALL_NS, LatencyHistogram, ProgressTrace, series, series_bucket_ns
 
 # What each operation's timed window covers (in --json as the phase's "window"). Where fio has the
 # same operation the window is fio's, except where said.
@@ -115,6 +115,7 @@ class PhaseResult:
     notes: list[str]
     settle_s: float = 0.0
     worker_results: list[WorkerResult] = field(default_factory=list, repr=False)
+    series_bucket_s: float = 1.0
 
     @property
     def elapsed_s(self) -> float:
@@ -141,6 +142,7 @@ class PhaseResult:
             "stonewall": self.stonewall,
             "latency": self.latency.summary_ms(),
             "series": self.series,
+            "series_bucket_s": self.series_bucket_s,
             "stragglers": self.stragglers,
             "cpu": self.cpu,
             "direct": self.direct,
@@ -159,6 +161,7 @@ def merge_phase(phase: str, results: list[WorkerResult]) -> PhaseResult:
     last_start = max(r.start_ns for r in results)
     first_finish = min(r.end_ns for r in results)
     last_finish = max(r.end_ns for r in results)
+    bucket = series_bucket_ns(last_finish - first_start)
     latency = LatencyHistogram()
     for r in results:
         latency.merge(r.latency)
@@ -174,7 +177,8 @@ def merge_phase(phase: str, results: list[WorkerResult]) -> PhaseResult:
         last_finish_ns=last_finish,
         latency=latency,
         stonewall=stonewall(results, last_start, first_finish),
-        series=series([r.trace for r in results], first_start, last_finish),
+        series=series([r.trace for r in results], first_start, last_finish, bucket),
+        series_bucket_s=bucket / 1e9,
         stragglers=straggler_table(results, first_start),
         cpu=cpu_summary(results, (last_finish - first_start) / 1e9),
         direct=None if directs == {None} else all(bool(d) for d in directs),

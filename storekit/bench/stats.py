@@ -221,22 +221,38 @@ class ProgressTrace:
         return cls(origin=int(data["origin"]), bytes=list(data["bytes"]), ops=list(data["ops"]))
 
 
-def series(traces: Iterable[ProgressTrace], start_ns: int, end_ns: int) -> list[dict[str, float]]:
-    """Merged 1 s buckets from `start_ns`: bytes and ops per second, to expose throttling."""
-    n = max(1, -(-(end_ns - start_ns) // SERIES_NS))
+_NICE_BUCKETS_NS = [k * FINE_NS for k in (1, 2, 5, 10, 20, 50, 100)]  # 10 ms ... 1 s
+SERIES_POINTS = 50
+
+
+def series_bucket_ns(duration_ns: int) -> int:
+    """1 s buckets for phases of a minute or more; finer ones (down to the traces' 10 ms) for shorter
+    phases, so a sub-second phase still shows its shape instead of a single point."""
+    for bucket in _NICE_BUCKETS_NS:
+        if bucket * SERIES_POINTS >= duration_ns:
+            return bucket
+    return SERIES_NS
+
+
+def series(
+    traces: Iterable[ProgressTrace], start_ns: int, end_ns: int, bucket_ns: int = SERIES_NS
+) -> list[dict[str, float]]:
+    """Merged buckets of `bucket_ns` from `start_ns`: bytes and ops per second, to expose throttling."""
+    n = max(1, -(-(end_ns - start_ns) // bucket_ns))
     out_b = [0.0] * n
     out_o = [0.0] * n
     for trace in traces:
         for offset, (b, o) in enumerate(zip(trace.bytes, trace.ops, strict=True)):
-            slot = ((trace.origin + offset) * FINE_NS - start_ns) // SERIES_NS
+            slot = ((trace.origin + offset) * FINE_NS - start_ns) // bucket_ns
             slot = min(max(slot, 0), n - 1)
             out_b[slot] += b
             out_o[slot] += o
     rows = []
     for i in range(n):
-        width = min(SERIES_NS, end_ns - start_ns - i * SERIES_NS) / 1e9
+        width = min(bucket_ns, end_ns - start_ns - i * bucket_ns) / 1e9
         width = max(width, 1e-3)
-        rows.append({"t_s": float(i), "bytes_per_s": out_b[i] / width, "ops_per_s": out_o[i] / width})
+        t_s = round(i * bucket_ns / 1e9, 6)
+        rows.append({"t_s": t_s, "bytes_per_s": out_b[i] / width, "ops_per_s": out_o[i] / width})
     return rows
 
 

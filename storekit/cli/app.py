@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import traceback
@@ -89,11 +90,14 @@ def _crash(exc: BaseException, json_mode: bool) -> NoReturn:
     raise SystemExit(ExitCode.ERROR)
 
 
+_URL_IN_ARG = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+
+
 def _refuse_url_credentials(args: list[str]) -> None:
     """Any argument (`--input=s3://k:s@b/x` too) holding a URL with userinfo is refused before use."""
     for arg in args:
-        value = arg.partition("=")[2] if arg.startswith("-") else arg
-        refuse_url_credentials(value, "command line")
+        for url in _URL_IN_ARG.findall(arg):
+            refuse_url_credentials(url, "command line")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -47,9 +47,10 @@ Patterns, each on a POSIX directory or an S3 bucket/prefix:
 Method: workers are processes started together on a barrier; bandwidth
 is bytes / (last finish - first start), with the rate while all workers
 were active and a per-worker straggler table. O_DIRECT with aligned
-buffers by default (a refusal is detected and reported); the page cache
-is dropped before reads where permitted and the run's files are always
-evicted; no process reads what it wrote; --repeat gives median and
+buffers by default (a refusal is detected and reported); before reads
+the run's own files are evicted from the page cache (posix_fadvise
+DONTNEED, checked with mincore), never the node's whole cache unless
+--drop-caches (root) asks for it; no process reads what it wrote; --repeat gives median and
 spread; latency percentiles come from merged histograms; the
 benchmark's own CPU use is shown so a Python ceiling is not taken for a
 storage ceiling. Small-file operations are timed in C (compiled with
@@ -69,7 +70,10 @@ separate modes (a 3x jump) are listed per mode, not as one median.
 
 Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
 removed afterwards, also on Ctrl-C; refused before writing when free
-space is short.
+space is short. A run killed outright (SIGKILL, OOM, node crash) leaves
+its directory; the next run on the same host by the same user removes
+it once its owner process is provably gone (POSIX targets; --json:
+cleanup.reclaimed). Other users' and other hosts' runs are never touched.
 
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
@@ -205,8 +209,10 @@ def io(
         typer.Option(
             "--drop-caches/--no-drop-caches",
             help=(
-                "Drop the page cache before read phases where permitted (root). The run's own files "
-                "are always evicted."
+                "Also drop the whole node's page cache, dentries and inodes before read phases (root "
+                "only; every other process on the node loses its cache too). Default: only the run's "
+                "own files are evicted (posix_fadvise DONTNEED), checked with mincore; --json says "
+                "what was done (honesty.eviction, honesty.drop_caches)."
             ),
         ),
     ] = DEFAULTS["drop_caches"],
@@ -307,7 +313,8 @@ def io(
 ) -> None:
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
-    from storekit.bench.patterns import build_plan
+    from storekit.bench.patterns import build_plan, peak_bytes
+    from storekit.bench.plan import space_needed
     from storekit.bench.report import (
         build_document,
         render_human,
@@ -358,6 +365,12 @@ def io(
     )
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
+    if not dry_run:  # what our killed predecessors left counts as free space again
+        for gone in scratch.reclaim_dead():
+            out.info(f"removed {gone['run_dir']}: left by an earlier bench run whose process is gone")
+    if spec.target.kind == "posix" or not dry_run:
+        # before any planning, also for --dry-run (it only reads): a 1P run is refused in microseconds
+        scratch.check(space_needed(peak_bytes(spec)))
     plan = build_plan(spec, run_id, scratch.run_root)
     if dry_run:
         data = {
@@ -365,6 +378,7 @@ def io(
             "config_hash": spec.config_hash(),
             "parameters": spec.parameters(),
             "plan": plan.to_dict(),
+            "would_reclaim": scratch.reclaimable(),
         }
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return

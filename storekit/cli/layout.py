@@ -57,6 +57,14 @@ def register(app: typer.Typer) -> None:
 def init(
     tier: TierOpt = None,
     layout: LayoutOpt = None,
+    adopt: Annotated[
+        bool,
+        typer.Option(
+            "--adopt",
+            help="Lay out an existing non-empty directory that holds no storekit layout yet (refused "
+            "without this flag; its entries are kept, its mode becomes the layout's root mode).",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -69,6 +77,10 @@ def init(
     striping hints where `lfs` exists (reported as skipped elsewhere). Idempotent: run it again at any
     time; it never deletes or moves anything. On an S3 tier it creates the bucket and prefix markers.
 
+    It touches only a root that is missing, empty, or already holds one of the layout's areas; a
+    non-empty directory that is not a storekit tree (a home, a shared /tmp) is refused, in a dry run
+    too, unless --adopt.
+
     \b
     Examples:
       storekit init                       # ./storage with no config file
@@ -79,7 +91,7 @@ def init(
     store = tier_store(cfg, tier, probe=False)
     _probe_for_init(store)
     spec = load_layout(layout or store.tier.layout)
-    plan = plan_init(spec, store)
+    plan = plan_init(spec, store, adopt=adopt)
     if not dry_run:
         apply_init(plan, store)  # the result lists every action once, on stdout
     out.result(

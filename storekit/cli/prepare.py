@@ -79,7 +79,13 @@ def prepare_dataset_command(
     ] = None,
     inputs: Annotated[
         list[str] | None,
-        typer.Option("--input", "-i", metavar="GLOB|DIR|FILE|s3://...", help="Input files (repeatable)."),
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="GLOB|DIR|FILE|s3://...",
+            help="Input files (repeatable). Inside a directory or glob, symbolic links are followed only "
+            "while they stay inside it; a link out is refused.",
+        ),
     ] = None,
     input_format: Annotated[
         str | None,
@@ -123,6 +129,26 @@ def prepare_dataset_command(
     ] = None,
     bos_token: Annotated[
         str | None, typer.Option("--bos-token", help="The BOS token, when it cannot be guessed.")
+    ] = None,
+    tokenizer_engine: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer-engine",
+            metavar="auto|hf|tiktoken",
+            help="auto (default): the compiled fast BPE engine where it gives the same ids as "
+            "`tokenizers` (checked on a sample of the input), else `tokenizers`; hf: always "
+            "`tokenizers`; tiktoken: the fast engine or exit 2.",
+        ),
+    ] = None,
+    special_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--special-tokens",
+            metavar="match|text",
+            help="A special token's text inside a document (e.g. a literal <|endoftext|>): match "
+            "(default, as `tokenizers` does) makes it the special token; text encodes it as plain "
+            "text. Occurrences are counted in the stats.",
+        ),
     ] = None,
     name: Annotated[
         str | None, typer.Option("--name", help="Dataset name. Default: the pipeline file's name.")
@@ -244,6 +270,8 @@ def prepare_dataset_command(
         "bos": bos,
         "eos_token": eos_token,
         "bos_token": bos_token,
+        "tokenizer_engine": tokenizer_engine,
+        "special_tokens": special_tokens,
         "name": name,
         "kind": kind,
         "version": version,
@@ -394,6 +422,8 @@ def _render_plan(console: Console, plan: dict[str, Any], where: str) -> None:
         "work_dir",
     ):
         table.add_row(key, str(plan[key]))
+    engine = plan["tokenizer_engine"]
+    table.add_row("engine", f"{engine['name']}: {engine['reason']}")
     console.print(table)
     for src in plan["source_files"][:20]:
         console.print(

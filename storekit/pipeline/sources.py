@@ -16,7 +16,7 @@ from typing import Any
 
 from storekit.config import mask_url
 from storekit.errors import InputError, NotFoundError
-from storekit.pipeline.inputs import InputFS, is_s3, read_range
+from storekit.pipeline.inputs import InputFS, check_link, is_s3, read_range
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -124,6 +124,10 @@ def _hf_disk_files(pattern: str, fs: InputFS) -> list[tuple[str, int, float | No
         raise InputError(f"{mask_url(base)}/state.json lists no _data_files")
     out = []
     for name in names:
+        if "/" in name or name in ("", ".", "..") or any(c in name for c in "*?["):
+            raise InputError(f"{mask_url(base)}/state.json names {name!r}, which is not a file name in it")
+        if not is_s3(base) and os.path.lexists(f"{base}/{name}"):
+            check_link(f"{base}/{name}", base)
         files = fs.expand(f"{base}/{name}")
         if not files:
             raise InputError(f"{mask_url(base)}/state.json names {name}, which does not exist")

@@ -31,6 +31,11 @@ def plan_summary(plan: PrepPlan, *, work_dir: str) -> dict[str, Any]:
         "estimated_output_bytes_max": plan.max_output_bytes,
         "tokenizer": plan.tokenizer.name,
         "tokenizer_vocab_size": plan.tokenizer.vocab_size,
+        "tokenizer_engine": {
+            "name": plan.tokenizer.engine,
+            "reason": plan.tokenizer.engine_reason,
+            "sample_check": plan.tokenizer.sample_check,
+        },
         "dtype": plan.tokenizer.dtype,
         "options": plan.options,
         "work_dir": work_dir,
@@ -78,6 +83,9 @@ def render_manifest_summary(console: Console, summary: dict[str, Any]) -> None:
         f"{tok.get('name')} (vocab {tok.get('vocab_size')}, {tok.get('dtype')}, "
         f"xxh3-128 {str(tok.get('xxh3_128'))[:16]}...)",
     )
+    engine = tok.get("engine") or {}
+    if engine:
+        table.add_row("engine", f"{engine.get('name')}: {engine.get('reason')}")
     for split, s in (summary.get("splits") or {}).items():
         table.add_row(
             split, f"{s['documents']:,} documents, {s['tokens']:,} tokens in {s['shards']} shard(s)"
@@ -94,6 +102,13 @@ def render_manifest_summary(console: Console, summary: dict[str, Any]) -> None:
             f"duplicate {stats.get('docs_duplicate', 0):,}  filtered {stats.get('docs_filtered', 0):,}  "
             f"bad {stats.get('docs_malformed', 0):,}",
         )
+        if stats.get("special_token_strings"):
+            opts = summary.get("options") or {}
+            became = "plain text" if opts.get("special_tokens") == "text" else "special tokens"
+            table.add_row(
+                "special text",
+                f"{stats['special_token_strings']:,} literal special-token strings, encoded as {became}",
+            )
         if stats.get("errors"):
             table.add_row("bad records", ", ".join(f"{k} {v:,}" for k, v in stats["errors"].items()))
             table.add_row("", _bad_records_note(stats))
