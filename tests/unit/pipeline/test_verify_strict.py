@@ -187,7 +187,7 @@ def test_free_space_check_refuses_below_the_bound(tmp_path: Path, monkeypatch: A
     write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=20_000))
     spec = build_spec(CLI_SOURCE, {"name": "a"}, {"inputs": ("a.jsonl",), "tokenizer": TOKENIZER})
     site = site_config(None)
-    plan, location, work = make_plan(spec, site, InputFS(site))
+    plan, location, work, _ = make_plan(spec, site, InputFS(site))
     bound = plan.max_output_bytes
     assert bound >= plan.total_bytes * 2  # uint16: two bytes a token, a token per byte at most
     free = {"bytes": 2 * bound - 1}  # one device for work dir and output: both need the bound
