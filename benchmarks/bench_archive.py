@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -210,6 +211,7 @@ def main() -> None:
     args = ap.parse_args()
     if not os.environ.get("CEPH_CONF"):
         raise SystemExit("CEPH_CONF must name the test cluster's ceph.conf (for radosgw-admin gc)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its bucket
     bench = Bench(args)
     bench.src.mkdir(parents=True, exist_ok=True)
     nbytes = make_payload(bench.src, args.scale)  # before the lock: nobody waits for this
@@ -245,7 +247,12 @@ def main() -> None:
                     file=sys.stderr,
                 )
             bench.clear(f"r{rnd}-storekit")
-    finally:
+    finally:  # whatever a stopped run left: every object, then the bucket
+        for prefix in {
+            k["Key"].split("/", 1)[0]
+            for k in bench.client.list_objects_v2(Bucket=bench.bucket).get("Contents", [])
+        }:
+            bench.clear(prefix)
         bench.client.delete_bucket(Bucket=bench.bucket)
     report(rows, nbytes, args, started, load)
     del lock

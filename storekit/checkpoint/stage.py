@@ -17,7 +17,9 @@ complete step throughout.
 Multi-rank: pass `rank`, `world_size` and a `barrier` callable, or let storekit use
 torch.distributed when the script has initialised it (never imported otherwise). The stage name is
 a function of the step alone, so ranks on different nodes sharing a Lustre directory agree on it.
-Only the standard library, xxhash and storekit's own small durable helpers are imported.
+A rank whose block raises skips the barriers, so the others wait: end the job then, as a failed rank
+of any torch.distributed job must (the stage stays behind and the next commit removes it). Only the
+standard library, xxhash and storekit's own small durable helpers are imported.
 """
 
 from __future__ import annotations
