@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
+from storekit.checkpoint.scan import INCOMPLETE, scan_area_run
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
@@ -27,6 +28,9 @@ RULES = {
     "mode": "wrong permissions",
     "quota": "an area over its quota",
     "symlink-escape": "a symlink pointing outside the tier root",
+    "incomplete-checkpoint": "a checkpoint its writer did not finish: names the writer and missing marker",
+    "bad-pointer": "a tracker or latest pointer naming a missing or incomplete unit, or leaving its run",
+    "ambiguous-checkpoint": "a checkpoint carrying the commit markers of two writers",
 }
 MAX_PER_RULE = 1000  # per area: enough to act on, bounded output on huge trees
 
@@ -89,6 +93,7 @@ class _AreaScan:
         self.bytes = 0
         self.files = 0
         self.per_rule: dict[str, int] = {}
+        self.runs: list[str] = []  # directories whose children are checkpoint units (writer areas)
 
     def add(self, rule: str, path: str, message: str) -> None:
         n = self.per_rule.get(rule, 0) + 1
@@ -113,6 +118,9 @@ class _AreaScan:
         if entry.is_link:
             self._check_link(entry)
             return
+        if self.area.writers and depth > len(self.area.levels):
+            self._check_mode(entry)
+            return  # units, trackers and writer temp names: judged by scan_run in finish()
         if self.spec.is_temp_name(entry.name):
             self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
             self.skip.append(entry.path + "/")
@@ -134,6 +142,8 @@ class _AreaScan:
                 return
             if level.committed_by:
                 self.committed_dirs.setdefault(entry.path, False)
+            if self.area.writers and depth == len(levels):
+                self.runs.append(entry.path)
 
     def _note_commit_file(self, entry: Entry, rel_parts: list[str]) -> None:
         parent = entry.path.rsplit("/", 1)[0]
@@ -157,7 +167,24 @@ class _AreaScan:
                 f"mode {entry.mode:04o} is group/world-writable in read-only area {self.area.name}",
             )
 
+    def _check_runs(self) -> None:
+        area = self.area
+        runs = self.runs if area.levels else [area.name]
+        for run in runs:
+            if any(run.startswith(s) for s in self.skip):
+                continue
+            scan = scan_area_run(self.store, run, area, temp=self.spec.temp_patterns, now=self.now)
+            for problem in scan.problems:
+                self.add(problem.rule, problem.path, problem.message)
+            for unit in scan.units:
+                if unit.state != INCOMPLETE:
+                    continue  # complete, or in progress (changed within the quiet period)
+                rule = "incomplete" if unit.is_temp else "incomplete-checkpoint"
+                self.add(rule, unit.path, unit.reason)
+
     def finish(self) -> None:
+        if self.area.writers:
+            self._check_runs()
         for path, committed in sorted(self.committed_dirs.items()):
             if not committed and not any(path.startswith(s) for s in self.skip):
                 level = self.area.levels[len(path.split("/")) - 2]

@@ -18,6 +18,7 @@ from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.config import mask_url, redact_urls, url_has_credentials
+from tests.conftest import s3_options
 from tests.unit.pipeline.helpers import run_cli
 
 KEY = "AKIDLEAKY77"
@@ -50,6 +51,13 @@ COMMANDS = [
     ["bench", "io", "--dry-run"],
     ["config", "show"],
     ["config", "check"],
+    ["ckpt", "list", "run_001"],
+    ["ckpt", "latest", "run_001"],
+    ["ckpt", "verify", "run_001"],
+    ["ckpt", "adopt", "run_001/step_000100"],
+    ["ckpt", "adopt", "run_001/step_000100", "--dry-run"],
+    ["ckpt", "prune", "run_001", "--keep-last", "1"],
+    ["ckpt", "prune", "run_001", "--keep-last", "1", "--dry-run"],
 ]
 
 
@@ -191,3 +199,26 @@ def test_what_counts_as_credentials_in_a_url() -> None:
         assert mask_url(clean) == clean
     text = f"error: {URLS['slash']} and http://u:pw@h:1/x, not s3://b/k"
     assert redact_urls(text) == "error: s3://***@bucket/storage and http://***@h:1/x, not s3://b/k"
+
+
+@pytest.mark.ceph
+def test_working_credentials_in_a_url_are_refused_on_the_real_gateway(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Even keys that would work are refused in a URL, and never printed (real Ceph RGW)."""
+    options = s3_options()
+    key, secret = options["key"], options["secret"]
+    config = in_tmp / "storekit.toml"
+    config.write_text(
+        f'[tiers.archive]\nurl = "s3://{key}:{secret}@bucket/storage"\n'
+        f'[tiers.archive.options]\nendpoint_url = "{options["endpoint_url"]}"\n'
+    )
+    for command in (["init"], ["bench", "io", "--pattern", "meta"], ["status"]):
+        res = run_cli([*command, "--config", str(config), "--json"], capsys)
+        assert (
+            res.code == 2 and "credentials in a URL are refused" in json.loads(res.stdout)["error"]["message"]
+        )
+        assert secret not in res.stdout + res.stderr and key not in res.stdout + res.stderr
+    target = f"s3://{key}:{secret}@bucket/p"
+    res = run_cli(["bench", "io", "--target", target, "--endpoint-url", options["endpoint_url"]], capsys)
+    assert res.code == 2 and secret not in res.stdout + res.stderr
