@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
     reset_emitted()
-    interrupt_on(signal.SIGTERM)
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     command = get_command(app)
     try:
         _refuse_url_credentials(args)

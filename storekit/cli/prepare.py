@@ -243,7 +243,12 @@ def prepare_dataset_command(
         ),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Rebuild even if the dataset exists; replace a different one.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Rebuild even if the dataset exists; replace a different committed dataset "
+            "(only one below datasets/ on a configured tier; nothing else is ever replaced).",
+        ),
     ] = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,

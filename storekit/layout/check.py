@@ -10,9 +10,11 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from storekit.checkpoint.scan import INCOMPLETE, scan_area_run
 from storekit.layout.spec import AreaSpec, LayoutSpec
+from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
 from storekit.units import format_bytes, format_duration
@@ -54,6 +56,7 @@ class CheckReport:
     truncated: dict[str, int] = field(default_factory=dict)  # rule -> findings not listed
     entries_scanned: int = 0
     skipped: list[str] = field(default_factory=list)
+    in_progress: list[str] = field(default_factory=list)  # temp entries a live lease covers
     error: str | None = None  # the tier could not be checked (unreachable, missing root)
 
     @property
@@ -72,6 +75,7 @@ class CheckReport:
             "truncated": self.truncated,
             "entries_scanned": self.entries_scanned,
             "skipped": self.skipped,
+            "in_progress": self.in_progress,
             "counts": {
                 rule: sum(1 for f in self.findings if f.rule == rule) + self.truncated.get(rule, 0)
                 for rule in RULES
@@ -121,8 +125,13 @@ class _AreaScan:
         if self.area.writers and depth > len(self.area.levels):
             self._check_mode(entry)
             return  # units, trackers and writer temp names: judged by scan_run in finish()
-        if self.spec.is_temp_name(entry.name):
-            self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
+        if is_lease_name(entry.name) or self.spec.is_temp_name(entry.name):
+            if self._leased(entry):
+                self.report.in_progress.append(entry.path)
+            elif is_lease_name(entry.name):
+                self.add("incomplete", entry.path, "the lease of a writer that is gone (stale)")
+            else:
+                self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
             self.skip.append(entry.path + "/")
             return
         self._check_mode(entry)
@@ -151,6 +160,16 @@ class _AreaScan:
             level = self.area.levels[len(rel_parts) - 2]
             if entry.name == level.committed_by:
                 self.committed_dirs[parent] = True
+
+    def _leased(self, entry: Entry) -> bool:
+        """A live writer's temp entry or lease file: in progress, not a finding (POSIX tiers)."""
+        root = self.store.local_path("") if self.store.capabilities.directories else None
+        if root is None:
+            return False
+        path = Path(root) / entry.path
+        if is_lease_name(entry.name):
+            return binding_lease(path) is not None
+        return covering_lease(path, Path(root)) is not None
 
     def _check_link(self, entry: Entry) -> None:
         target = link_escape(self.store, entry)

@@ -324,9 +324,13 @@ def open_arrow(fs: InputFS, url: str) -> Iterator[tuple[bool, _Batches]]:
 
 
 def count_uncompressed(fs: InputFS, url: str, compression: str) -> int:
+    """Uncompressed bytes up to the end or to the first damage (the reader reports the damage)."""
     with fs.open(url) as raw:
         stream = Decompressed(raw, compression)
         total = 0
-        while chunk := stream.read(8 << 20):
-            total += len(chunk)
+        try:
+            while chunk := stream.read(8 << 20):
+                total += len(chunk)
+        except TruncatedInput as exc:
+            return max(exc.offset, 1)  # one byte at least: a task reads the file and reports it
         return total
