@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -11,6 +12,8 @@ from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
 from storekit.config import refuse_url_credentials
 from storekit.errors import UsageError
+from storekit.places import resolve_place, tier_place
+from storekit.store import S3Store
 from storekit.units import format_bytes
 
 if TYPE_CHECKING:
@@ -74,39 +77,30 @@ Examples:
 
 
 def _target(config: str | None, tier: str | None, target: str | None, endpoint_url: str | None) -> TargetSpec:
-    import os
-
-    refuse_url_credentials(target or "", "--target")
+    """--target (a directory or s3://bucket/prefix, no site config needed) or --tier, through the one
+    resolver in storekit.places."""
     refuse_url_credentials(endpoint_url or "", "--endpoint-url")
     if tier and target:
         raise UsageError("give either --tier or --target, not both")
     if endpoint_url and not (target or "").startswith("s3://") and target:
         raise UsageError("--endpoint-url applies to s3:// targets only")
     if target:
-        if target.startswith("s3://"):
-            root = target[len("s3://") :].strip("/")
-            if not root:
-                raise UsageError("--target s3:// needs a bucket: s3://bucket/prefix")
-            return TargetSpec(kind="s3", root=root, endpoint_url=endpoint_url)
-        if "://" in target and not target.startswith("file://"):
-            raise UsageError(f"--target {target!r}: expected a directory or s3://bucket/prefix")
-        path = target[len("file://") :] if target.startswith("file://") else target
-        return TargetSpec(kind="posix", root=os.path.abspath(path))
-    site = site_config(config)
-    tier_cfg = site.tier(tier)
-    if tier_cfg.scheme == "s3":
-        options = dict(tier_cfg.options)
+        s3_options = {"endpoint_url": endpoint_url} if endpoint_url else {}
+        place = resolve_place(target, None, bare="cwd", s3_options=s3_options, what="--target")
+    else:
+        place = tier_place(site_config(config), tier)
+    store = place.store
+    options = dict(store.tier.options) if place.tier_name else {}
+    if isinstance(store, S3Store):
         return TargetSpec(
             kind="s3",
-            root=tier_cfg.url[len("s3://") :].strip("/"),
+            root="/".join(p for p in (store.root, place.rel) if p),
             endpoint_url=endpoint_url or options.get("endpoint_url"),
-            tier=tier_cfg.name,
+            tier=place.tier_name,
             s3_options=options,
         )
-    from urllib.parse import unquote, urlsplit
-
     return TargetSpec(
-        kind="posix", root=os.path.normpath(unquote(urlsplit(tier_cfg.url).path)), tier=tier_cfg.name
+        kind="posix", root=os.path.join(store.root, place.rel).rstrip("/") or "/", tier=place.tier_name
     )
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from storekit.config import mask_url
 from storekit.errors import InputError, NotFoundError
-from storekit.pipeline.inputs import InputFS, is_s3, read_range
+from storekit.pipeline.inputs import InputFS, read_range
+from storekit.places import is_s3_url
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -113,7 +114,7 @@ def _hf_disk_files(pattern: str, fs: InputFS) -> list[tuple[str, int, float | No
         with fs.open(f"{base}/state.json") as fh:
             state = json.loads(fh.read())
     except (NotFoundError, InputError, OSError, ValueError):
-        if not is_s3(pattern) and os.path.isfile(os.path.join(base, "dataset_dict.json")):
+        if not is_s3_url(pattern) and os.path.isfile(os.path.join(base, "dataset_dict.json")):
             raise InputError(
                 f"{pattern} is a DatasetDict (several splits)",
                 hint=f"point --input at one split folder, e.g. {base}/train",
