@@ -286,16 +286,11 @@ def io(
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
     from storekit.bench.patterns import build_plan
-    from storekit.bench.report import (
-        build_document,
-        render_human,
-        require_matplotlib,
-        write_plot,
-        write_prometheus,
-    )
+    from storekit.bench.report import build_document, require_matplotlib, write_plot, write_prometheus
     from storekit.bench.scratch import open_scratch
     from storekit.bench.suite import Suite, now_run_id
     from storekit.bench.verdict import judge
+    from storekit.cli.bench_tables import render_human
 
     out = make_output(json_out, quiet)
     if print_schema:
@@ -341,7 +336,13 @@ def io(
         }
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
-    run = Suite(plan, scratch, out).run()
+    with out.progress("bench io", unit="phases") as bar:
+
+        def advance(done: int, total: int) -> None:
+            bar.set_total(total)
+            bar.advance(1 if done else 0)
+
+        run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
     doc = build_document(plan, run, judge(spec, run["points"]))
     if prometheus:
         write_prometheus(prometheus, doc)
