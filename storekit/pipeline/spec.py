@@ -23,11 +23,12 @@ from typing import Any
 
 from storekit.config import URL_CREDENTIALS_HINT, mask_url, url_has_credentials
 from storekit.errors import ConfigError
+from storekit.pipeline import formats as input_formats
 from storekit.tomlkeys import parse_toml
 from storekit.units import parse_size
 
 KINDS = ("text", "code", "multimodal")
-FORMATS = ("auto", "jsonl", "parquet", "arrow", "hf-disk", "text")
+FORMATS = (*input_formats.DISCOVERY_MODES, *input_formats.FORMATS)  # --format: a mode or a format name
 ON_ERROR = ("skip", "fail")
 DEFAULT_SHARD_BYTES = 1 << 30
 DEFAULT_MAX_DOC_BYTES = 64 << 20
