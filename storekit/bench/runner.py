@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from storekit import faults
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.results import WorkerResult
 from storekit.bench.worker import StartBarrier, run_worker
@@ -65,6 +66,7 @@ class PhaseRunner:
         try:
             for p in procs:
                 p.start()
+            faults.point(f"bench.{phase.op}.started")  # the workers of this phase exist
             outcomes = self._collect(procs, results, len(tasks))
         except BaseException:
             barrier.abort()
