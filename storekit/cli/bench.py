@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,6 +11,7 @@ from rich.console import Console
 
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.output import ProgressHandle
 from storekit.config import refuse_url_credentials
 from storekit.errors import UsageError
 from storekit.places import resolve_place, tier_place
@@ -336,11 +338,13 @@ def io(
         }
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
-    with out.progress("bench io", unit="phases") as bar:
+    with contextlib.ExitStack() as stack:
+        bars: list[ProgressHandle] = []
 
         def advance(done: int, total: int) -> None:
-            bar.set_total(total)
-            bar.advance(1 if done else 0)
+            if not bars:  # opened when the phases start, after the checks (an error before: no bar)
+                bars.append(stack.enter_context(out.progress("bench io", total=total, unit="phases")))
+            bars[0].advance(1 if done else 0)
 
         run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
     doc = build_document(plan, run, judge(spec, run["points"]))
