@@ -9,19 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from storekit.pipeline.formats import format_named
-from storekit.pipeline.formats.base import (
-    EMPTY,
-    INVALID_UTF8,
-    MALFORMED,
-    MISSING,
-    NON_STRING,
-    OVERSIZED,
-    TRUNCATED,
-    Doc,
-    PieceContext,
-)
+from storekit.pipeline.formats.base import EMPTY, OVERSIZED, Doc, PieceContext
 
-__all__ = ["EMPTY", "INVALID_UTF8", "MALFORMED", "MISSING", "NON_STRING", "OVERSIZED", "TRUNCATED", "Doc"]
+__all__ = ["EMPTY", "OVERSIZED", "Doc", "PieceReader"]  # what a task needs besides the reader
 
 
 class PieceReader(PieceContext):
