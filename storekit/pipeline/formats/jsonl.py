@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from storekit.pipeline import giant
 from storekit.pipeline.formats.base import (
     INVALID_UTF8,
     MALFORMED,
@@ -26,7 +27,7 @@ from storekit.pipeline.formats.base import (
     SourceFile,
 )
 from storekit.pipeline.formats.streamed import data_size
-from storekit.pipeline.giant import GIANT_BYTES, GiantText, blank_text, locate_text
+from storekit.pipeline.giant import GiantText, blank_text, locate_text
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.streams import TruncatedInput, count_newlines, iter_lines, open_stream
 
@@ -61,6 +62,7 @@ class JsonLines(InputFormat):
         return f"{ctx.src.display}:{line}"
 
     def read(self, ctx: PieceContext) -> Iterator[Doc]:
+        giant_bytes = giant.GIANT_BYTES  # read per piece: tests lower it
         loads, key, keep = orjson.loads, ctx.text_key, ctx.keep_fields
         decode_error = orjson.JSONDecodeError
         span = None if ctx.piece.end is None else ctx.piece.end - ctx.piece.start
@@ -81,7 +83,7 @@ class JsonLines(InputFormat):
                             length + 1,
                         )
                         continue
-                    if length > GIANT_BYTES:
+                    if length > giant_bytes:
                         whole = line if isinstance(line, bytes) else bytes(line)
                         del line
                         found = _giant_line(ctx, whole, offset, length)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import IO, Any
 
+from storekit.pipeline import giant
 from storekit.pipeline.formats.base import (
     INVALID_UTF8,
     OVERSIZED,
@@ -15,7 +16,7 @@ from storekit.pipeline.formats.base import (
     SourceFile,
 )
 from storekit.pipeline.formats.streamed import data_size
-from storekit.pipeline.giant import GIANT_BYTES, GiantText
+from storekit.pipeline.giant import GiantText
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.streams import Decompressed, TruncatedInput, open_stream
 
@@ -44,7 +45,7 @@ class TextFiles(InputFormat):
             )
             return
         meta = {f: (ctx.src.display if f == "path" else None) for f in ctx.keep_fields} or None
-        if len(data) > GIANT_BYTES:
+        if len(data) > giant.GIANT_BYTES:
             yield Doc(None, None, "", 0, meta, len(data), GiantText(data, 0, len(data), json_escaped=False))
             return
         try:
