@@ -7,6 +7,7 @@ wrote (read back from its output files, see _tokfiles.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -126,6 +127,7 @@ def run_storekit(
     dedup: bool = False,
     corpus_glob: str | None = None,
     summarise: bool = True,
+    engine: str | None = None,
 ) -> dict[str, object]:
     out = s.out_root / f"storekit-{tag}"
     work = s.out_root / f"storekit-{tag}.work"
@@ -161,6 +163,7 @@ def run_storekit(
         "--force",
         "--json",
         "--quiet",
+        *(["--tokenizer-engine", engine] if engine else []),
     ]
     cpus = cpus_for(workers)
     # cwd: a folder with no storekit/ in it (`python -m` puts the cwd first on sys.path, before PYTHONPATH)
@@ -208,8 +211,27 @@ def run_storekit(
         workers=workers,
         cpus=cpus,
         dedup=dedup,
+        engine=_find_engine(reported),
+        shard_sha256=_tree_sha256(out),
     )
     return row
+
+
+def _find_engine(reported: object) -> str | None:
+    timings = reported.get("timings") if isinstance(reported, dict) else None
+    return str(timings.get("engine")) if isinstance(timings, dict) else None
+
+
+def _tree_sha256(out: Path) -> str:
+    """sha256 over every shard file's bytes (manifest excluded: it has a timestamp and the engine)."""
+    digest = hashlib.sha256()
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name != "manifest.json":
+            digest.update(path.relative_to(out).as_posix().encode() + b"\0")
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()
 
 
 def run_datatrove(s: Setup, workers: int, tag: str) -> dict[str, object]:

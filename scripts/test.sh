@@ -28,7 +28,8 @@ SVC=$REPO/scripts/services
 LOGS=$REPO/.services/logs
 T0=${EPOCHREALTIME/[.,]/}
 MODE=${STOREKIT_START_SERVICES:-auto}
-PACKAGES=(slurmctld slurmd slurm-client munge ceph-mon ceph-osd radosgw ceph-common curl fio gcc libc6-dev prometheus)
+PACKAGES=(slurmctld slurmd slurm-client munge ceph-mon ceph-osd radosgw ceph-common curl fio gcc libc6-dev prometheus
+  debian-handbook)  # debian-handbook: real text in ~28 languages for the tokenizer-engine tests
 case ${CI:-} in 1 | true | TRUE | True | yes) IN_CI=1 ;; *) IN_CI=0 ;; esac
 
 elapsed() { local now=${EPOCHREALTIME/[.,]/}; printf '%d.%01d' $(((now - T0) / 1000000)) $(((now - T0) / 100000 % 10)); }
@@ -120,6 +121,10 @@ if [ "$(cat .venv/.storekit-stamp 2>/dev/null)" != "$STAMP" ] || ! "$VPY" -c 'im
   log "pip install -e '.[dev]' (log: $LOGS/pip.log)"
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$VPY" -m pip install -q --progress-bar off -e '.[dev]' >"$LOGS/pip.log" 2>&1 ||
     { tail -n 30 "$LOGS/pip.log" >&2; die "pip install failed"; }
+  # test data only (Mistral's tekken tokenizer files, Apache-2.0): no code of it is imported, and its
+  # numpy<2.4 pin would fight storekit's, so it cannot be in the dev extra
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VPY" -m pip install -q --progress-bar off --no-deps 'mistral-common==1.13.1' \
+    >>"$LOGS/pip.log" 2>&1 || { tail -n 30 "$LOGS/pip.log" >&2; die "pip install mistral-common failed"; }
   echo "$STAMP" >.venv/.storekit-stamp
 else
   log ".venv is up to date"

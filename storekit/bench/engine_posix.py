@@ -1,9 +1,13 @@
 """POSIX I/O for the workers: O_DIRECT with aligned buffers, pwritev/preadv, io_uring for queue depth.
 
 Buffers (iobuf.IOBuffer) are aligned, on huge pages where possible, filled with random bytes, and
-every written block carries its file and offset in its first 16 bytes, so compression or
-deduplication in the storage cannot flatter the numbers. Where a filesystem refuses O_DIRECT
-(EINVAL) the worker falls back to buffered I/O and says so; it never pretends.
+every 4 KiB of every written block starts with its file and offset (fio stamps every 512 bytes), so
+compression or deduplication in the storage cannot flatter the numbers. Where a filesystem refuses
+O_DIRECT (EINVAL) the worker falls back to buffered I/O and says so; it never pretends.
+
+Before the start barrier every worker syncs the target's filesystem (`settle`): what earlier phases
+left pending (dirty inodes of created files, metadata of deleted ones) is written then, not inside
+the next phase's timed window.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import struct
 import time
 from typing import Any
 
@@ -27,6 +30,7 @@ O_DIRECT = getattr(os, "O_DIRECT", 0)
 REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"
 SUBMIT_GROUP = 4  # io_uring submissions per system call (see RandRead._run_uring)
 BULK_OPS = 4096  # sequential I/O: timings recorded every this many requests
+STAMP_EVERY = 4096  # written data: every this many bytes start with (file stamp, byte offset)
 
 
 class IOFailure(OSError):
@@ -54,6 +58,7 @@ def open_direct(path: str, flags: int, want_direct: bool, notes: list[str]) -> t
 
 class _Base:
     engine = "psync"
+    settle_s = 0.0
 
     def __init__(self, task: WorkerTask) -> None:
         self.task = task
@@ -71,6 +76,20 @@ class _Base:
         return None
 
 
+def settle(path: str) -> float:
+    """Write out everything pending on the filesystem holding `path` (syncfs; sync where libc lacks
+    it) and return the seconds it took. Called before the start barrier, untimed."""
+    t0 = time.perf_counter()
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if syncfs is None or syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
 class _Sequential(_Base):
     """Whole files, block by block, from one block-sized buffer."""
 
@@ -78,6 +97,15 @@ class _Sequential(_Base):
         super().__init__(task)
         self.buf = self.buffer(task.block_size)
         self.view = self.buf.view[: task.block_size]
+        # every STAMP_EVERY bytes of the block: two uint64 slots, the file's stamp and the byte offset
+        count = (task.block_size - 16) // STAMP_EVERY + 1 if task.block_size >= 16 else 0
+        self.stamps = self._slots(count, 0)
+        self.offsets = self._slots(count, 8)
+        self.page_starts = np.arange(count, dtype=np.uint64) * np.uint64(STAMP_EVERY)
+
+    def _slots(self, count: int, at: int) -> np.ndarray:
+        """A uint64 at byte `at` of every STAMP_EVERY bytes of the block buffer, as one array."""
+        return np.ndarray((count,), np.uint64, self.view, at, (STAMP_EVERY,))
 
     def whole_file(self, rec: Recorder, path: str, flags: int, call: Any, stamp: int | None) -> None:
         """Open (direct where possible), stream every block, fsync writes when asked, close; an
@@ -101,8 +129,11 @@ class _Sequential(_Base):
         The loop only appends two clock readings; latencies and the time series are recorded in
         bulk, since at QD 1 whatever Python does between two requests is time the disk sits idle
         (per-request bookkeeping took ~4 us, ~2 % of a 1 MiB read from the host's cache). `stamp`: writes
-        carry (stamp, offset) in their first 16 bytes."""
+        carry (stamp, offset) at the start of every STAMP_EVERY bytes (~1 us per block)."""
         bs, view, now = self.task.block_size, self.view, time.perf_counter_ns
+        offsets, page_starts, add = self.offsets, self.page_starts, np.add
+        if stamp is not None:
+            self.stamps[:] = stamp
         views: list[memoryview] = [view]
         starts: list[int] = []
         ends: list[int] = []
@@ -110,7 +141,7 @@ class _Sequential(_Base):
         try:
             for offset in range(0, self.task.file_size, bs):
                 if stamp is not None:
-                    struct.pack_into("<QQ", view, 0, stamp, offset)
+                    add(page_starts, offset, out=offsets)
                 t0 = now()
                 done = call(fd, views, offset)
                 t1 = now()
@@ -126,22 +157,30 @@ class _Sequential(_Base):
             rec.bulk(starts, ends, bs)
 
     def close(self) -> None:
+        del self.stamps, self.offsets  # they hold the view's buffer
         self.view.release()
         self.buf.close()
 
 
 class SeqWrite(_Sequential):
-    """Create and write whole files block by block; fsync each before closing (inside the timing)."""
+    """Write whole files block by block; fsync each before closing.
 
-    def run(self, rec: Recorder) -> None:
-        task = self.task
-        for index, path in enumerate(self.paths):
-            # create first (O_EXCL: never overwrite anything), then reopen for direct writes
+    The window is fio's for rw=write: the files are created empty before the start barrier (O_EXCL:
+    never overwrite anything; fio lays its file out before its clock starts), and each is timed from
+    its direct open through the writes and fsync to its close."""
+
+    def __init__(self, task: WorkerTask) -> None:
+        super().__init__(task)
+        for path in self.paths:
             try:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
             except OSError as exc:
+                self.close()
                 raise IOFailure(exc.errno, f"{path}: {exc.strerror}") from None
-            self.whole_file(rec, path, os.O_WRONLY, os.pwritev, task.seed * 65_536 + index)
+
+    def run(self, rec: Recorder) -> None:
+        for index, path in enumerate(self.paths):
+            self.whole_file(rec, path, os.O_WRONLY, os.pwritev, self.task.seed * 65_536 + index)
 
 
 class SeqRead(_Sequential):
@@ -493,5 +532,6 @@ def libc_stat() -> Any | None:
 
 def prepare(task: WorkerTask) -> Job:
     kinds: dict[str, Any] = {"write": SeqWrite, "read": SeqRead, "randread": RandRead}
-    job: Job = kinds[task.op](task) if task.op in kinds else Meta(task)
+    job: SeqWrite | SeqRead | RandRead | Meta = kinds[task.op](task) if task.op in kinds else Meta(task)
+    job.settle_s = settle(task.run_root)
     return job

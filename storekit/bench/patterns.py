@@ -10,32 +10,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from storekit.bench.plan import SMALL_FILE_ALLOC, BenchPlan, PhasePlan, PointPlan, SetupPlan, WorkerTask
+from storekit.bench.plan import (
+    SMALL_FILE_ALLOC,
+    BenchPlan,
+    NameRange,
+    PhasePlan,
+    PointPlan,
+    SetupPlan,
+    WorkerTask,
+    meta_names,
+)
 from storekit.bench.spec import BenchSpec
 
 
+def peak_bytes(spec: BenchSpec) -> int:
+    """The most bytes on the target at any moment: known from the spec alone, before any planning,
+    so the free-space check comes first whatever the size."""
+    peaks = [0]
+    for pattern in spec.patterns:
+        if pattern in ("shards", "tokens"):
+            peaks.append(spec.shard_files * spec.file_size)
+        elif pattern == "checkpoint":
+            peaks.append(max(spec.checkpoint_rank_bytes(b) for b in spec.block_sizes) * spec.ranks)
+        elif pattern == "meta":
+            alloc = max(spec.small_file_size, SMALL_FILE_ALLOC)
+            peaks.append(max(spec.workers) * spec.files * alloc)
+    return max(peaks)
+
+
 def build_plan(spec: BenchSpec, run_id: str, run_root: str) -> BenchPlan:
-    """`run_root`: the absolute run directory (POSIX) or key prefix (S3) the workers address."""
+    """`run_root`: the absolute run directory (POSIX) or key prefix (S3) the workers address.
+
+    Its size is O(workers x sweep points), never O(files): names are ranges made on demand.
+    """
     builder = _Builder(spec, run_root)
     points: list[PointPlan] = []
     setups: list[SetupPlan] = []
-    peaks = [0]
     for pattern in spec.patterns:
         if pattern == "shards":
             points += builder.shards()
-            peaks.append(spec.shard_files * spec.file_size)
         elif pattern == "checkpoint":
             points += builder.checkpoint()
-            peaks.append(max(spec.checkpoint_rank_bytes(b) for b in spec.block_sizes) * spec.ranks)
         elif pattern == "tokens":
             setup, token_points = builder.tokens()
             setups.append(setup)
             points += token_points
-            peaks.append(spec.shard_files * spec.file_size)
         elif pattern == "meta":
             points += builder.meta()
-            alloc = max(spec.small_file_size, SMALL_FILE_ALLOC)
-            peaks.append(max(spec.workers) * spec.files * alloc)
     notes = []
     if "checkpoint" in spec.patterns and not spec.full_checkpoint:
         rank_bytes = spec.checkpoint_rank_bytes(spec.block_sizes[0])
@@ -50,7 +71,7 @@ def build_plan(spec: BenchSpec, run_id: str, run_root: str) -> BenchPlan:
         spec=spec,
         points=tuple(points),
         setups=tuple(setups),
-        peak_bytes=max(peaks),
+        peak_bytes=peak_bytes(spec),
         notes=tuple(notes),
     )
 
@@ -72,10 +93,10 @@ class _Builder:
         )
 
     def data_phases(
-        self, files: list[str], workers: int, block: int, file_size: int
+        self, files: NameRange, workers: int, block: int, file_size: int
     ) -> tuple[PhasePlan, PhasePlan]:
         """A write phase (fsync inside the timed window) and a read phase shifted by one worker."""
-        owned = [tuple(files[i] for i in range(w, len(files), workers)) for w in range(workers)]
+        owned = [files[w::workers] for w in range(workers)]
         common = {"file_size": file_size, "block_size": block, "direct": self.direct}
         write = PhasePlan(
             name="write",
@@ -99,7 +120,7 @@ class _Builder:
 
     def shards(self) -> list[PointPlan]:
         spec = self.spec
-        names = [f"shards/shard_{i:05d}.bin" for i in range(spec.shard_files)]
+        names = NameRange("shards/shard_{:05d}.bin", 0, spec.shard_files)
         out = []
         for block in spec.block_sizes:
             for workers in spec.workers:
@@ -110,13 +131,14 @@ class _Builder:
                         params={"workers": workers, "block_size": block},
                         phases=(write, read),
                         dirs=("shards",),
+                        names=(names,),
                     )
                 )
         return out
 
     def checkpoint(self) -> list[PointPlan]:
         spec = self.spec
-        names = [f"checkpoint/step_000001/rank_{r:05d}.distcp" for r in range(spec.ranks)]
+        names = NameRange("checkpoint/step_000001/rank_{:05d}.distcp", 0, spec.ranks)
         out = []
         for block in spec.block_sizes:
             rank_bytes = spec.checkpoint_rank_bytes(block)
@@ -127,16 +149,17 @@ class _Builder:
                     params={"ranks": spec.ranks, "block_size": block, "model": spec.model.name},
                     phases=(write, read),
                     dirs=("checkpoint", "checkpoint/step_000001"),
+                    names=(names,),
                 )
             )
         return out
 
     def tokens(self) -> tuple[SetupPlan, list[PointPlan]]:
         spec = self.spec
-        names = tuple(f"tokens/shard_{i:05d}.bin" for i in range(spec.shard_files))
+        names = NameRange("tokens/shard_{:05d}.bin", 0, spec.shard_files)
         writers = min(max(spec.workers), len(names))
-        setup_write, _ = self.data_phases(list(names), writers, spec.block_sizes[0], spec.file_size)
-        setup = SetupPlan(pattern="tokens", phase=setup_write, dirs=("tokens",))
+        setup_write, _ = self.data_phases(names, writers, spec.block_sizes[0], spec.file_size)
+        setup = SetupPlan(pattern="tokens", phase=setup_write, dirs=("tokens",), names=(names,))
         out = []
         for workers in spec.workers:
             for qd in spec.queue_depths:
@@ -204,6 +227,7 @@ class _Builder:
                         params={"workers": workers, "dirs": mode, "files_per_worker": spec.files},
                         phases=tuple(phases),
                         dirs=((("meta-unique",) if mode == "unique" else ()) + dirs) if self.posix else (),
+                        names=tuple(meta_names(dir_of(w), w, spec.files) for w in range(workers)),
                     )
                 )
         return out

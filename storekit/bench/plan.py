@@ -10,8 +10,10 @@ worker w reads the files written by worker (w + 1) mod W.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from storekit.bench.spec import BenchSpec, TargetSpec
 
@@ -31,6 +33,39 @@ LABELS = {
 }
 
 
+@dataclass(frozen=True)
+class NameRange(Sequence[str]):
+    """File names `template.format(i)` for i in range(start, stop, step), made on demand.
+
+    A plan holds one of these per worker, never a list of names: `--size 1P` is 33 million shard
+    files, and the plan (and `--dry-run`) must stay a few kilobytes whatever the size.
+    """
+
+    template: str
+    start: int
+    stop: int
+    step: int = 1
+
+    def _range(self) -> range:
+        return range(self.start, self.stop, self.step)
+
+    def __len__(self) -> int:
+        return len(self._range())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            picked = self._range()[index]
+            return NameRange(self.template, picked.start, picked.stop, picked.step)
+        return self.template.format(self._range()[index])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self.template.format, self._range())
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerTask:
     """Everything one worker needs; with a start barrier it is all a worker is a function of."""
@@ -39,7 +74,7 @@ class WorkerTask:
     op: str
     target: TargetSpec
     run_root: str  # posix: absolute run directory; s3: key prefix of the run
-    files: tuple[str, ...] = ()  # data files, relative to run_root
+    files: Sequence[str] = ()  # data files, relative to run_root (a NameRange in plans)
     file_size: int = 0
     block_size: int = 0
     queue_depth: int = 1
@@ -52,8 +87,8 @@ class WorkerTask:
     meta_owner: int = 0  # meta ops: the worker whose files these are
     meta_count: int = 0
 
-    def meta_names(self) -> list[str]:
-        return [meta_name(self.meta_dir, self.meta_owner, i) for i in range(self.meta_count)]
+    def meta_names(self) -> NameRange:
+        return meta_names(self.meta_dir, self.meta_owner, self.meta_count)
 
     def planned_bytes(self) -> int | None:
         if self.op in ("write", "read"):
@@ -64,16 +99,27 @@ class WorkerTask:
             return self.meta_count * self.file_size
         return 0
 
-    def created_paths(self) -> list[str]:
+    def created_names(self) -> Sequence[str]:
+        """The names this task creates (a lazy range, not a list)."""
         if self.op == "write":
-            return list(self.files)
+            return self.files
         if self.op == "create":
             return self.meta_names()
-        return []
+        return ()
 
 
-def meta_name(directory: str, owner: int, index: int) -> str:
-    return f"{directory}/w{owner:04d}.{index:08d}"
+def space_needed(peak_bytes: int) -> int:
+    """Free space a run needs: its peak plus a margin for metadata and other writers."""
+    return int(peak_bytes * (1 + SPACE_MARGIN_FRACTION)) + SPACE_MARGIN_BYTES
+
+
+def meta_names(directory: str, owner: int, count: int) -> NameRange:
+    return NameRange(f"{directory}/w{owner:04d}.{{:08d}}", 0, count)
+
+
+def iter_names(groups: Sequence[Sequence[str]]) -> Iterator[str]:
+    """Every name of the groups, each group once (sweep points and repeats reuse the same names)."""
+    return itertools.chain.from_iterable(dict.fromkeys(g for g in groups if len(g)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +153,7 @@ class PhasePlan:
             "per_worker": [
                 {
                     "worker": t.worker,
-                    "files": list(t.files)[:4] + (["..."] if len(t.files) > 4 else []),
+                    "files": list(t.files[:4]) + (["..."] if len(t.files) > 4 else []),
                     "meta": f"{t.meta_dir}/w{t.meta_owner:04d}.* x{t.meta_count}" if t.meta_count else None,
                     "bytes": t.planned_bytes(),
                 }
@@ -124,13 +170,17 @@ class PointPlan:
     params: dict[str, Any]
     phases: tuple[PhasePlan, ...]
     dirs: tuple[str, ...] = ()  # created (by the coordinator) before each repeat, removed after
+    names: tuple[NameRange, ...] = ()  # every file the point may create (default: its tasks')
 
     @property
     def label(self) -> str:
         return " ".join(f"{LABELS.get(k, k)}={_short(v)}" for k, v in self.params.items())
 
-    def created_paths(self) -> list[str]:
-        return [p for ph in self.phases for t in ph.tasks for p in t.created_paths()]
+    def created_groups(self) -> list[Sequence[str]]:
+        return list(self.names) or [t.created_names() for ph in self.phases for t in ph.tasks]
+
+    def created_paths(self) -> Iterator[str]:
+        return iter_names(self.created_groups())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,6 +198,13 @@ class SetupPlan:
     pattern: str
     phase: PhasePlan
     dirs: tuple[str, ...]
+    names: tuple[NameRange, ...] = ()
+
+    def created_groups(self) -> list[Sequence[str]]:
+        return list(self.names) or [t.created_names() for t in self.phase.tasks]
+
+    def created_paths(self) -> Iterator[str]:
+        return iter_names(self.created_groups())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,13 +222,13 @@ class BenchPlan:
 
     @property
     def space_needed(self) -> int:
-        return int(self.peak_bytes * (1 + SPACE_MARGIN_FRACTION)) + SPACE_MARGIN_BYTES
+        return space_needed(self.peak_bytes)
 
-    def created_paths(self) -> list[str]:
-        """Every file name any phase may create, relative to the run directory."""
-        paths = [p for s in self.setups for t in s.phase.tasks for p in t.created_paths()]
-        paths += [p for point in self.points for p in point.created_paths()]
-        return list(dict.fromkeys(paths))
+    def created_paths(self) -> Iterator[str]:
+        """Every file name any phase may create, relative to the run directory, each once, lazily."""
+        groups = [g for s in self.setups for g in s.created_groups()]
+        groups += [g for point in self.points for g in point.created_groups()]
+        return iter_names(groups)
 
     def created_dirs(self) -> list[str]:
         dirs = [d for s in self.setups for d in s.dirs] + [d for p in self.points for d in p.dirs]

@@ -1,4 +1,5 @@
-"""PNG plot of a bench document: throughput vs workers, vs block size / queue depth, and time series.
+"""PNG plot of a bench document: only panels whose axis varies, one series per combination of the
+other parameters that differ, human units, op/s apart from bytes/s, and time series per pattern.
 
 matplotlib is optional (`pip install 'storekit[plot]'`); only this module imports it.
 """
@@ -6,93 +7,219 @@ matplotlib is optional (`pip install 'storekit[plot]'`); only this module import
 from __future__ import annotations
 
 import io
+import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FixedLocator, NullLocator
 
-GB = 1e9
+DATA_OPS = ("write", "read", "randread")  # phases that move bytes; the rest are counted in op/s
+SWEEP_AXES = {  # parameter -> axis label (the ones a sweep varies)
+    "workers": "workers",
+    "ranks": "ranks",
+    "block_size": "block size",
+    "queue_depth": "queue depth (requests in flight per worker)",
+    "files_per_worker": "files per worker",
+}
+SIZE_PARAMS = ("block_size", "window", "file_size", "small_file_size")
+SHORT = {"block_size": "bs", "queue_depth": "qd", "workers": "w", "files_per_worker": "files"}
 
 
-def _median(phase: dict[str, Any], key: str = "bandwidth_bytes_per_s") -> tuple[float, float, float]:
-    s = phase["summary"][key]
-    med = s["median"] or 0.0
-    return med, med - (s["min"] or med), (s["max"] or med) - med
+def human_size(value: float) -> str:
+    """1 MiB, 256 KiB, 4 KiB: binary units, no decimals when exact."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= scale:
+            n = value / scale
+            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
+    return f"{value:.0f} B"
 
 
-def _lines(
-    doc: dict[str, Any], x_key: str, group_keys: tuple[str, ...], patterns: tuple[str, ...]
-) -> dict[str, list[tuple[float, float, float, float]]]:
-    lines: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+def human_param(key: str, value: Any) -> str:
+    text = human_size(float(value)) if key in SIZE_PARAMS and isinstance(value, int | float) else str(value)
+    return f"{SHORT.get(key, key)}={text}"
+
+
+def _rate_unit(values: list[float]) -> tuple[str, float]:
+    top = max(values, default=0.0)
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if top >= scale:
+            return unit, scale
+    return "B/s", 1.0
+
+
+@dataclass
+class Series:
+    label: str
+    order: tuple[Any, ...]  # phase, then the other parameters' values: 256 KiB before 1 MiB
+    points: list[tuple[float, float, float, float]] = field(default_factory=list)  # x, median, min, max
+
+
+def _is_data(phase: dict[str, Any]) -> bool:
+    return phase["op"] in DATA_OPS
+
+
+def _sortable(value: Any) -> tuple[int, float, str]:
+    return (0, float(value), "") if isinstance(value, int | float) else (1, 0.0, str(value))
+
+
+def _differing(points: list[dict[str, Any]], exclude: str) -> list[str]:
+    keys = sorted({k for p in points for k in p["params"]} - {exclude})
+    return [k for k in keys if len({str(p["params"].get(k)) for p in points}) > 1]
+
+
+def sweep_panels(doc: dict[str, Any]) -> list[tuple[str, str, bool, list[Series]]]:
+    """(title, x parameter, data?, series) for every parameter that takes 2+ values in a pattern."""
+    panels = []
+    by_pattern: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for point in doc["results"]:
-        if point["pattern"] not in patterns or x_key not in point["params"]:
+        by_pattern[point["pattern"]].append(point)
+    for pattern, points in by_pattern.items():
+        if pattern == "meta":
+            continue  # its rates are drawn as bars over all its points (_draw_meta_bars)
+        for axis in SWEEP_AXES:
+            having = [p for p in points if axis in p["params"]]
+            if len({p["params"][axis] for p in having}) < 2:
+                continue  # an axis with one value is not a sweep: no panel
+            others = _differing(having, axis)
+            for data in (True, False):
+                lines: dict[str, Series] = {}
+                for point in having:
+                    for ph in point["phases"]:
+                        if _is_data(ph) != data:
+                            continue
+                        key = "bandwidth_bytes_per_s" if data else "ops_per_s"
+                        s = ph["summary"][key]
+                        if not s["median"]:
+                            continue
+                        label = " ".join([ph["phase"], *(human_param(k, point["params"][k]) for k in others)])
+                        order = (ph["phase"], *(_sortable(point["params"][k]) for k in others))
+                        line = lines.setdefault(label, Series(label, order))
+                        med = s["median"]
+                        low, high = s["min"] or med, s["max"] or med
+                        line.points.append((float(point["params"][axis]), med, low, high))
+                if lines:
+                    what = "throughput" if data else "operations"
+                    title = f"{pattern}: {what} vs {SWEEP_AXES[axis].split(' (')[0]}"
+                    panels.append((title, axis, data, sorted(lines.values(), key=lambda x: x.order)))
+    return panels
+
+
+def _draw_sweep(ax: Any, title: str, axis: str, data: bool, lines: list[Series]) -> None:
+    values = [p[3] for line in lines for p in line.points]
+    unit, scale = _rate_unit(values) if data else ("op/s", 1.0)
+    xs_all: set[float] = set()
+    for line in lines:
+        pts = sorted(line.points)
+        xs = [p[0] for p in pts]
+        xs_all.update(xs)
+        ys = [p[1] / scale for p in pts]
+        err = [[(p[1] - p[2]) / scale for p in pts], [(p[3] - p[1]) / scale for p in pts]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=line.label)
+    ax.set_xscale("log", base=2)
+    ticks = sorted(xs_all)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    labels = [human_size(t) if axis in SIZE_PARAMS else f"{t:g}" for t in ticks]
+    ax.set_xticklabels(labels)
+    ax.set_xlabel(SWEEP_AXES[axis])
+    ax.set_ylabel(f"{unit} (median, min-max)" if data else "op/s (median, min-max)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def _draw_meta_bars(ax: Any, doc: dict[str, Any]) -> bool:
+    """Metadata rates as grouped bars (op/s on their own axis): phases x the points' parameters."""
+    points = [p for p in doc["results"] if p["pattern"] == "meta"]
+    if not points:
+        return False
+    others = _differing(points, "")
+    phases = [ph["phase"] for ph in points[0]["phases"]]
+    width = 0.8 / len(points)
+    for i, point in enumerate(points):
+        rates = {ph["phase"]: ph["summary"]["ops_per_s"]["median"] or 0.0 for ph in point["phases"]}
+        label = " ".join(human_param(k, point["params"][k]) for k in others) or point["label"]
+        ax.bar(
+            [j + i * width for j in range(len(phases))],
+            [rates.get(ph, 0.0) for ph in phases],
+            width,
+            label=label,
+        )
+    ax.set_xticks([j + width * (len(points) - 1) / 2 for j in range(len(phases))])
+    ax.set_xticklabels(phases)
+    ax.set_ylabel("op/s (median)")
+    ax.set_title("meta: small-file operations")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    return True
+
+
+def _draw_series(ax: Any, pattern: str, doc: dict[str, Any]) -> bool:
+    """One line per point and phase over the phase's own duration (its own bucket size)."""
+    drawn, values, buckets = [], [], set()
+    for point in doc["results"]:
+        if point["pattern"] != pattern:
             continue
         for ph in point["phases"]:
-            if not ph["summary"]["bandwidth_bytes_per_s"]["median"]:
+            if not _is_data(ph) or not ph["repeats"]:
                 continue
-            group = " ".join(f"{k}={point['params'][k]}" for k in group_keys if k in point["params"])
-            name = f"{point['pattern']} {ph['phase']} {group}".strip()
-            med, low, high = _median(ph)
-            lines[name].append((float(point["params"][x_key]), med / GB, low / GB, high / GB))
-    return lines
-
-
-def _draw(
-    ax: Any, lines: dict[str, list[tuple[float, float, float, float]]], xlabel: str, log_x: bool
-) -> None:
-    if not lines:
-        ax.text(0.5, 0.5, "no sweep over this parameter", ha="center", va="center", transform=ax.transAxes)
-    for name, pts in sorted(lines.items()):
-        pts.sort()
-        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        ax.errorbar(
-            xs, ys, yerr=[[p[2] for p in pts], [p[3] for p in pts]], marker="o", capsize=3, label=name
-        )
-    if log_x and lines:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("GB/s (median, min-max)")
+            rep = ph["repeats"][0]
+            rows = rep.get("series") or []
+            if not rows:
+                continue
+            buckets.add(rep.get("series_bucket_s", 1.0))
+            drawn.append((f"{ph['phase']} {point['label']}", rows))
+            values += [r["bytes_per_s"] for r in rows]
+    if not drawn:
+        return False
+    unit, scale = _rate_unit(values)
+    for label, rows in drawn:
+        xs = [r["t_s"] for r in rows]
+        ys = [r["bytes_per_s"] / scale for r in rows]
+        ax.plot(xs, ys, marker="." if len(rows) <= 30 else None, drawstyle="steps-post", label=label)
+    step = ", ".join(_seconds(b) for b in sorted(buckets))
+    ax.set_title(f"{pattern}: throughput over time (first repeat, {step} buckets)")
+    ax.set_xlabel("seconds since the phase's first start")
+    ax.set_ylabel(unit)
+    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    if lines:
-        ax.legend(fontsize=7)
+    ax.legend(fontsize=6, ncol=2 if len(drawn) > 6 else 1)
+    return True
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:g} s"
 
 
 def render_png(doc: dict[str, Any]) -> bytes:
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    _draw(axes[0][0], _lines(doc, "workers", ("block_size",), ("shards", "tokens")), "workers", True)
-    axes[0][0].set_title("throughput vs workers")
-    _draw(
-        axes[0][1],
-        _lines(doc, "block_size", ("workers", "ranks"), ("shards", "checkpoint")),
-        "block size (bytes)",
-        True,
-    )
-    axes[0][1].set_title("throughput vs block size")
-    _draw(axes[1][0], _lines(doc, "queue_depth", ("workers",), ("tokens",)), "queue depth", True)
-    axes[1][0].set_title("training-window reads vs queue depth")
-    ax = axes[1][1]
-    for point in doc["results"]:
-        for ph in point["phases"]:
-            series = ph["repeats"][0]["series"] if ph["repeats"] else []
-            if len(series) >= 1 and ph["summary"]["bandwidth_bytes_per_s"]["median"]:
-                ax.plot(
-                    [r["t_s"] for r in series],
-                    [r["bytes_per_s"] / GB for r in series],
-                    marker=".",
-                    label=f"{point['pattern']} {ph['phase']} {point['label']}",
-                )
-    ax.set_title("time series, first repeat (1 s buckets)")
-    ax.set_xlabel("seconds since first start")
-    ax.set_ylabel("GB/s")
-    ax.grid(True, alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=6)
+    sweeps = sweep_panels(doc)
+    patterns = sorted({p["pattern"] for p in doc["results"]} - {"meta"})
+    has_meta = any(p["pattern"] == "meta" for p in doc["results"])
+    count = len(sweeps) + len(patterns) + int(has_meta)
+    cols = 2 if count > 1 else 1
+    rows = max(1, math.ceil(count / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.3 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    used = 0
+    for title, axis, data, lines in sweeps:
+        _draw_sweep(flat[used], title, axis, data, lines)
+        used += 1
+    if has_meta and _draw_meta_bars(flat[used], doc):
+        used += 1
+    for pattern in patterns:
+        if _draw_series(flat[used], pattern, doc):
+            used += 1
+    for ax in flat[used:]:
+        ax.set_visible(False)
     fig.suptitle(f"storekit bench io  {doc['environment']['target']}  run {doc['run_id']}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (4.3 * rows)))  # room for the title
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=80)
     plt.close(fig)
     return buf.getvalue()

@@ -14,8 +14,22 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from storekit.bench.stats import MIN_STONEWALL_NS, LatencyHistogram, ProgressTrace, series
+from storekit.bench.stats import MIN_STONEWALL_NS, LatencyHistogram, ProgressTrace, series, series_bucket_ns
 
+# What each operation's timed window covers (in --json as the phase's "window"). Where fio has the
+# same operation the window is fio's, except where said.
+WINDOWS = {
+    "write": "each file (created empty before the start barrier) from its open through every block "
+    "and fsync to its close; fio rw=write end_fsync=1 times the same",
+    "read": "each file from its open through every block to its close",
+    "randread": "each request from submission to completion, for --duration seconds",
+    "create": "per file: open(O_CREAT|O_EXCL), write of the payload and close; fio's filecreate times "
+    "the open alone (the close of an empty file adds ~1 us)",
+    "stat": "per file: the stat() call alone, as fio's filestat",
+    "readsmall": "per file: open, read and close",
+    "delete": "per file: the unlink() call alone, as fio's filedelete",
+}
+S3_WINDOW = "each request, from sending it to the last byte of its response"
 STRAGGLER_SLOWDOWN = 1.2  # a worker taking 20% longer than the median worker is flagged
 CPU_BOUND_PCT = 85.0  # a worker using this much of a core is CPU-bound
 PYTHON_BOUND_PCT = 50.0  # ...and with this much in user space, the ceiling may be Python's
@@ -38,6 +52,7 @@ class WorkerResult:
     direct: bool | None = None  # O_DIRECT in effect (None: not applicable, e.g. S3 or metadata)
     engine: str = ""
     notes: list[str] = field(default_factory=list)
+    settle_s: float = 0.0  # untimed sync of the target's filesystem before the start barrier
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +71,7 @@ class WorkerResult:
             "direct": self.direct,
             "engine": self.engine,
             "notes": self.notes,
+            "settle_s": self.settle_s,
         }
 
     @classmethod
@@ -76,6 +92,7 @@ class WorkerResult:
             direct=data.get("direct"),
             engine=str(data.get("engine", "")),
             notes=list(data.get("notes", [])),
+            settle_s=float(data.get("settle_s", 0.0)),
         )
 
 
@@ -96,7 +113,9 @@ class PhaseResult:
     direct: bool | None
     engine: str
     notes: list[str]
+    settle_s: float = 0.0
     worker_results: list[WorkerResult] = field(default_factory=list, repr=False)
+    series_bucket_s: float = 1.0
 
     @property
     def elapsed_s(self) -> float:
@@ -123,11 +142,14 @@ class PhaseResult:
             "stonewall": self.stonewall,
             "latency": self.latency.summary_ms(),
             "series": self.series,
+            "series_bucket_s": self.series_bucket_s,
             "stragglers": self.stragglers,
             "cpu": self.cpu,
             "direct": self.direct,
             "engine": self.engine,
             "notes": self.notes,
+            "window": S3_WINDOW if self.engine.startswith("boto3") else WINDOWS.get(self.op, ""),
+            "settle_s": self.settle_s,
         }
 
 
@@ -139,6 +161,7 @@ def merge_phase(phase: str, results: list[WorkerResult]) -> PhaseResult:
     last_start = max(r.start_ns for r in results)
     first_finish = min(r.end_ns for r in results)
     last_finish = max(r.end_ns for r in results)
+    bucket = series_bucket_ns(last_finish - first_start)
     latency = LatencyHistogram()
     for r in results:
         latency.merge(r.latency)
@@ -154,12 +177,14 @@ def merge_phase(phase: str, results: list[WorkerResult]) -> PhaseResult:
         last_finish_ns=last_finish,
         latency=latency,
         stonewall=stonewall(results, last_start, first_finish),
-        series=series([r.trace for r in results], first_start, last_finish),
+        series=series([r.trace for r in results], first_start, last_finish, bucket),
+        series_bucket_s=bucket / 1e9,
         stragglers=straggler_table(results, first_start),
         cpu=cpu_summary(results, (last_finish - first_start) / 1e9),
         direct=None if directs == {None} else all(bool(d) for d in directs),
         engine="+".join(sorted({r.engine for r in results if r.engine})),
         notes=notes,
+        settle_s=max(r.settle_s for r in results),
         worker_results=results,
     )
 

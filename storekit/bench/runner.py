@@ -9,7 +9,9 @@ nobody waits forever; Ctrl-C or SIGTERM stops every worker before the caller cle
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing as mp
+import os
 import queue
 import signal
 import threading
@@ -29,13 +31,29 @@ PRELOAD = {
     "s3": ["storekit.bench.worker", "storekit.bench.engine_s3_warm", "numpy"],
 }
 STOP_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class WorkerFailed(StorekitError):
     """A worker hit an I/O error; the message names the worker and the file or key."""
 
 
-def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any) -> None:
+def _die_with_coordinator(coordinator: int) -> None:
+    """A SIGKILLed coordinator must not leave workers writing into a run directory that a later run
+    reclaims: the kernel kills a worker when its parent (the forkserver, which exits as soon as the
+    coordinator is gone) dies; a coordinator already gone before that was armed means exit now."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    try:
+        os.kill(coordinator, 0)
+    except ProcessLookupError:
+        os._exit(1)
+    except PermissionError:
+        pass
+
+
+def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any, coordinator: int) -> None:
+    _die_with_coordinator(coordinator)
     # The coordinator owns Ctrl-C: it stops workers with SIGTERM and then cleans up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -60,7 +78,9 @@ class PhaseRunner:
         barrier = self.ctx.Barrier(len(tasks))
         results = self.ctx.Queue()
         procs = [
-            self.ctx.Process(target=_process_main, args=(t, barrier, results), name=f"bench-w{t.worker}")
+            self.ctx.Process(
+                target=_process_main, args=(t, barrier, results, os.getpid()), name=f"bench-w{t.worker}"
+            )
             for t in tasks
         ]
         try:

@@ -25,6 +25,13 @@ MEDIAN_SPREAD: dict[str, Any] = {
     "min": (OPT_NUM, "smallest repeat", None),
     "max": (OPT_NUM, "largest repeat", None),
     "spread": (OPT_NUM, "(max - min) / median", None),
+    "modes": (
+        (list, type(None)),
+        "when the repeats fall into groups separated by a 3x jump: each group's median, count, min "
+        "and max, smallest first (the overall median of a bimodal measurement jumps between them); "
+        "null otherwise",
+        None,
+    ),
 }
 LATENCY: dict[str, Any] = {
     "count": (int, "operations timed", None),
@@ -55,7 +62,12 @@ PHASE_RESULT: dict[str, Any] = {
         None,
     ),
     "latency": (dict, "per-operation latency", LATENCY),
-    "series": (list, "1 s buckets from the first start: t_s, bytes_per_s, ops_per_s", None),
+    "series": (
+        list,
+        "buckets of series_bucket_s from the first start: t_s (bucket start), bytes_per_s, ops_per_s",
+        None,
+    ),
+    "series_bucket_s": (NUM, "series bucket: 1 s, finer (down to 0.01 s) for phases under 50 s", None),
     "stragglers": (
         list,
         "per worker: worker, host, bytes, ops, start_offset_s, elapsed_s, bandwidth_bytes_per_s, "
@@ -70,6 +82,13 @@ PHASE_RESULT: dict[str, Any] = {
     "direct": ((bool, type(None)), "O_DIRECT in effect for every worker (null: not applicable)", None),
     "engine": (str, "psync, io_uring, threads, posix, boto3, boto3-threads", None),
     "notes": (list, "worker notes, e.g. O_DIRECT refused", None),
+    "window": (str, "what each operation's timed window covers, and where it differs from fio's", None),
+    "settle_s": (
+        NUM,
+        "untimed: the longest a worker spent syncing the target's filesystem before the start "
+        "barrier, so work left by earlier phases is not timed in this one (0 on S3)",
+        None,
+    ),
 }
 SUMMARY: dict[str, Any] = {
     "repeats": (int, "repeats summarised", None),
@@ -95,7 +114,12 @@ PHASE: dict[str, Any] = {
     "op": (str, "worker operation", None),
     "planned_bytes_per_repeat": (OPT_NUM, "bytes the plan says this phase moves (null: time-based)", None),
     "summary": (dict, "over repeats", SUMMARY),
-    "cache": (list, "per repeat, before read phases: dropped, reason, evicted_files, resident_before", None),
+    "cache": (
+        list,
+        "per repeat, before read phases: dropped (node-wide, --drop-caches), reason, evicted_files "
+        "(this run's, fadvise), resident_before (mincore)",
+        None,
+    ),
     "repeats": (list, "one phase result per repeat", PHASE_RESULT),
 }
 POINT: dict[str, Any] = {
@@ -122,7 +146,13 @@ DOCUMENT: dict[str, Any] = {
         "bucket for S3",
         None,
     ),
-    "honesty": (dict, "direct {requested, effective, reason}, drop_caches {requested, done, reason}", None),
+    "honesty": (
+        dict,
+        "direct {requested, effective, reason}, drop_caches {requested, done, reason} (the node-wide "
+        "drop, only with --drop-caches), eviction {method, verified_with, files_evicted, "
+        "max_resident_before} (the run's own files)",
+        None,
+    ),
     "plan": (dict, "run_dir, peak_bytes, space_needed_bytes, notes", None),
     "setup": (
         list,
@@ -131,7 +161,12 @@ DOCUMENT: dict[str, Any] = {
     ),
     "results": (list, "one entry per sweep point", POINT),
     "verdict": (dict, "checkpoint {save_s, load_s, pass...}, data [{source, gpus_fed, pass...}], pass", None),
-    "cleanup": (dict, "removed_files, leftovers (paths that could not be removed)", None),
+    "cleanup": (
+        dict,
+        "removed_files, leftovers (paths that could not be removed), reclaimed (run dirs of this "
+        "user's dead earlier runs removed first: run_dir, pid, bytes, why)",
+        None,
+    ),
     "warnings": (list, "honesty warnings: cache, O_DIRECT, RAM size, CPU-bound workers", None),
 }
 
@@ -174,3 +209,14 @@ def describe(fields: dict[str, Any] = DOCUMENT, indent: str = "") -> list[str]:
         if nested:
             lines += describe(nested, indent + "    ")
     return lines
+
+
+def describe_json(fields: dict[str, Any] = DOCUMENT) -> dict[str, Any]:
+    """The layout as data (for --print-schema --json): name -> type, description, nested fields."""
+    out: dict[str, Any] = {}
+    for name, (types, text, nested) in fields.items():
+        entry: dict[str, Any] = {"type": _type_names(types), "description": text}
+        if nested:
+            entry["fields"] = describe_json(nested)
+        out[name] = entry
+    return out

@@ -7,10 +7,12 @@ drops in the run directory survives. Free space is checked before anything is wr
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable
 from typing import Any
 
+from storekit.bench import leftovers
 from storekit.bench.plan import RUN_PREFIX, SCRATCH
 from storekit.bench.spec import TargetSpec
 from storekit.diskspace import free_bytes
@@ -40,6 +42,19 @@ class PosixScratch:
         self.created_scratch = False
         self.created_dirs: list[str] = []  # relative to run_root, in creation order
         self.extra_files: list[str] = []
+        self.reclaimed: list[dict[str, Any]] = []
+
+    def reclaim_dead(self) -> list[dict[str, Any]]:
+        """Remove run directories our own killed predecessors left (see bench.leftovers)."""
+        if os.path.isdir(self.scratch) and not os.path.islink(self.scratch):
+            self.reclaimed = leftovers.reclaim(self.scratch)
+        return self.reclaimed
+
+    def reclaimable(self) -> list[str]:
+        """What reclaim_dead would remove (read-only, for --dry-run)."""
+        if not os.path.isdir(self.scratch) or os.path.islink(self.scratch):
+            return []
+        return [path for path, _ in leftovers.dead_runs(self.scratch)]
 
     def full(self, rel: str) -> str:
         return os.path.join(self.run_root, rel)
@@ -80,6 +95,7 @@ class PosixScratch:
                 os.mkdir(self.scratch)
                 self.created_scratch = True
             os.mkdir(self.run_root, 0o755)
+            leftovers.write_owner(self.run_root)  # lets a later run reclaim this one if it is killed
 
     def makedirs(self, rels: Iterable[str]) -> None:
         for rel in sorted(set(rels), key=lambda r: r.count("/")):
@@ -100,7 +116,7 @@ class PosixScratch:
 
     def remove_dirs(self, rels: Iterable[str]) -> list[str]:
         """Remove directories this run created (deepest first); returns those not empty."""
-        leftovers = []
+        not_empty = []
         wanted = set(rels)
         for rel in sorted(wanted, key=lambda r: -r.count("/")):
             if rel not in self.created_dirs:
@@ -111,12 +127,13 @@ class PosixScratch:
             except FileNotFoundError:
                 self.created_dirs.remove(rel)
             except OSError:
-                leftovers.append(self.full(rel))
-        return leftovers
+                not_empty.append(self.full(rel))
+        return not_empty
 
     def cleanup(self, created_paths: Iterable[str]) -> dict[str, Any]:
-        removed = self.remove([*created_paths, *self.extra_files])
-        leftovers = self.remove_dirs(list(self.created_dirs))
+        removed = self.remove(itertools.chain(created_paths, self.extra_files))
+        left = self.remove_dirs(list(self.created_dirs))
+        self.remove([leftovers.OWNER_FILE])  # last: a kill before here leaves a reclaimable run
         for path, ours in ((self.run_root, True), (self.scratch, self.created_scratch)):
             if not ours:
                 continue
@@ -125,9 +142,9 @@ class PosixScratch:
             except FileNotFoundError:
                 pass
             except OSError:
-                leftovers.append(path)
+                left.append(path)
                 break
-        return {"removed_files": removed, "leftovers": leftovers}
+        return {"removed_files": removed, "leftovers": left, "reclaimed": self.reclaimed}
 
 
 class S3Scratch:
@@ -140,6 +157,13 @@ class S3Scratch:
         self.run_root = "/".join(p for p in (prefix, SCRATCH, RUN_PREFIX + run_id) if p)
         self.client = make_client(target)
         self.extra_files: list[str] = []
+        self.reclaimed: list[dict[str, Any]] = []
+
+    def reclaim_dead(self) -> list[dict[str, Any]]:
+        return []  # no process to ask on S3: leftovers there need a lifecycle rule on scratch/
+
+    def reclaimable(self) -> list[str]:
+        return []
 
     def full(self, rel: str) -> str:
         return f"{self.run_root}/{rel}"
@@ -162,25 +186,26 @@ class S3Scratch:
         return None  # prefixes need no creation
 
     def remove(self, rels: Iterable[str]) -> int:
-        keys = [self.full(r) for r in rels]
-        for i in range(0, len(keys), 1000):
-            chunk = [{"Key": k} for k in keys[i : i + 1000]]
+        removed = 0
+        keys = map(self.full, rels)
+        while chunk := [{"Key": k} for k in itertools.islice(keys, 1000)]:  # the API's limit per call
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
-        return len(keys)
+            removed += len(chunk)
+        return removed
 
     def remove_dirs(self, rels: Iterable[str]) -> list[str]:
         return []
 
     def cleanup(self, created_paths: Iterable[str]) -> dict[str, Any]:
-        removed = self.remove([*created_paths, *self.extra_files])
+        removed = self.remove(itertools.chain(created_paths, self.extra_files))
         uploads = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.run_root + "/")
         for upload in uploads.get("Uploads", []):
             self.client.abort_multipart_upload(
                 Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
             )
         left = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.run_root + "/", MaxKeys=10)
-        leftovers = [f"s3://{self.bucket}/{o['Key']}" for o in left.get("Contents", [])]
-        return {"removed_files": removed, "leftovers": leftovers}
+        keys = [f"s3://{self.bucket}/{o['Key']}" for o in left.get("Contents", [])]
+        return {"removed_files": removed, "leftovers": keys, "reclaimed": []}
 
 
 def s3_error(exc: BaseException, target: TargetSpec) -> StorekitError:

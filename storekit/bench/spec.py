@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "duration": "1",
     "repeat": 3,
     "direct": True,
-    "drop_caches": True,
+    "drop_caches": False,  # the node's whole cache is co-tenants' too: only on request
     "model": "7b",
     "ranks": 8,
     "bytes_per_param": 2.0,

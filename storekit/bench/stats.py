@@ -11,6 +11,7 @@ series and the "all workers active" (stonewall) rate, and merge across hosts who
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ N_BUCKETS = (MAX_SHIFT + 2) * SUB
 FINE_NS = 10_000_000  # progress trace resolution
 SERIES_NS = 1_000_000_000  # time series resolution
 MIN_STONEWALL_NS = 50_000_000  # shorter all-active windows are too short to rate
+MODE_GAP = 3.0  # repeats whose sorted values jump by this factor or more form separate modes
 
 
 def bucket_index(value_ns: int) -> int:
@@ -219,34 +221,72 @@ class ProgressTrace:
         return cls(origin=int(data["origin"]), bytes=list(data["bytes"]), ops=list(data["ops"]))
 
 
-def series(traces: Iterable[ProgressTrace], start_ns: int, end_ns: int) -> list[dict[str, float]]:
-    """Merged 1 s buckets from `start_ns`: bytes and ops per second, to expose throttling."""
-    n = max(1, -(-(end_ns - start_ns) // SERIES_NS))
+_NICE_BUCKETS_NS = [k * FINE_NS for k in (1, 2, 5, 10, 20, 50, 100)]  # 10 ms ... 1 s
+SERIES_POINTS = 50
+
+
+def series_bucket_ns(duration_ns: int) -> int:
+    """1 s buckets for phases of a minute or more; finer ones (down to the traces' 10 ms) for shorter
+    phases, so a sub-second phase still shows its shape instead of a single point."""
+    for bucket in _NICE_BUCKETS_NS:
+        if bucket * SERIES_POINTS >= duration_ns:
+            return bucket
+    return SERIES_NS
+
+
+def series(
+    traces: Iterable[ProgressTrace], start_ns: int, end_ns: int, bucket_ns: int = SERIES_NS
+) -> list[dict[str, float]]:
+    """Merged buckets of `bucket_ns` from `start_ns`: bytes and ops per second, to expose throttling."""
+    n = max(1, -(-(end_ns - start_ns) // bucket_ns))
     out_b = [0.0] * n
     out_o = [0.0] * n
     for trace in traces:
         for offset, (b, o) in enumerate(zip(trace.bytes, trace.ops, strict=True)):
-            slot = ((trace.origin + offset) * FINE_NS - start_ns) // SERIES_NS
+            slot = ((trace.origin + offset) * FINE_NS - start_ns) // bucket_ns
             slot = min(max(slot, 0), n - 1)
             out_b[slot] += b
             out_o[slot] += o
     rows = []
     for i in range(n):
-        width = min(SERIES_NS, end_ns - start_ns - i * SERIES_NS) / 1e9
+        width = min(bucket_ns, end_ns - start_ns - i * bucket_ns) / 1e9
         width = max(width, 1e-3)
-        rows.append({"t_s": float(i), "bytes_per_s": out_b[i] / width, "ops_per_s": out_o[i] / width})
+        t_s = round(i * bucket_ns / 1e9, 6)
+        rows.append({"t_s": t_s, "bytes_per_s": out_b[i] / width, "ops_per_s": out_o[i] / width})
     return rows
 
 
-def median_spread(values: Sequence[float]) -> dict[str, float | None]:
-    """Median, min, max and relative spread ((max-min)/median) of repeated measurements."""
+def median_spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max and relative spread ((max-min)/median) of repeated measurements, and the
+    modes when the repeats fall into separate groups (see `modes`)."""
     clean = [v for v in values if v is not None]
     if not clean:
-        return {"median": None, "min": None, "max": None, "spread": None}
+        return {"median": None, "min": None, "max": None, "spread": None, "modes": None}
     med = statistics.median(clean)
     return {
         "median": med,
         "min": min(clean),
         "max": max(clean),
         "spread": (max(clean) - min(clean)) / med if med else None,
+        "modes": modes(clean),
     }
+
+
+def modes(values: Sequence[float], gap: float = MODE_GAP) -> list[dict[str, float]] | None:
+    """Groups of values separated by jumps of `gap`x or more between neighbours in sorted order,
+    smallest values first, as {median, count, min, max}; None when the values form one group.
+
+    A bimodal measurement (e.g. an empty-file create costing 30 us or 0.7 ms depending on what the
+    filesystem did seconds earlier) has no meaningful median: it jumps between the modes from run to
+    run. Each mode's own median is what can be compared."""
+    ordered = sorted(v for v in values if v is not None and v > 0)
+    if len(ordered) < 2:
+        return None
+    groups: list[list[float]] = [[ordered[0]]]
+    for prev, value in itertools.pairwise(ordered):
+        if value >= prev * gap:
+            groups.append([])
+        groups[-1].append(value)
+    if len(groups) == 1:
+        return None
+    return [{"median": statistics.median(g), "count": len(g), "min": g[0], "max": g[-1]} for g in groups]

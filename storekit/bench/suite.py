@@ -1,13 +1,15 @@
 """Carry out a BenchPlan: setup, every sweep point x repeat x phase, honest caches, cleanup always.
 
-The coordinator never does timed I/O itself; it creates directories, evicts or drops caches before
-read phases, checks that every phase moved exactly the planned bytes, and removes what the run
-created, also on Ctrl-C/SIGTERM (workers are stopped first).
+The coordinator never does timed I/O itself; it creates directories, evicts the run's own files from
+the page cache before read phases (the whole node's cache is dropped only with --drop-caches), checks
+that every phase moved exactly the planned bytes, and removes what the run created, also on
+Ctrl-C/SIGTERM (workers are stopped first).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -16,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from storekit.bench import env, native, pagecache, uring
-from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan
+from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan, iter_names
 from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
 from storekit.bench.runner import PhaseRunner
 from storekit.bench.scratch import PosixScratch, S3Scratch
@@ -25,6 +27,7 @@ from storekit.errors import Interrupted, StorekitError
 from storekit.units import format_bytes
 
 RESIDENT_WARN = 0.05
+RESIDENT_SAMPLE = 32  # files whose residency (mincore) is checked after eviction
 RAM_FACTOR = 2
 DELAYED_ACK_MS = 35.0
 THROTTLE_MIN_BUCKETS = 4  # seconds of full 1 s buckets before a slowdown is judged
@@ -93,7 +96,7 @@ class Suite:
                 for point in (p for p in plan.points if p.pattern == pattern):
                     points.append(self._run_point(runner, point))
                 if setup:
-                    self.scratch.remove(p for t in setup.phase.tasks for p in t.created_paths())
+                    self.scratch.remove(setup.created_paths())
                     self.scratch.remove_dirs(setup.dirs)
         except KeyboardInterrupt:
             with signals_deferred():
@@ -167,28 +170,46 @@ class Suite:
 
     # -- honesty ---------------------------------------------------------------------------------
     def _before_read(self, phase: PhasePlan) -> dict[str, Any]:
+        """Evict this run's own files (never anyone else's cache); drop the node's only when asked."""
         if not self.posix:
             return {"applicable": False}
-        done, why = (
-            pagecache.drop_caches() if self.spec.drop_caches else (False, "disabled (--no-drop-caches)")
-        )
+        if self.spec.drop_caches:
+            done, why = pagecache.drop_caches()
+            if not done:
+                self._warn_once(f"page cache not dropped: {why}; the run's own files are evicted instead")
+        else:
+            done, why = False, "not requested (--drop-caches): only this run's files are evicted"
         self.honesty.setdefault(
             "drop_caches", {"requested": self.spec.drop_caches, "done": done, "reason": why or None}
         )
-        if self.spec.drop_caches and not done:
-            self._warn_once(f"page cache not dropped: {why}; the run's own files are evicted instead")
         info: dict[str, Any] = {"dropped": done, "reason": why or None}
         if phase.op in DATA_OPS:
-            paths = sorted({self.scratch.full(f) for t in phase.tasks for f in t.files})
-            info["evicted_files"] = pagecache.evict(paths)
-            resident = pagecache.resident_fraction(paths[:32])
+            groups = [t.files for t in phase.tasks]
+            info["evicted_files"] = pagecache.evict(map(self.scratch.full, iter_names(groups)))
+            sample = itertools.islice(map(self.scratch.full, iter_names(groups)), RESIDENT_SAMPLE)
+            resident = pagecache.resident_fraction(sample)
             info["resident_before"] = resident
+            self._record_eviction(info["evicted_files"], resident)
             if resident is not None and resident > RESIDENT_WARN:
                 self._warn_once(
                     f"{resident:.0%} of the data was in the page cache before a {phase.name} phase: "
                     "the filesystem keeps pages despite O_DIRECT/eviction, reads may measure memory"
                 )
         return info
+
+    def _record_eviction(self, files: int, resident: float | None) -> None:
+        ev = self.honesty.setdefault(
+            "eviction",
+            {
+                "method": "posix_fadvise(POSIX_FADV_DONTNEED) on each of the run's files, after fdatasync",
+                "verified_with": f"mincore on up to {RESIDENT_SAMPLE} files before each read phase",
+                "files_evicted": 0,
+                "max_resident_before": None,
+            },
+        )
+        ev["files_evicted"] += files
+        if resident is not None:
+            ev["max_resident_before"] = max(resident, ev["max_resident_before"] or 0.0)
 
     def _check_direct(self, environment: dict[str, Any]) -> None:
         if not self.posix:

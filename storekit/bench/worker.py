@@ -62,5 +62,6 @@ def run_worker(task: WorkerTask, barrier: StartBarrier) -> dict[str, Any]:
         direct=job.direct,
         engine=job.engine,
         notes=job.notes,
+        settle_s=float(getattr(job, "settle_s", 0.0)),  # POSIX jobs sync the filesystem first
     )
     return result.to_dict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import traceback
@@ -13,12 +14,11 @@ from typer.main import get_command
 
 from storekit import __version__
 from storekit.cli import bench, config, dataset, layout, prepare
+from storekit.cli.common import HELP_SETTINGS, exit_codes
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
-from storekit.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, StorekitError
+from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.interrupts import interrupt_on
-
-EPILOG = "Exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE.items())
 
 app = typer.Typer(
     name="storekit",
@@ -26,14 +26,16 @@ app = typer.Typer(
         "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
         "prepare tokenized datasets, and benchmark parallel I/O.\n\n"
         "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
-        "one local tier at ./storage is used."
+        "one local tier at ./storage is used. `storekit COMMAND --help` describes each command; "
+        "`storekit --install-completion` sets up tab completion for your shell."
     ),
-    epilog=EPILOG,
+    epilog=exit_codes(*ExitCode),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    rich_markup_mode=None,
+    suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
+    context_settings=HELP_SETTINGS,
 )
 
 
@@ -72,6 +74,11 @@ def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
     raise SystemExit(code)
 
 
+def _usage_hint(exc: click.ClickException) -> str | None:
+    ctx = getattr(exc, "ctx", None)
+    return f"{ctx.command_path} --help" if ctx is not None else None
+
+
 def _crash(exc: BaseException, json_mode: bool) -> NoReturn:
     """A bug still gets its traceback, with the userinfo of any URL in it masked."""
     text = redact_urls("".join(traceback.format_exception(exc)))
@@ -83,11 +90,14 @@ def _crash(exc: BaseException, json_mode: bool) -> NoReturn:
     raise SystemExit(ExitCode.ERROR)
 
 
+_URL_IN_ARG = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+
+
 def _refuse_url_credentials(args: list[str]) -> None:
     """Any argument (`--input=s3://k:s@b/x` too) holding a URL with userinfo is refused before use."""
     for arg in args:
-        value = arg.partition("=")[2] if arg.startswith("-") else arg
-        refuse_url_credentials(value, "command line")
+        for url in _URL_IN_ARG.findall(arg):
+            refuse_url_credentials(url, "command line")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,7 +115,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(exc.exit_code) from None
     except click.ClickException as exc:
         exc.show()
-        raise SystemExit(ExitCode.USAGE) from None
+        code = ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        if json_mode and not result_emitted():
+            # a `| jq` pipeline still gets its one document, saying what was wrong
+            message = redact_urls(exc.format_message())
+            sys.stdout.write(dumps(error_document(message, _usage_hint(exc), code)) + "\n")
+        raise SystemExit(code) from None
     except click.exceptions.Abort:
         sys.stderr.write("error: interrupted\n")
         raise SystemExit(ExitCode.INTERRUPTED) from None

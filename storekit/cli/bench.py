@@ -10,10 +10,20 @@ import typer
 from rich.console import Console
 
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
-from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.cli.output import ProgressHandle
 from storekit.config import refuse_url_credentials
-from storekit.errors import UsageError
+from storekit.errors import ExitCode, UsageError
 from storekit.places import resolve_place, tier_place
 from storekit.store import S3Store
 from storekit.units import format_bytes
@@ -21,17 +31,12 @@ from storekit.units import format_bytes
 if TYPE_CHECKING:
     from storekit.bench.plan import BenchPlan
 
-bench_app = typer.Typer(
-    name="bench",
-    help="Benchmark storage the way training uses it.",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-)
+bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
 
 IO_HELP = """Measure whether storage can feed training and absorb checkpoints.
 
+\b
 Patterns, each on a POSIX directory or an S3 bucket/prefix:
-
   shards      W workers write large shard files (fsync included),
               then stream them back
   checkpoint  N ranks write their share of a model checkpoint at once
@@ -47,24 +52,39 @@ Patterns, each on a POSIX directory or an S3 bucket/prefix:
 Method: workers are processes started together on a barrier; bandwidth
 is bytes / (last finish - first start), with the rate while all workers
 were active and a per-worker straggler table. O_DIRECT with aligned
-buffers by default (a refusal is detected and reported); the page cache
-is dropped before reads where permitted and the run's files are always
-evicted; no process reads what it wrote; --repeat gives median and
+buffers by default (a refusal is detected and reported); before reads
+the run's own files are evicted from the page cache (posix_fadvise
+DONTNEED, checked with mincore), never the node's whole cache unless
+--drop-caches (root) asks for it; no process reads what it wrote; --repeat gives median and
 spread; latency percentiles come from merged histograms; the
 benchmark's own CPU use is shown so a Python ceiling is not taken for a
 storage ceiling. Small-file operations are timed in C (compiled with
 the system's cc on first use, cached in ~/.cache/storekit; set
 STOREKIT_BENCH_NATIVE=0 to time them in Python, which adds ~0.5 us).
 
+Windows (what is timed; --json says it per phase as "window"): as
+fio's where fio has the operation. A write phase creates its files
+empty before the start, then times each file from its open through
+the writes and fsync to its close (fio rw=write end_fsync=1); stat
+and delete time the call alone (fio filestat/filedelete). Different
+on purpose: create times open, write of the payload and close (fio's
+filecreate times only the open). Before each phase every worker
+syncs the target's filesystem, untimed ("settle_s"), so work left by
+the previous phase is not timed in the next. Repeats that fall into
+separate modes (a 3x jump) are listed per mode, not as one median.
+
 Safety: writes only under <target>/scratch/storekit-bench-<run-id>/,
 removed afterwards, also on Ctrl-C; refused before writing when free
-space is short.
+space is short. A run killed outright (SIGKILL, OOM, node crash) leaves
+its directory; the next run on the same host by the same user removes
+it once its owner process is provably gone (POSIX targets; --json:
+cleanup.reclaimed). Other users' and other hosts' runs are never touched.
 
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
 
+\b
 Examples:
-
   storekit bench io                         # suite on the default tier
   storekit bench io --target /lustre/storage --pattern shards \\
       --workers 1,4,16 --block-size 1M,4M
@@ -185,8 +205,10 @@ def io(
         typer.Option(
             "--drop-caches/--no-drop-caches",
             help=(
-                "Drop the page cache before read phases where permitted (root). The run's own files "
-                "are always evicted."
+                "Also drop the whole node's page cache, dentries and inodes before read phases (root "
+                "only; every other process on the node loses its cache too). Default: only the run's "
+                "own files are evicted (posix_fadvise DONTNEED), checked with mincore; --json says "
+                "what was done (honesty.eviction, honesty.drop_caches)."
             ),
         ),
     ] = DEFAULTS["drop_caches"],
@@ -287,7 +309,8 @@ def io(
 ) -> None:
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
-    from storekit.bench.patterns import build_plan
+    from storekit.bench.patterns import build_plan, peak_bytes
+    from storekit.bench.plan import space_needed
     from storekit.bench.report import build_document, require_matplotlib, write_plot, write_prometheus
     from storekit.bench.scratch import open_scratch
     from storekit.bench.suite import Suite, now_run_id
@@ -296,7 +319,12 @@ def io(
 
     out = make_output(json_out, quiet)
     if print_schema:
-        typer.echo("\n".join(schema.describe()))
+        doc = {
+            "schema": schema.BENCH_SCHEMA,
+            "bench_schema_version": schema.BENCH_SCHEMA_VERSION,
+            "fields": schema.describe_json(),
+        }
+        out.result("bench io", doc, lambda console: console.print("\n".join(schema.describe()), markup=False))
         return
     if plot:
         require_matplotlib()
@@ -328,6 +356,12 @@ def io(
     )
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
+    if not dry_run:  # what our killed predecessors left counts as free space again
+        for gone in scratch.reclaim_dead():
+            out.info(f"removed {gone['run_dir']}: left by an earlier bench run whose process is gone")
+    if spec.target.kind == "posix" or not dry_run:
+        # before any planning, also for --dry-run (it only reads): a 1P run is refused in microseconds
+        scratch.check(space_needed(peak_bytes(spec)))
     plan = build_plan(spec, run_id, scratch.run_root)
     if dry_run:
         data = {
@@ -335,6 +369,7 @@ def io(
             "config_hash": spec.config_hash(),
             "parameters": spec.parameters(),
             "plan": plan.to_dict(),
+            "would_reclaim": scratch.reclaimable(),
         }
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
@@ -377,5 +412,7 @@ def _render_plan(console: Console, plan: BenchPlan) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    bench_app.command("io", help=IO_HELP)(io)
+    E = ExitCode
+    codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    bench_app.command("io", help=IO_HELP, epilog=codes)(io)
     app.add_typer(bench_app, name="bench")

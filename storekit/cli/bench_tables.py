@@ -64,6 +64,7 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
         ("stragglers", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    bimodal: list[str] = []
     for point in doc["results"]:
         for ph in point["phases"]:
             s = ph["summary"]
@@ -71,12 +72,17 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
             main = s["bandwidth_bytes_per_s"] if data else s["ops_per_s"]
             wall = s["stonewall_bandwidth_bytes_per_s"] if data else s["stonewall_ops_per_s"]
             fmt = rate if data else (lambda v: "-" if v is None else f"{count(v)} op/s")
+            spread = "-" if main["spread"] is None else f"{main['spread']:.0%}"
+            if main.get("modes"):
+                spread += " (modes)"
+                groups = ", ".join(f"{fmt(m['median'])} x{m['count']}" for m in main["modes"])
+                bimodal.append(f"{point['pattern']} {point['label']} {ph['phase']}: {groups}")
             table.add_row(
                 point["pattern"],
                 point["label"],
                 ph["phase"],
                 fmt(main["median"]),
-                "-" if main["spread"] is None else f"{main['spread']:.0%}",
+                spread,
                 fmt(wall["median"]),
                 count(s["ops_per_s"]["median"]),
                 ms(s["latency"]["p50_ms"]),
@@ -85,6 +91,8 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
                 str(s["stragglers"]),
             )
     console.print(table)
+    for line in bimodal:  # a median between two modes describes neither
+        console.print(f"modes over repeats (median x repeats): {line}", markup=False)
     lines = verdict_lines(doc["verdict"])
     if lines:
         console.print("[bold]verdict[/bold]")

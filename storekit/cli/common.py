@@ -8,7 +8,30 @@ import typer
 
 from storekit.cli.output import Output
 from storekit.config import SiteConfig, load_config
+from storekit.errors import EXIT_CODE_TABLE, ExitCode
 from storekit.store import Store, open_store
+
+# Plain Click help, not rich panels: rich reads `[plot]` as markup and cuts option names at 80 columns.
+HELP_SETTINGS: dict[str, object] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def noun_app(name: str | None, help_text: str) -> typer.Typer:
+    """A command group (`layout`, `dataset`, ...) with the help and typo handling every group shares."""
+    return typer.Typer(
+        name=name,
+        help=help_text,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
+        context_settings=HELP_SETTINGS,
+    )
+
+
+def exit_codes(*codes: ExitCode) -> str:
+    """The epilog listing the exit codes a command can end with (`\b` keeps Click from rewrapping it)."""
+    listed = sorted({ExitCode.OK, *codes})
+    return "\b\nExit codes:\n" + "\n".join(f"  {int(c):>3}  {EXIT_CODE_TABLE[c]}" for c in listed)
+
 
 JsonOpt = Annotated[
     bool,

@@ -8,15 +8,21 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.config import SiteConfig, TierConfig, mask_url
-from storekit.errors import StorekitError
+from storekit.errors import ExitCode, StorekitError
 from storekit.store import open_store
 
-config_app = typer.Typer(
-    help="Show the site config (storekit.toml) and check that its tiers can be reached.",
-    no_args_is_help=True,
-)
+config_app = noun_app(None, "Show the site config (storekit.toml) and check that its tiers can be reached.")
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +45,7 @@ def _selected(cfg: SiteConfig, tier: str | None) -> list[TierConfig]:
     return [cfg.tier(tier)] if tier else list(cfg.tiers.values())
 
 
-@config_app.command("show")
+@config_app.command("show", epilog=exit_codes(ExitCode.USAGE))
 def show(
     tier: TierOpt = None,
     json: JsonOpt = False,
@@ -52,11 +58,11 @@ def show(
     default) and which tier is the default. Contacts no storage; a malformed config file is reported
     with its file and key (exit 2).
 
+    \b
     Examples:
-
       storekit config show
-
-      storekit config show --json --config /etc/storekit/storekit.toml | jq '.tiers[].url'
+      storekit config show --json --config /etc/storekit/storekit.toml \\
+          | jq '.tiers[].url'
     """
     out = make_output(json, quiet)
     cfg = site_config(config)
@@ -78,7 +84,7 @@ def _render_show(c: Console, source: str, default: str, tiers: list[dict[str, An
         c.print(line.rstrip(), markup=False)
 
 
-@config_app.command("check")
+@config_app.command("check", epilog=exit_codes(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.RETRYABLE))
 def check(
     tier: TierOpt = None,
     json: JsonOpt = False,
@@ -93,10 +99,9 @@ def check(
     Exit 0 when all are reachable, 5 when a tier cannot be reached (retry later or fix the mount or
     endpoint), 3 when a bucket does not exist, 2 for a malformed config.
 
+    \b
     Examples:
-
       storekit config check
-
       storekit config check --tier archive --json
     """
     out = make_output(json, quiet)

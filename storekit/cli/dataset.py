@@ -6,9 +6,20 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
-from storekit.errors import ExitCode
+from storekit.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+    tier_store,
+)
+from storekit.errors import ExitCode, MismatchError, UsageError
 from storekit.units import format_bytes as format_size
 
 PathArg = Annotated[
@@ -21,11 +32,17 @@ PathArg = Annotated[
 
 
 def register(app: typer.Typer) -> None:
-    dataset_app = typer.Typer(
-        name="dataset", help="Inspect and verify prepared datasets.", no_args_is_help=True
+    dataset_app = noun_app("dataset", "List, inspect, verify and blend prepared datasets.")
+    E = ExitCode
+    dataset_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))(
+        verify_command
     )
-    dataset_app.command("verify")(verify_command)
-    dataset_app.command("info")(info_command)
+    dataset_app.command("info", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))(info_command)
+    dataset_app.command("list", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))(list_command)
+    dataset_app.command("inspect", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))(
+        inspect_command
+    )
+    dataset_app.command("blend", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))(blend_command)
     app.add_typer(dataset_app)
 
 
@@ -40,10 +57,9 @@ def verify_command(
 
     Exit 0 when everything matches, 4 on any mismatch (listed), 3 when PATH holds no dataset.
 
+    \b
     Examples:
-
       storekit dataset verify datasets/code/sample/v1
-
       storekit dataset verify s3://archive/storage/datasets/text/web/v2 --json
     """
     from storekit.pipeline.location import resolve_location
@@ -77,10 +93,11 @@ def info_command(
 ) -> None:
     """Print the summary of a dataset's manifest: tokenizer, splits, shards, sizes and stats.
 
+    Reads manifest.json only; `storekit dataset verify` re-hashes the shards.
+
+    \b
     Examples:
-
       storekit dataset info datasets/code/sample/v1
-
       storekit dataset info /lustre/storage/datasets/text/web/v2 --json
     """
     from storekit.pipeline.location import resolve_location
@@ -98,3 +115,211 @@ def info_command(
         render_manifest_summary(console, summary)
 
     out.result("dataset info", summary, human)
+
+
+def list_command(
+    tier: TierOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Every dataset on a tier: kind, name, version, tokens, shards, tokenizer and state.
+
+    Looks under datasets/<kind>/<name>/<version>/ and reads each manifest. State "ok": every file
+    the manifest names is there with its size (a stat each); "incomplete": one is missing or has
+    another size; "uncommitted": no manifest (half-written). `dataset verify` re-hashes the bytes.
+
+    \b
+    Examples:
+      storekit dataset list
+      storekit dataset list --tier lustre --json | jq -r '.datasets[].path'
+    """
+    from storekit.pipeline.catalog import list_datasets
+
+    out = make_output(json_out, quiet)
+    store = tier_store(site_config(config), tier)
+    entries = list_datasets(store)
+
+    def human(console: Console) -> None:
+        if not entries:
+            console.print(f"no datasets on {store.display_url}", markup=False)
+            return
+        table = Table(box=None, header_style="bold")
+        for col in ("dataset", "state", "tokens", "docs", "shards", "size", "tokenizer"):
+            table.add_column(col, justify="right" if col in ("tokens", "docs", "shards", "size") else "left")
+        for e in entries:
+            table.add_row(
+                f"{e.kind}/{e.name}/{e.version}",
+                e.state,
+                "-" if e.tokens is None else f"{e.tokens:,}",
+                "-" if e.documents is None else f"{e.documents:,}",
+                "-" if e.shards is None else str(e.shards),
+                "-" if e.bytes is None else format_size(e.bytes),
+                e.tokenizer or "-",
+            )
+        console.print(table)
+        for e in entries:
+            if e.problem:
+                console.print(f"{e.path}: {e.problem}", markup=False)
+
+    out.result(
+        "dataset list",
+        {"tier": store.name, "url": store.display_url, "datasets": [e.to_dict() for e in entries]},
+        human,
+    )
+
+
+def inspect_command(
+    path: PathArg,
+    shard: Annotated[
+        str | None,
+        typer.Option("--shard", metavar="NAME", help="Shard to read, e.g. train-00001. Default: the first."),
+    ] = None,
+    docs: Annotated[int, typer.Option("--docs", "-n", metavar="N", help="Documents to decode.")] = 3,
+    start: Annotated[
+        int, typer.Option("--start", metavar="I", help="First document (0-based) in the shard.")
+    ] = 0,
+    max_chars: Annotated[
+        int,
+        typer.Option("--max-chars", metavar="N", help="Cut each decoded text after N characters (0: never)."),
+    ] = 2000,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            metavar="PATH|NAME",
+            help="Decode with this tokenizer instead of the one the manifest names (its xxh3 must match).",
+        ),
+    ] = None,
+    tier: TierOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Decode documents of a shard back to text with the tokenizer the manifest names.
+
+    Shows what training will see: the token ids read from the .bin through the .idx, decoded with
+    the dataset's own tokenizer (refused with exit 4 when the tokenizer found is not the one the
+    dataset was built with, by xxh3-128 of its tokenizer.json).
+
+    \b
+    Examples:
+      storekit dataset inspect datasets/code/sample/v1
+      storekit dataset inspect datasets/code/sample/v1 --shard train-00001 \\
+          --start 10 -n 1 --json
+    """
+    from storekit.pipeline.catalog import pick_shard, read_documents
+    from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
+    from storekit.pipeline.verify import load_dataset_manifest
+
+    if docs < 1:
+        raise UsageError("--docs must be at least 1")
+    out = make_output(json_out, quiet)
+    location = resolve_location(path, site_config(config), tier)
+    manifest = load_dataset_manifest(location)
+    entry = manifest.body.get("tokenizer") or {}
+    info = resolve_tokenizer(tokenizer or str(entry.get("name")), eos=False, bos=False)
+    if entry.get("xxh3_128") and info.xxh3_128 != entry["xxh3_128"]:
+        raise MismatchError(
+            f"tokenizer {info.file} (xxh3-128 {info.xxh3_128}) is not the one {location.display} was built "
+            f"with ({entry['xxh3_128']})",
+            hint="give the right one with --tokenizer",
+        )
+    decoder = load_tokenizer(info)
+    chosen = pick_shard(manifest, shard)
+    documents = []
+    for index, ids in read_documents(location, chosen, start=start, count=docs):
+        text = decoder.decode(ids, skip_special_tokens=False)
+        cut = bool(max_chars) and len(text) > max_chars
+        documents.append(
+            {"index": index, "tokens": len(ids), "text": text[:max_chars] if cut else text, "truncated": cut}
+        )
+
+    def human(console: Console) -> None:
+        console.print(f"{location.display}/{chosen['name']}  (tokenizer {info.name})", markup=False)
+        for d in documents:
+            more = f", first {max_chars} characters" if d["truncated"] else ""
+            console.print(f"--- document {d['index']} ({d['tokens']} tokens{more}) ---", markup=False)
+            console.print(d["text"], markup=False, highlight=False)
+
+    out.result(
+        "dataset inspect",
+        {
+            "dataset": location.display,
+            "shard": chosen["name"],
+            "tokenizer": info.name,
+            "documents": documents,
+        },
+        human,
+    )
+
+
+def blend_command(
+    datasets: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="DATASET[=WEIGHT]...", help="Datasets to mix; weights optional (default: by tokens)."
+        ),
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", "-f", metavar="FORMAT", help="args, data-args, per-split or nemo (see above)."
+        ),
+    ] = "args",
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write it to FILE (atomically).")
+    ] = None,
+    tier: TierOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Mix prepared datasets into the data arguments Megatron-LM and NeMo take.
+
+    Every shard becomes a Megatron prefix with a weight: by tokens, or the dataset's given weight
+    spread over its shards by tokens. A held-out split becomes the validation data.
+
+    \b
+    Formats (--format):
+      args       --data-path W P ... (--train-/--valid-data-path with a holdout)
+      data-args  the W P ... list for Megatron-LM --data-args-path FILE
+      per-split  JSON for Megatron-LM --per-split-data-args-path FILE
+      nemo       JSON {train, validation, test} for NeMo model.data.data_prefix
+
+    \b
+    Examples:
+      storekit dataset blend datasets/code/sample/v1
+      storekit dataset blend datasets/text/web/v2=0.7 \\
+          datasets/code/sample/v1=0.3 --format per-split -o blend.json
+    """
+    from storekit.metrics import write_textfile
+    from storekit.pipeline.blend import BlendInput, blend_prefixes, parse_weighted, render, split_lists
+    from storekit.pipeline.location import resolve_location
+    from storekit.pipeline.verify import load_dataset_manifest
+
+    out = make_output(json_out, quiet)
+    site = site_config(config)
+    inputs = []
+    for ref in datasets:
+        where, weight = parse_weighted(ref)
+        location = resolve_location(where, site, tier)
+        manifest = load_dataset_manifest(location)
+        inputs.append(BlendInput(location.local_path() or location.display, manifest, weight))
+    prefixes = blend_prefixes(inputs)
+    text = render(prefixes, fmt)
+    if output:
+        write_textfile(output, text + "\n")
+
+    def human(console: Console) -> None:
+        if output:
+            console.print(f"wrote {output} ({fmt}, {len(prefixes)} shards)", markup=False)
+        else:
+            console.print(text, markup=False, soft_wrap=True)
+
+    out.result(
+        "dataset blend",
+        {"format": fmt, "text": text, "splits": split_lists(prefixes), "output": output},
+        human,
+    )

@@ -14,13 +14,16 @@ from storekit.cli.common import (
     JsonOpt,
     QuietOpt,
     TierOpt,
+    exit_codes,
     make_output,
+    noun_app,
     site_config,
     tier_store,
 )
 from storekit.config import SiteConfig, mask_url
 from storekit.errors import ExitCode, NotFoundError, StorekitError, UnreachableError
 from storekit.layout.check import RULES, CheckReport, check_layout
+from storekit.layout.clean import CleanPlan
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
 from storekit.layout.status import TierStatus, prometheus_text, tier_status
@@ -39,21 +42,29 @@ LayoutOpt = Annotated[
     ),
 ]
 
-layout_app = typer.Typer(
-    help="Check and show the /storage layout (datasets, checkpoints, logs, models, scratch).",
-    no_args_is_help=True,
+layout_app = noun_app(
+    None, "Check and show the /storage layout (datasets, checkpoints, logs, models, scratch)."
 )
+E = ExitCode
 
 
 def register(app: typer.Typer) -> None:
-    app.command("init")(init)
-    app.command("status")(status)
+    app.command("init", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(init)
+    app.command("status", epilog=exit_codes(E.ERROR, E.USAGE, E.RETRYABLE))(status)
     app.add_typer(layout_app, name="layout")
 
 
 def init(
     tier: TierOpt = None,
     layout: LayoutOpt = None,
+    adopt: Annotated[
+        bool,
+        typer.Option(
+            "--adopt",
+            help="Lay out an existing non-empty directory that holds no storekit layout yet (refused "
+            "without this flag; its entries are kept, its mode becomes the layout's root mode).",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -66,10 +77,13 @@ def init(
     striping hints where `lfs` exists (reported as skipped elsewhere). Idempotent: run it again at any
     time; it never deletes or moves anything. On an S3 tier it creates the bucket and prefix markers.
 
+    It touches only a root that is missing, empty, or already holds one of the layout's areas; a
+    non-empty directory that is not a storekit tree (a home, a shared /tmp) is refused, in a dry run
+    too, unless --adopt.
+
+    \b
     Examples:
-
       storekit init                       # ./storage with no config file
-
       storekit init --tier lustre --dry-run --json
     """
     out = make_output(json, quiet)
@@ -77,11 +91,9 @@ def init(
     store = tier_store(cfg, tier, probe=False)
     _probe_for_init(store)
     spec = load_layout(layout or store.tier.layout)
-    plan = plan_init(spec, store)
+    plan = plan_init(spec, store, adopt=adopt)
     if not dry_run:
-        apply_init(
-            plan, store, on_action=lambda a: out.info(f"{a.action:<10} {a.path or '.'} {a.mode or ''}")
-        )
+        apply_init(plan, store)  # the result lists every action once, on stdout
     out.result(
         "init",
         {"dry_run": dry_run, "applied": not dry_run, **plan.to_dict()},
@@ -112,7 +124,7 @@ def _render_plan(c: Console, plan: LayoutPlan, dry_run: bool) -> None:
         c.print(f"skipped: {s}")
 
 
-@layout_app.command("check")
+@layout_app.command("check", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def check(
     tier: TierOpt = None,
     layout: LayoutOpt = None,
@@ -128,13 +140,15 @@ def check(
     steps and dataset versions), ttl-expired (scratch), mode (wrong area modes; anything group/world-
     writable in read-only areas), quota, symlink-escape. Read-only: it changes nothing.
 
-    Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached.
+    Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached (every other tier
+    is still checked and reported; the unreachable one is a row with its error).
 
+    \b
     Examples:
-
       storekit layout check
-
-      storekit layout check --all --json | jq '.tiers[].findings[] | select(.rule=="missing-manifest")'
+      storekit layout check --all --json | jq '.tiers[].findings[]'
+      storekit layout check --json | jq -r '.tiers[].findings[]
+          | select(.rule == "missing-manifest") | .path'
     """
     out = make_output(json, quiet)
     cfg = site_config(config)
@@ -209,7 +223,57 @@ def _render_check(c: Console, reports: list[CheckReport]) -> None:
             c.print(f"skipped on {r.tier}: {s}")
 
 
-@layout_app.command("show")
+@layout_app.command("clean", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))
+def clean(
+    tier: TierOpt = None,
+    layout: LayoutOpt = None,
+    dry_run: DryRunOpt = False,
+    json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Remove expired entries of areas with a TTL (scratch/: 14 days in llm-cluster).
+
+    An entry expires when nothing in it changed for longer than the area's TTL; that includes the
+    work directories of abandoned prepare runs. Kept: anything named after a Slurm job that is still
+    in squeue (scratch/<jobid>, <jobid>_<task>, job-<jobid>), and every job-named entry when Slurm
+    exists but cannot be asked. Each delete renames the entry to a hidden tombstone, makes that
+    durable, then deletes it: an interrupted clean never leaves a half-deleted directory under its
+    name, and the next clean removes the tombstone. Run with --dry-run first.
+
+    \b
+    Examples:
+      storekit layout clean --dry-run
+      storekit layout clean --tier lustre --json | jq '.deleted[]'
+    """
+    from storekit.layout.clean import apply_clean, plan_clean
+
+    out = make_output(json, quiet)
+    cfg = site_config(config)
+    store = tier_store(cfg, tier)
+    spec = load_layout(layout or store.tier.layout)
+    plan = plan_clean(spec, store)
+    deleted = [] if dry_run else apply_clean(plan, store)
+    out.result(
+        "layout clean",
+        {"dry_run": dry_run, "deleted": [e.path for e in deleted], **plan.to_dict()},
+        lambda c: _render_clean(c, plan, dry_run),
+    )
+
+
+def _render_clean(c: Console, plan: CleanPlan, dry_run: bool) -> None:
+    verb = "would delete" if dry_run else "deleted"
+    deletes = [e for e in plan.entries if e.action == "delete"]
+    c.print(
+        f"tier {plan.tier} ({plan.url}): {verb} {len(deletes)} entr{'y' if len(deletes) == 1 else 'ies'} "
+        f"({format_bytes(sum(e.bytes for e in deletes))}); Slurm: {plan.slurm}",
+        markup=False,
+    )
+    for e in plan.entries:
+        c.print(f"  {verb if e.action == 'delete' else 'keep':<12} {e.path}  {e.reason}", markup=False)
+
+
+@layout_app.command("show", epilog=exit_codes(E.USAGE, E.NOT_FOUND))
 def show(
     tier: TierOpt = None,
     layout: LayoutOpt = None,
@@ -217,7 +281,15 @@ def show(
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Print the layout: areas, modes, name patterns, TTLs, quotas and striping, and the check rules."""
+    """Print the layout: areas, modes, name patterns, TTLs, quotas and striping, and the check rules.
+
+    Reads the layout file only; contacts no storage.
+
+    \b
+    Examples:
+      storekit layout show
+      storekit layout show --layout layouts/llm-cluster.toml --json
+    """
     out = make_output(json, quiet)
     cfg = site_config(config)
     spec = load_layout(layout or cfg.tier(tier).layout)
@@ -292,13 +364,15 @@ def status(
     """Bytes, files and free space per area, for every tier (or one with --tier).
 
     An unreachable tier is reported (storekit_tier_up 0) and makes the exit code 5 after everything
-    else was reported and written.
+    else was reported and written. The Prometheus file passes `promtool check metrics` and is
+    replaced atomically (mode 0644), as node_exporter's textfile collector needs.
 
+    \b
     Examples:
-
       storekit status
-
-      storekit status --prometheus /var/lib/node_exporter/textfile/storekit.prom --quiet
+      storekit status --json | jq '.tiers[].areas[] | {area, bytes}'
+      storekit status --quiet \\
+          --prometheus /var/lib/node_exporter/textfile/storekit.prom
     """
     out = make_output(json, quiet)
     cfg = site_config(config)

@@ -14,18 +14,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.live import Live
 from rich.text import Text
+
+from storekit.cli.progress import PlainProgress, ProgressState, fit, interval_from_env, progress_parts
 
 JSON_SCHEMA_VERSION = 1
 _emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
@@ -52,48 +44,37 @@ def dumps(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, default=_json_default, ensure_ascii=False, indent=2)
 
 
-class RatesColumn(ProgressColumn):
-    """Extra per-second rates (docs/s, tokens/s, ...) from numeric task fields."""
+class _LiveLine:
+    """The terminal bar: one line, redrawn in place, cut to the terminal's width instead of wrapping."""
 
-    def __init__(self, fields: Mapping[str, str]) -> None:
-        super().__init__()
-        self.fields = fields  # task field -> label
+    def __init__(self, state: ProgressState, console: Console) -> None:
+        self.state = state
+        self.console = console
 
-    def render(self, task: Task) -> Text:
-        elapsed = task.elapsed or 0.0
-        if elapsed <= 0:
-            return Text("")
-        parts = []
-        for key, label in self.fields.items():
-            value = float(task.fields.get(key, 0) or 0)
-            parts.append(f"{_si(value / elapsed)} {label}/s")
-        return Text("  ".join(parts), style="progress.data.speed")
-
-
-def _si(value: float) -> str:
-    for unit in ("", "k", "M", "G", "T"):
-        if abs(value) < 1000:
-            return f"{value:.1f}{unit}"
-        value /= 1000
-    return f"{value:.1f}P"
+    def __rich__(self) -> Text:
+        line = fit(progress_parts(self.state, time.monotonic(), bar=True), max(self.console.width - 1, 20))
+        return Text(line, no_wrap=True, overflow="crop")
 
 
 class ProgressHandle:
-    def __init__(self, progress: Progress | None, task_id: Any) -> None:
-        self._progress = progress
-        self._task = task_id
+    def __init__(self, state: ProgressState | None, plain: PlainProgress | None = None) -> None:
+        self._state = state
+        self._plain = plain
         self.fields: dict[str, float] = {}
 
     def advance(self, amount: float = 1, **fields: float) -> None:
         for key, value in fields.items():
             self.fields[key] = self.fields.get(key, 0) + value
-        if self._progress is not None:
-            fields_any: dict[str, Any] = dict(self.fields)
-            self._progress.update(self._task, advance=amount, **fields_any)
+        if self._plain is not None:
+            self._plain.advance(amount, fields)
+        elif self._state is not None:
+            self._state.advance(amount, fields)
 
     def set_total(self, total: float | None) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, total=total)
+        if self._plain is not None:
+            self._plain.set_total(total)
+        elif self._state is not None:
+            self._state.total = total
 
 
 class Output:
@@ -130,27 +111,23 @@ class Output:
         rates: Mapping[str, str] | None = None,
         transfer: bool = False,
     ) -> Iterator[ProgressHandle]:
-        """A progress bar on stderr with rate and ETA; silent with --quiet."""
+        """Progress on stderr: a one-line bar in a terminal, plain periodic lines in logs and pipes;
+        silent with --quiet."""
         if self.quiet:
-            yield ProgressHandle(None, None)
+            yield ProgressHandle(None)
             return
-        columns: list[ProgressColumn | str] = [
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-        ]
-        if transfer:
-            from rich.progress import DownloadColumn, TransferSpeedColumn
-
-            columns += [DownloadColumn(), TransferSpeedColumn()]
-        else:
-            columns += [MofNCompleteColumn(), TextColumn(unit)]
-        if rates:
-            columns.append(RatesColumn(rates))
-        columns += [TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
-        with Progress(*columns, console=self.err, transient=False) as progress:
-            task_id = progress.add_task(description, total=total)
-            yield ProgressHandle(progress, task_id)
+        state = ProgressState(
+            description, total, time.monotonic(), unit=unit, transfer=transfer, rates=dict(rates or {})
+        )
+        if not self.err.is_terminal:
+            plain = PlainProgress(state, sys.stderr, interval=interval_from_env())
+            try:
+                yield ProgressHandle(state, plain)
+            finally:
+                plain.close()
+            return
+        with Live(_LiveLine(state, self.err), console=self.err, refresh_per_second=4, transient=False):
+            yield ProgressHandle(state)
 
 
 def error_document(message: str, hint: str | None, exit_code: int) -> dict[str, Any]:

@@ -10,8 +10,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, TierOpt, make_output, site_config
+from storekit.cli.common import (
+    ConfigOpt,
+    DryRunOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
 from storekit.cli.output import Output, ProgressHandle
+from storekit.errors import ExitCode
 from storekit.interrupts import interrupt_on
 from storekit.units import format_bytes as format_size
 
@@ -22,31 +33,31 @@ if TYPE_CHECKING:
 
 EXAMPLES = """
 
+\b
 Examples:
-
-  # the bundled sample (CPython stdlib sources + a 65k BPE tokenizer) into ./storage, offline
+  # the bundled sample (CPython stdlib sources + a 65k BPE tokenizer)
+  # into ./storage, offline
   storekit prepare dataset
-
-  # a declarative pipeline; flags override its keys
-  storekit prepare dataset pipelines/web.toml --workers 32
-
-  # everything by flags: jsonl.zst shards on S3 -> datasets/text/web/v2 on the 'lustre' tier
-  storekit prepare dataset -i 's3://raw/web/*.jsonl.zst' --tokenizer /models/llama3/ \\
-      --name web --version v2 --tier lustre --shard-size 2GiB --holdout 0.005
-
-  # a source tree, one document per file, keeping the file path next to each document
-  storekit prepare dataset -i ~/src/linux --format text --kind code --name linux \\
-      --tokenizer tok.json --keep-fields path
+  # a pipeline file (pipelines/sample.toml is the bundled sample's);
+  # flags override its keys
+  storekit prepare dataset pipelines/sample.toml --workers 2 --dry-run
+  # everything by flags: jsonl.zst on S3 -> datasets/text/web/v2 on 'lustre'
+  storekit prepare dataset -i 's3://raw/web/*.jsonl.zst' \\
+      --tokenizer /models/llama3/ --name web --version v2 --tier lustre \\
+      --shard-size 2GiB --holdout 0.005
+  # a source tree, one document per file, keeping each file's path
+  storekit prepare dataset -i ~/src/linux --format text --kind code \\
+      --name linux --tokenizer tok.json --keep-fields path
 """
 
 
 def register(app: typer.Typer) -> None:
-    prepare_app = typer.Typer(
-        name="prepare",
-        help="Prepare training data: raw corpora -> tokenized, deduplicated, sharded datasets.",
-        no_args_is_help=True,
+    prepare_app = noun_app(
+        "prepare", "Prepare training data: raw corpora -> tokenized, deduplicated, sharded datasets."
     )
-    prepare_app.command("dataset", help=_HELP + EXAMPLES)(prepare_dataset_command)
+    E = ExitCode
+    codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    prepare_app.command("dataset", help=_HELP + EXAMPLES, epilog=codes)(prepare_dataset_command)
     app.add_typer(prepare_app)
 
 
@@ -68,7 +79,13 @@ def prepare_dataset_command(
     ] = None,
     inputs: Annotated[
         list[str] | None,
-        typer.Option("--input", "-i", metavar="GLOB|DIR|FILE|s3://...", help="Input files (repeatable)."),
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="GLOB|DIR|FILE|s3://...",
+            help="Input files (repeatable). Inside a directory or glob, symbolic links are followed only "
+            "while they stay inside it; a link out is refused.",
+        ),
     ] = None,
     input_format: Annotated[
         str | None,
@@ -112,6 +129,26 @@ def prepare_dataset_command(
     ] = None,
     bos_token: Annotated[
         str | None, typer.Option("--bos-token", help="The BOS token, when it cannot be guessed.")
+    ] = None,
+    tokenizer_engine: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer-engine",
+            metavar="auto|hf|tiktoken",
+            help="auto (default): the compiled fast BPE engine where it gives the same ids as "
+            "`tokenizers` (checked on a sample of the input), else `tokenizers`; hf: always "
+            "`tokenizers`; tiktoken: the fast engine or exit 2.",
+        ),
+    ] = None,
+    special_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--special-tokens",
+            metavar="match|text",
+            help="A special token's text inside a document (e.g. a literal <|endoftext|>): match "
+            "(default, as `tokenizers` does) makes it the special token; text encodes it as plain "
+            "text. Occurrences are counted in the stats.",
+        ),
     ] = None,
     name: Annotated[
         str | None, typer.Option("--name", help="Dataset name. Default: the pipeline file's name.")
@@ -228,6 +265,8 @@ def prepare_dataset_command(
         "bos": bos,
         "eos_token": eos_token,
         "bos_token": bos_token,
+        "tokenizer_engine": tokenizer_engine,
+        "special_tokens": special_tokens,
         "name": name,
         "kind": kind,
         "version": version,
@@ -311,6 +350,7 @@ class _progress:
 
 
 def _report(out: Output, outcome: PrepareOutcome) -> None:
+    from storekit.pipeline.megatron import as_command_line, data_path_args, shard_prefixes
     from storekit.pipeline.summary import manifest_summary, plan_summary, render_manifest_summary
 
     data: dict[str, Any] = {
@@ -320,8 +360,13 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
         "path": outcome.location.rel,
         "plan": plan_summary(outcome.plan, work_dir=str(outcome.work_dir)),
     }
+    next_step = None
     if outcome.manifest is not None:
         data["manifest"] = manifest_summary(outcome.manifest)
+        root = outcome.location.local_path() or outcome.location.display
+        args = data_path_args(shard_prefixes(outcome.manifest.body, root))
+        data["megatron_args"] = args
+        next_step = as_command_line(args)
     if outcome.timings:
         data["timings"] = outcome.timings
         data["tasks_resumed"] = outcome.tasks_resumed
@@ -350,6 +395,9 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
                 f"{t['docs_per_s']:.0f} docs/s  {t['mb_per_s']:.2f} MB/s  workers {t['workers']}  "
                 f"peak RSS {rss} (max process {rss_max})"
             )
+        if next_step:
+            console.print("next: train on it with Megatron-LM or NeMo, giving them", markup=False)
+            console.print(f"  {next_step}", markup=False, soft_wrap=True)
 
     out.result("prepare dataset", data, human)
 
@@ -369,6 +417,8 @@ def _render_plan(console: Console, plan: dict[str, Any], where: str) -> None:
         "work_dir",
     ):
         table.add_row(key, str(plan[key]))
+    engine = plan["tokenizer_engine"]
+    table.add_row("engine", f"{engine['name']}: {engine['reason']}")
     console.print(table)
     for src in plan["source_files"][:20]:
         console.print(

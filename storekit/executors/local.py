@@ -26,10 +26,9 @@ from typing import Any
 from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import ExitCode, Interrupted, StorekitError
-from storekit.pipeline.encode import Encoder
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.task import Stopped, TaskRunner, peak_rss
+from storekit.pipeline.task import Stopped, TaskRunner, encoder_for, peak_rss
 from storekit.pipeline.workdir import WorkDir
 
 ProgressSink = Callable[[int, int, int], None]  # docs, tokens, input bytes
@@ -142,7 +141,7 @@ def run_tasks_on_threads(
             done(index, summary)
 
     def loop() -> None:
-        fs, encoder = InputFS(site), Encoder(plan.tokenizer)
+        fs, encoder = InputFS(site), encoder_for(plan)
         runner = TaskRunner(plan, work, fs, encoder, background_commit=True, should_stop=stop.is_set)
         index: int | None = -1
         try:

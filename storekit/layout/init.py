@@ -1,7 +1,9 @@
 """`storekit init`: plan (pure, from spec + what exists) and apply (exactly that plan).
 
 Idempotent: a tier that already matches yields an empty plan. Nothing is ever deleted or moved;
-unknown entries are left for `layout check` to report.
+unknown entries are left for `layout check` to report. A root that exists, is not empty and holds none
+of the layout's areas is someone else's directory (a home, a shared 1777 dir): init refuses it, in a
+dry run too, unless `adopt` says to lay it out anyway.
 """
 
 from __future__ import annotations
@@ -50,8 +52,34 @@ def _octal(mode: int) -> str:
     return f"{mode:04o}"
 
 
-def plan_init(spec: LayoutSpec, store: Store) -> LayoutPlan:
+# entries a filesystem makes by itself in a fresh mount: they do not make a root "someone's"
+_FILESYSTEM_ENTRIES = {"lost+found", ".snapshot", ".snapshots", ".zfs"}
+
+
+def refuse_foreign_root(spec: LayoutSpec, store: Store) -> None:
+    """Raise unless the root is missing, empty, or already holds at least one of the layout's areas."""
+    try:
+        entries = [e for e in store.list("") if e.name not in _FILESYSTEM_ENTRIES]
+    except NotFoundError:
+        return
+    areas = {a.name for a in spec.areas}
+    if not entries or any(e.is_dir and not e.is_link and e.name in areas for e in entries):
+        return
+    if any(e.name in areas for e in entries):
+        return  # a file where an area belongs: plan_init refuses that with its own, precise message
+    shown = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
+    raise StorekitError(
+        f"{store.display_url} is not empty ({len(entries)} entries: {shown}) and holds no storekit "
+        f"layout; init would change its mode to {_octal(spec.root_mode)} and add areas beside them",
+        hint="point the tier at a new or empty directory, or pass --adopt to lay out this one "
+        "(nothing in it is moved or deleted)",
+    )
+
+
+def plan_init(spec: LayoutSpec, store: Store, *, adopt: bool = False) -> LayoutPlan:
     caps = store.capabilities
+    if not adopt:
+        refuse_foreign_root(spec, store)
     actions: list[LayoutAction] = []
     skipped: list[str] = []
     if not caps.posix_modes:

@@ -70,11 +70,24 @@ def stripped_hash(text: str) -> int | None:
 
 
 class Encoder:
-    """Encodes batches of documents into (tokens, lengths), one worker process per core."""
+    """Encodes batches of documents into (tokens, lengths) with the plan's engine (`info.engine`).
 
-    def __init__(self, info: TokenizerInfo, tokenizer: Any = None) -> None:
+    Both engines give the same ids (the fast one is used only where that is proven, see
+    storekit.pipeline.engines); literal special-token strings are counted here, with either engine.
+    """
+
+    def __init__(self, info: TokenizerInfo, tokenizer: Any = None, *, special_as_text: bool = False) -> None:
         self.info = info
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(info)
+        self.tokenizer = (
+            tokenizer if tokenizer is not None else load_tokenizer(info, special_as_text=special_as_text)
+        )
+        self.fast = None
+        if info.engine == "tiktoken":
+            from storekit.pipeline.engines import fast_encoder
+
+            self.fast = fast_encoder(info, special_as_text=special_as_text)
+        self._specials = _special_regex(self.tokenizer)
+        self.special_strings = 0  # literal special-token strings seen in documents
         self.dtype = np.dtype(np.uint16 if info.dtype == "uint16" else np.int32)
         self.eos = info.eos_id
         self.bos = info.bos_id
@@ -90,11 +103,16 @@ class Encoder:
         add_len = lengths.append
         bos, eos = self.bos, self.eos
         extra = (bos is not None) + (eos is not None)
+        self._count_specials(texts)
         t0 = time.perf_counter()
-        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        if self.fast is not None:
+            encodings = [self.fast.encode(text) for text in texts]
+        else:
+            encodings = [
+                enc.ids for enc in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+            ]
         t1 = time.perf_counter()
-        for enc in encodings:
-            ids = enc.ids
+        for ids in encodings:
             if bos is not None:
                 flat.append(bos)
             extend(ids)
@@ -106,6 +124,16 @@ class Encoder:
         self.encode_seconds += t1 - t0
         self.ids_seconds += time.perf_counter() - t1
         return out, lengths
+
+    def _count_specials(self, texts: Sequence[str]) -> None:
+        if self._specials is not None:
+            search = self._specials.findall
+            self.special_strings += sum(len(search(t)) for t in texts)
+
+    @property
+    def hf_documents(self) -> int:
+        """Documents the fast engine handed to `tokenizers` (characters it is unsure about)."""
+        return self.fast.hf_documents if self.fast is not None else 0
 
     def is_long(self, text: str) -> bool:
         return self.long_chars is not None and len(text) > self.long_chars
@@ -125,11 +153,17 @@ class Encoder:
             write(np.array([self.bos], dtype=self.dtype))
             total += 1
         for piece in pieces:
+            self._count_specials((piece,))
             t0 = time.perf_counter()
-            (enc,) = self.tokenizer.encode_batch_fast([piece], add_special_tokens=False)
+            if self.fast is not None:
+                raw = self.fast.encode(piece)
+            else:
+                (enc,) = self.tokenizer.encode_batch_fast([piece], add_special_tokens=False)
+                raw = enc.ids
+                del enc
             t1 = time.perf_counter()
-            ids = np.array(enc.ids, dtype=self.dtype)
-            del enc
+            ids = np.array(raw, dtype=self.dtype)
+            del raw
             self.encode_seconds += t1 - t0
             self.ids_seconds += time.perf_counter() - t1
             write(ids)
@@ -138,3 +172,12 @@ class Encoder:
             write(np.array([self.eos], dtype=self.dtype))
             total += 1
         return total
+
+
+def _special_regex(tokenizer: Any) -> re.Pattern[str] | None:
+    """Literal occurrences of the special tokens' text (leftmost-longest, like `tokenizers`)."""
+    specials = sorted(
+        {str(t.content) for t in tokenizer.get_added_tokens_decoder().values() if t.special and t.content},
+        key=lambda c: (-len(c), c),
+    )
+    return re.compile("|".join(re.escape(c) for c in specials)) if specials else None

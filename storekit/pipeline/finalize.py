@@ -179,7 +179,7 @@ def _stats(
     summaries: Sequence[dict[str, Any]], shards: Sequence[ShardInfo], cross_dups: int, output_bytes: int
 ) -> dict[str, Any]:
     def total(key: str) -> int:
-        return sum(int(s["stats"][key]) for s in summaries)
+        return sum(int(s["stats"].get(key, 0)) for s in summaries)
 
     errors: dict[str, int] = {}
     examples: list[dict[str, str]] = []
@@ -197,6 +197,8 @@ def _stats(
         "errors": dict(sorted(errors.items())),
         "error_examples": examples,
         "tokens": sum(s.tokens for s in shards),
+        # literal special-token strings inside documents: what they became is options.special_tokens
+        "special_token_strings": total("special_token_strings"),
         "input_bytes": total("input_bytes"),
         "output_bytes": output_bytes,
         "tasks": len(summaries),

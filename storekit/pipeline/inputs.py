@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from storekit.config import SiteConfig, mask_url
 from storekit.errors import InputError, StorekitError, storage_error
+from storekit.paths import resolves_outside
 from storekit.pipeline.bundled import bundled_path, is_bundled
 from storekit.places import is_s3_url, resolve_place
 
@@ -92,23 +93,62 @@ def _hidden(rel: str) -> bool:
 
 
 def _expand_local(pattern: str) -> list[tuple[str, int, float | None]]:
+    """Files a local input names. A file named on its own is read even if it is a link (the user named
+    it); inside a directory or a glob, a link is followed only while its target stays inside that
+    input's root: one pointing out (`-> /etc/shadow`) is refused, so nobody's link can pull a file
+    the user did not name into a dataset (which may be world-readable)."""
     if any(c in pattern for c in GLOB_CHARS):
-        paths = sorted(p for p in globmod.glob(pattern, recursive=True) if os.path.isfile(p))
+        root = _glob_root(pattern)
+        paths = sorted(
+            p
+            for p in globmod.glob(pattern, recursive=True)
+            if os.path.isfile(p) or not os.path.exists(p)  # broken links: refused below
+        )
     elif os.path.isdir(pattern):
+        root = pattern
         paths = []
-        for root, dirs, files in os.walk(pattern):
+        for top, dirs, files in os.walk(pattern):  # never descends into linked directories
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            paths.extend(os.path.join(root, f) for f in files if not f.startswith("."))
+            for d in dirs:
+                if os.path.islink(os.path.join(top, d)):
+                    check_link(os.path.join(top, d), root)  # inside: walked where it really is
+            paths.extend(os.path.join(top, f) for f in files if not f.startswith("."))
         paths.sort()  # the order of `find DIR | sort`, whatever order the file system lists in
     elif os.path.isfile(pattern):
-        paths = [pattern]
+        st = os.stat(pattern)
+        return [(os.path.abspath(pattern), st.st_size, st.st_mtime)]
     else:
         return []
     out: list[tuple[str, int, float | None]] = []
     for path in paths:
+        check_link(path, root)
         st = os.stat(path)
         out.append((os.path.abspath(path), st.st_size, st.st_mtime))
     return out
+
+
+def _glob_root(pattern: str) -> str:
+    """The directory a glob starts from: its leading components without wildcards."""
+    parts = pattern.split(os.sep)
+    fixed = []
+    for part in parts[:-1]:
+        if any(c in part for c in GLOB_CHARS):
+            break
+        fixed.append(part)
+    return os.sep.join(fixed) or ("/" if pattern.startswith(os.sep) else ".")
+
+
+def check_link(path: str, root: str) -> None:
+    """Refuse a path that a symbolic link leads out of `root` (or nowhere)."""
+    outside = resolves_outside(path, root)
+    if outside is not None:
+        raise InputError(
+            f"input {root}: {path} is a symbolic link to {outside}, outside the input; links out of an "
+            "input directory or glob are not followed",
+            hint="give the target as its own --input if you mean to read it, or remove the link",
+        )
+    if not os.path.exists(path):
+        raise InputError(f"input {root}: {path} is a broken symbolic link (to {os.path.realpath(path)})")
 
 
 def read_range(fs: InputFS, url: str, start: int, length: int) -> bytes:

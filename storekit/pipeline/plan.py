@@ -18,7 +18,8 @@ import xxhash
 
 from storekit import __version__
 from storekit.pipeline.formats import format_named
-from storekit.pipeline.formats.base import Piece, SourceFile
+from storekit.pipeline.formats.base import Piece as Piece  # re-exported: a plan is made of pieces
+from storekit.pipeline.formats.base import SourceFile
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import TokenizerInfo
 

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from storekit.manifest import Manifest
 from storekit.ops import hash_stream
 from storekit.paths import join_rel
 from storekit.pipeline.commit import check_existing
+from storekit.pipeline.engines import choose_engine, sample_documents
 from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation, resolve_location
@@ -55,14 +56,27 @@ class PrepareOutcome:
     timings: dict[str, Any] = field(default_factory=dict)
 
 
-def make_plan(spec: PipelineSpec, site: SiteConfig, fs: InputFS) -> tuple[PrepPlan, DatasetLocation, WorkDir]:
+def make_plan(
+    spec: PipelineSpec, site: SiteConfig, fs: InputFS
+) -> tuple[PrepPlan, DatasetLocation, WorkDir, dict[str, float]]:
+    """The plan (its tokenizer engine chosen on a sample of the input), where it goes, its work dir,
+    and how long choosing the engine took."""
     location = resolve_location(spec.output_location, site, spec.tier)
     tokenizer = resolve_tokenizer(
         spec.tokenizer, eos=spec.eos, bos=spec.bos, eos_token=spec.eos_token, bos_token=spec.bos_token
     )
     sources = discover_sources(spec.inputs, forced_format=spec.input_format, text_key=spec.text_key, fs=fs)
     plan = plan_tasks(spec, sources, tokenizer)
-    return plan, location, WorkDir(work_dir_for(spec, site, location, plan))
+    started = time.monotonic()
+    chosen = choose_engine(
+        spec.tokenizer_engine,
+        tokenizer,
+        sample_documents(plan, fs),
+        special_as_text=spec.special_tokens == "text",
+    )
+    plan = replace(plan, tokenizer=chosen)
+    plan_timings = {"engine_choice_seconds": round(time.monotonic() - started, 3)}
+    return plan, location, WorkDir(work_dir_for(spec, site, location, plan)), plan_timings
 
 
 def work_dir_for(spec: PipelineSpec, site: SiteConfig, location: DatasetLocation, plan: PrepPlan) -> Path:
@@ -99,7 +113,7 @@ def prepare_dataset(
     progress = progress or Progress()
     started = time.monotonic()
     fs = InputFS(site)
-    plan, location, work = make_plan(spec, site, fs)
+    plan, location, work, plan_timings = make_plan(spec, site, fs)
     existing = check_existing(location, plan.plan_id, force=force, work=work if work.path.is_dir() else None)
     outcome = PrepareOutcome(status="planned", plan=plan, location=location, work_dir=work.path)
     if dry_run:
@@ -123,10 +137,12 @@ def prepare_dataset(
         workers = spec.workers or default_workers()
         t0 = time.monotonic()
         spent = {"encode": 0.0, "ids": 0.0, "total": 0.0}
+        hf_docs = [0]
 
         def task_done(index: int, summary: dict[str, Any]) -> None:
             for key in spent:
                 spent[key] += float(summary.get(f"{key}_seconds" if key != "total" else "seconds", 0.0))
+            hf_docs[0] += int(summary.get("engine_hf_documents", 0))
 
         report = run_tasks(
             plan, work, site, todo, workers=workers, progress=progress.advance, on_done=task_done
@@ -151,6 +167,10 @@ def prepare_dataset(
         "tasks_run": report.tasks_run,
         "peak_rss_bytes": sum(rss),
         "peak_rss_max_process_bytes": max(rss),
+        "engine": plan.tokenizer.engine,
+        **plan_timings,
+        # documents the fast engine left to `tokenizers` (characters unknown to this Python's Unicode)
+        "engine_hf_documents": hf_docs[0],
         # split of the task time (summed over workers): the tokenizer itself, turning its ids into
         # arrays, everything else (read, parse, check, hash, write); commits run in the background
         "task_seconds": {

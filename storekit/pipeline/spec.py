@@ -5,7 +5,8 @@ Relative input and tokenizer paths are taken relative to the current directory, 
 
     [dataset]   name, kind (text|code|multimodal), version
     [input]     paths (list), format, text_key, keep_fields
-    [tokenizer] path, eos, bos, eos_token, bos_token
+    [tokenizer] path, eos, bos, eos_token, bos_token, engine (auto|hf|tiktoken),
+                special_tokens (match|text: what a literal special-token string in a document becomes)
     [filters]   dedup, min_chars, max_chars, max_doc_bytes
     [split]     holdout (fraction of documents, chosen by document hash)
     [output]    tier, path, shard_size | shard_tokens
@@ -30,6 +31,8 @@ from storekit.units import parse_size
 KINDS = ("text", "code", "multimodal")
 FORMATS = (*input_formats.DISCOVERY_MODES, *input_formats.FORMATS)  # --format: a mode or a format name
 ON_ERROR = ("skip", "fail")
+ENGINES = ("auto", "hf", "tiktoken")
+SPECIAL_TOKENS = ("match", "text")  # match: as `tokenizers` does (the special id); text: plain text
 DEFAULT_SHARD_BYTES = 1 << 30
 DEFAULT_MAX_DOC_BYTES = 64 << 20
 CLI_SOURCE = "<command line>"
@@ -49,6 +52,8 @@ _KEYS: dict[str, tuple[str, str, str]] = {
     "bos": ("tokenizer", "bos", "--bos/--no-bos"),
     "eos_token": ("tokenizer", "eos_token", "--eos-token"),
     "bos_token": ("tokenizer", "bos_token", "--bos-token"),
+    "tokenizer_engine": ("tokenizer", "engine", "--tokenizer-engine"),
+    "special_tokens": ("tokenizer", "special_tokens", "--special-tokens"),
     "dedup": ("filters", "dedup", "--dedup/--no-dedup"),
     "min_chars": ("filters", "min_chars", "--min-chars"),
     "max_chars": ("filters", "max_chars", "--max-chars"),
@@ -81,6 +86,8 @@ class PipelineSpec:
     bos: bool = False
     eos_token: str | None = None
     bos_token: str | None = None
+    tokenizer_engine: str = "auto"  # not part of the plan: both engines give the same shards
+    special_tokens: str = "match"
     dedup: bool = True
     min_chars: int | None = None
     max_chars: int | None = None
@@ -111,6 +118,7 @@ class PipelineSpec:
             "keep_fields": list(self.keep_fields),
             "eos": self.eos,
             "bos": self.bos,
+            "special_tokens": self.special_tokens,
             "dedup": self.dedup,
             "min_chars": self.min_chars,
             "max_chars": self.max_chars,
@@ -246,7 +254,13 @@ def _check(name: str, value: Any, origin: str) -> Any:
         return float(value)
     if not isinstance(value, str):
         raise fail(f"expected a string, got {type(value).__name__} {value!r}")
-    choices = {"kind": KINDS, "input_format": FORMATS, "on_error": ON_ERROR}.get(name)
+    choices = {
+        "kind": KINDS,
+        "input_format": FORMATS,
+        "on_error": ON_ERROR,
+        "tokenizer_engine": ENGINES,
+        "special_tokens": SPECIAL_TOKENS,
+    }.get(name)
     if choices and value not in choices:
         raise fail(f"expected one of {', '.join(choices)}, got {value!r}")
     if name in ("name", "version") and not _NAME_RE.match(value):

@@ -11,6 +11,8 @@ from storekit.manifest import Manifest
 from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan
 from storekit.units import format_bytes as format_size
 
+SAMPLE_CORPUS = "bundled:cpython-stdlib-sample"
+
 
 def plan_summary(plan: PrepPlan, *, work_dir: str) -> dict[str, Any]:
     itemsize = 2 if plan.tokenizer.dtype == "uint16" else 4
@@ -29,6 +31,11 @@ def plan_summary(plan: PrepPlan, *, work_dir: str) -> dict[str, Any]:
         "estimated_output_bytes_max": plan.total_bytes // BYTES_PER_TOKEN_FLOOR * itemsize,
         "tokenizer": plan.tokenizer.name,
         "tokenizer_vocab_size": plan.tokenizer.vocab_size,
+        "tokenizer_engine": {
+            "name": plan.tokenizer.engine,
+            "reason": plan.tokenizer.engine_reason,
+            "sample_check": plan.tokenizer.sample_check,
+        },
         "dtype": plan.tokenizer.dtype,
         "options": plan.options,
         "work_dir": work_dir,
@@ -76,6 +83,9 @@ def render_manifest_summary(console: Console, summary: dict[str, Any]) -> None:
         f"{tok.get('name')} (vocab {tok.get('vocab_size')}, {tok.get('dtype')}, "
         f"xxh3-128 {str(tok.get('xxh3_128'))[:16]}...)",
     )
+    engine = tok.get("engine") or {}
+    if engine:
+        table.add_row("engine", f"{engine.get('name')}: {engine.get('reason')}")
     for split, s in (summary.get("splits") or {}).items():
         table.add_row(
             split, f"{s['documents']:,} documents, {s['tokens']:,} tokens in {s['shards']} shard(s)"
@@ -92,8 +102,26 @@ def render_manifest_summary(console: Console, summary: dict[str, Any]) -> None:
             f"duplicate {stats.get('docs_duplicate', 0):,}  filtered {stats.get('docs_filtered', 0):,}  "
             f"bad {stats.get('docs_malformed', 0):,}",
         )
+        if stats.get("special_token_strings"):
+            opts = summary.get("options") or {}
+            became = "plain text" if opts.get("special_tokens") == "text" else "special tokens"
+            table.add_row(
+                "special text",
+                f"{stats['special_token_strings']:,} literal special-token strings, encoded as {became}",
+            )
         if stats.get("errors"):
             table.add_row("bad records", ", ".join(f"{k} {v:,}" for k, v in stats["errors"].items()))
+            table.add_row("", _bad_records_note(stats))
         for example in stats.get("error_examples", [])[:3]:
             table.add_row("", f"{example['where']}: {example['reason']}: {example['detail']}")
     console.print(table)
+
+
+def _bad_records_note(stats: dict[str, Any]) -> str:
+    examples = stats.get("error_examples", [])
+    if set(stats["errors"]) == {"empty"} and all(e["where"].startswith(SAMPLE_CORPUS) for e in examples):
+        return (
+            "the sample's empty files (__init__.py), kept in it on purpose: bad input is skipped "
+            "and counted, not fatal"
+        )
+    return "skipped and counted, not fatal (--on-error fail stops at the first instead)"

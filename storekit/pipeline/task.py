@@ -57,6 +57,7 @@ class TaskStats:
     filtered_long: int = 0
     tokens: int = 0
     input_bytes: int = 0
+    special_token_strings: int = 0  # literal special-token text inside documents (either engine)
     errors: dict[str, int] = field(default_factory=dict)
     examples: list[dict[str, str]] = field(default_factory=list)
 
@@ -108,10 +109,12 @@ class TaskRunner:
         self._reap()
         started = time.perf_counter()
         enc0, ids0 = self.encoder.encode_seconds, self.encoder.ids_seconds
+        specials0, hf0 = self.encoder.special_strings, self.encoder.hf_documents
         tmp = self.work.new_task_dir(index)
         try:
             with io_errors(tmp):
                 stats = self._run(index, tmp, progress or (lambda d, t, b: None))
+                stats.special_token_strings = self.encoder.special_strings - specials0
                 summary = {
                     "task": index,
                     "plan_id": self.plan.plan_id,
@@ -120,6 +123,8 @@ class TaskRunner:
                     # hash, write); the commit (fsync, rename) runs after `seconds`
                     "encode_seconds": round(self.encoder.encode_seconds - enc0, 4),
                     "ids_seconds": round(self.encoder.ids_seconds - ids0, 4),
+                    "engine": self.encoder.info.engine,
+                    "engine_hf_documents": self.encoder.hf_documents - hf0,
                     "seconds": round(time.perf_counter() - started, 4),
                     "peak_rss": peak_rss(),
                 }
@@ -338,4 +343,8 @@ def read_task_array(path: Path, dtype: Any) -> np.ndarray:
 
 def run_task(plan: PrepPlan, index: int, work: WorkDir, site: SiteConfig | None = None) -> dict[str, Any]:
     """Run one task of a plan from scratch (what a Slurm array task calls); returns its summary."""
-    return TaskRunner(plan, work, InputFS(site), Encoder(plan.tokenizer)).run(index)
+    return TaskRunner(plan, work, InputFS(site), encoder_for(plan)).run(index)
+
+
+def encoder_for(plan: PrepPlan) -> Encoder:
+    return Encoder(plan.tokenizer, special_as_text=plan.options.get("special_tokens") == "text")

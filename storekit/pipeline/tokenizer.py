@@ -48,6 +48,9 @@ class TokenizerInfo:
     bos_token: str | None
     dtype: str  # uint16 | int32 (Megatron's choice for this vocabulary)
     splittable: bool  # documents may be encoded in pieces cut at whitespace (byte-level BPE)
+    engine: str = "hf"  # hf (`tokenizers`) | tiktoken (compiled fast BPE): see storekit.pipeline.engines
+    engine_reason: str = ""
+    sample_check: dict[str, Any] | None = None  # both engines on a sample of the input (engines.sample_check)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +67,7 @@ class TokenizerInfo:
             "eos": {"token": self.eos_token, "id": self.eos_id},
             "bos": {"token": self.bos_token, "id": self.bos_id},
             "dtype": self.dtype,
+            "engine": {"name": self.engine, "reason": self.engine_reason, "sample_check": self.sample_check},
         }
 
 
@@ -128,12 +132,19 @@ def read_tokenizer_json(file: str | Path) -> str:
 _LOADED: dict[str, Any] = {}
 
 
-def load_tokenizer(info: TokenizerInfo) -> Any:
-    if info.xxh3_128 not in _LOADED:
+def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any:
+    """The `tokenizers` instance (one per process); `special_as_text`: literal special-token strings in a
+    document are encoded as plain text instead of becoming the special token."""
+    key = info.xxh3_128 + (":special-as-text" if special_as_text else "")
+    if key not in _LOADED:
         from tokenizers import Tokenizer
 
-        _LOADED[info.xxh3_128] = Tokenizer.from_str(read_tokenizer_json(info.file))
-    return _LOADED[info.xxh3_128]
+        tokenizer = _LOADED.get(info.xxh3_128) or Tokenizer.from_str(read_tokenizer_json(info.file))
+        if special_as_text:
+            tokenizer = Tokenizer.from_str(tokenizer.to_str())
+            tokenizer.encode_special_tokens = True
+        _LOADED[key] = tokenizer
+    return _LOADED[key]
 
 
 def resolve_tokenizer(

@@ -12,9 +12,13 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
+from typer.main import get_command
 
+from storekit.cli.app import app
 from storekit.config import mask_url, redact_urls, url_has_credentials
+from tests.conftest import s3_options
 from tests.unit.pipeline.helpers import run_cli
 
 KEY = "AKIDLEAKY77"
@@ -38,11 +42,28 @@ COMMANDS = [
     ["prepare", "dataset", "--dry-run"],
     ["dataset", "verify", "datasets/code/sample/v1"],
     ["dataset", "info", "datasets/code/sample/v1"],
+    ["dataset", "list"],
+    ["dataset", "inspect", "datasets/code/sample/v1"],
+    ["dataset", "blend", "datasets/code/sample/v1"],
+    ["layout", "clean"],
+    ["layout", "clean", "--dry-run"],
     ["bench", "io", "--pattern", "meta", "--files", "10"],
     ["bench", "io", "--dry-run"],
     ["config", "show"],
     ["config", "check"],
 ]
+
+
+def leaf_commands(command: click.Command, path: tuple[str, ...] = ()) -> set[str]:
+    if isinstance(command, click.Group):
+        return {leaf for name, sub in command.commands.items() for leaf in leaf_commands(sub, (*path, name))}
+    return {" ".join(path)}
+
+
+def test_every_command_is_in_this_test() -> None:
+    covered = {" ".join(c[:n]) for c in COMMANDS for n in (1, 2)}
+    missing = leaf_commands(get_command(app)) - covered
+    assert not missing, f"add {sorted(missing)} to COMMANDS in {__file__}: every command must refuse them"
 
 
 def closed_port() -> int:
@@ -109,6 +130,7 @@ CLI_URLS = [
     ["prepare", "dataset", "--input", f"{URLS['plain']}/corpus.jsonl"],
     ["prepare", "dataset", f"--input={URLS['slash']}/corpus.jsonl", "--dry-run"],
     ["prepare", "dataset", "--output", f"{URLS['plain']}/datasets/text/x/v1"],
+    ["prepare", "dataset", f"-i{URLS['plain']}/corpus.jsonl"],
     ["dataset", "verify", f"{URLS['plain']}/datasets/text/x/v1"],
     ["dataset", "info", f"{URLS['slash']}/datasets/text/x/v1"],
     ["bench", "io", "--target", URLS["plain"], "--pattern", "meta"],
@@ -170,3 +192,26 @@ def test_what_counts_as_credentials_in_a_url() -> None:
         assert mask_url(clean) == clean
     text = f"error: {URLS['slash']} and http://u:pw@h:1/x, not s3://b/k"
     assert redact_urls(text) == "error: s3://***@bucket/storage and http://***@h:1/x, not s3://b/k"
+
+
+@pytest.mark.ceph
+def test_working_credentials_in_a_url_are_refused_on_the_real_gateway(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Even keys that would work are refused in a URL, and never printed (real Ceph RGW)."""
+    options = s3_options()
+    key, secret = options["key"], options["secret"]
+    config = in_tmp / "storekit.toml"
+    config.write_text(
+        f'[tiers.archive]\nurl = "s3://{key}:{secret}@bucket/storage"\n'
+        f'[tiers.archive.options]\nendpoint_url = "{options["endpoint_url"]}"\n'
+    )
+    for command in (["init"], ["bench", "io", "--pattern", "meta"], ["status"]):
+        res = run_cli([*command, "--config", str(config), "--json"], capsys)
+        assert (
+            res.code == 2 and "credentials in a URL are refused" in json.loads(res.stdout)["error"]["message"]
+        )
+        assert secret not in res.stdout + res.stderr and key not in res.stdout + res.stderr
+    target = f"s3://{key}:{secret}@bucket/p"
+    res = run_cli(["bench", "io", "--target", target, "--endpoint-url", options["endpoint_url"]], capsys)
+    assert res.code == 2 and secret not in res.stdout + res.stderr

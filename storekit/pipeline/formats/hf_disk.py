@@ -10,7 +10,7 @@ import os
 
 from storekit.config import mask_url
 from storekit.errors import InputError, NotFoundError
-from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.inputs import InputFS, check_link
 from storekit.places import is_s3_url
 
 NAME = "hf-disk"
@@ -36,6 +36,10 @@ def save_to_disk_files(pattern: str, fs: InputFS) -> list[tuple[str, int, float 
         raise InputError(f"{mask_url(base)}/state.json lists no _data_files")
     out = []
     for name in names:
+        if "/" in name or name in ("", ".", "..") or any(c in name for c in "*?["):
+            raise InputError(f"{mask_url(base)}/state.json names {name!r}, which is not a file name in it")
+        if not is_s3_url(base) and os.path.lexists(f"{base}/{name}"):
+            check_link(f"{base}/{name}", base)
         files = fs.expand(f"{base}/{name}")
         if not files:
             raise InputError(f"{mask_url(base)}/state.json names {name}, which does not exist")

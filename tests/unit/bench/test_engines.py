@@ -70,7 +70,7 @@ def test_io_uring_reads_exactly_the_requested_blocks(tmp_path: Path) -> None:
         os.close(fd)
 
 
-def test_seq_write_writes_exact_sizes_with_unique_block_stamps_then_reads_them(tmp_path: Path) -> None:
+def test_seq_write_writes_exact_sizes_stamping_every_4k_then_reads_them(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     files = ("d/a.bin", "d/b.bin")
     w = task(
@@ -89,11 +89,16 @@ def test_seq_write_writes_exact_sizes_with_unique_block_stamps_then_reads_them(t
     job.close()
     assert rec.bytes == 2 * 256 * KiB and rec.ops == 8
     assert job.direct is bool(O_DIRECT)
+    pages = []
     for index, name in enumerate(files):
         data = (tmp_path / name).read_bytes()
         assert len(data) == 256 * KiB
-        stamps = [struct.unpack_from("<QQ", data, off) for off in range(0, len(data), 64 * KiB)]
-        assert stamps == [(3 * 65_536 + index, off) for off in range(0, 256 * KiB, 64 * KiB)]
+        # every 4 KiB carries (file stamp, its own byte offset): no two pages alike, within a block or
+        # across blocks and files, so deduplication in the storage has nothing to fold
+        stamps = [struct.unpack_from("<QQ", data, off) for off in range(0, len(data), 4 * KiB)]
+        assert stamps == [(3 * 65_536 + index, off) for off in range(0, 256 * KiB, 4 * KiB)]
+        pages += [data[off : off + 4 * KiB] for off in range(0, len(data), 4 * KiB)]
+    assert len(set(pages)) == len(pages)
     r = SeqRead(task(tmp_path, "read", files=files, file_size=256 * KiB, block_size=64 * KiB, direct=True))
     rec = Recorder()
     r.run(rec)
@@ -101,12 +106,39 @@ def test_seq_write_writes_exact_sizes_with_unique_block_stamps_then_reads_them(t
     assert rec.bytes == 2 * 256 * KiB and rec.latency.count == 8
 
 
+def test_seq_write_stamps_blocks_that_are_not_whole_pages(tmp_path: Path) -> None:
+    # buffered I/O allows any block size: a 6,000-byte block is stamped at 0 and 4,096
+    job = SeqWrite(task(tmp_path, "write", files=("odd.bin",), file_size=12_000, block_size=6_000, seed=1))
+    job.run(Recorder())
+    job.close()
+    data = (tmp_path / "odd.bin").read_bytes()
+    assert len(data) == 12_000
+    stamps = [struct.unpack_from("<QQ", data, off) for off in (0, 4096, 6000, 10096)]
+    assert stamps == [(65_536, 0), (65_536, 4096), (65_536, 6000), (65_536, 10096)]
+
+
+def test_seq_write_creates_its_files_before_the_timed_run_like_fios_layout(tmp_path: Path) -> None:
+    """Creating the files is not part of the window: they exist, empty, once the job is prepared
+    (before the start barrier), and the timed run only opens them: a file gone by then fails it."""
+    t = task(tmp_path, "write", files=("a.bin", "b.bin"), file_size=8 * KiB, block_size=4 * KiB, seed=0)
+    job = engine_posix.prepare(t)
+    try:
+        assert [(tmp_path / n).stat().st_size for n in ("a.bin", "b.bin")] == [0, 0]
+        assert job.settle_s >= 0.0  # the filesystem was synced before the barrier
+        (tmp_path / "b.bin").unlink()
+        rec = Recorder()
+        with pytest.raises(OSError, match=r"b\.bin: No such file"):
+            job.run(rec)
+    finally:
+        job.close()
+    assert (tmp_path / "a.bin").stat().st_size == 8 * KiB and rec.bytes == 8 * KiB
+    assert not (tmp_path / "b.bin").exists()
+
+
 def test_seq_write_never_overwrites_an_existing_file(tmp_path: Path) -> None:
     (tmp_path / "taken.bin").write_bytes(b"not yours")
-    job = SeqWrite(task(tmp_path, "write", files=("taken.bin",), file_size=4096, block_size=4096, seed=0))
     with pytest.raises(OSError, match=r"taken\.bin"):
-        job.run(Recorder())
-    job.close()
+        SeqWrite(task(tmp_path, "write", files=("taken.bin",), file_size=4096, block_size=4096, seed=0))
     assert (tmp_path / "taken.bin").read_bytes() == b"not yours"
 
 

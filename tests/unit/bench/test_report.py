@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from storekit.bench import schema
-from storekit.bench.report import prometheus_text, write_atomic
+from storekit.bench.report import prometheus_text, render_human, write_atomic
 from storekit.bench.spec import TargetSpec, build_spec
 from storekit.bench.verdict import judge, verdict_lines
 
@@ -98,3 +99,41 @@ def test_schema_validator_finds_missing_and_mistyped_fields() -> None:
     text = "\n".join(schema.describe())
     for name in schema.DOCUMENT:
         assert f"{name} (" in text
+
+
+def test_the_table_marks_a_bimodal_phase_and_lists_both_modes() -> None:
+    create = summary(None, ops=1_400.0)
+    slow = {"median": 1_390.0, "count": 5, "min": 1_350.0, "max": 1_420.0}
+    fast = {"median": 34_000.0, "count": 2, "min": 33_000.0, "max": 35_000.0}
+    create["ops_per_s"] = {
+        "median": 1_400.0,
+        "min": 1_350.0,
+        "max": 35_000.0,
+        "spread": 24.0,
+        "modes": [slow, fast],
+    }
+    create["stonewall_ops_per_s"] = create["ops_per_s"]
+    create.update(max_worker_pct_of_core=99.0, stragglers=0)
+    doc = {
+        "environment": {"target": "/x", "filesystem": {"fs_type": "ext4", "source": "/dev/vda"}},
+        "honesty": {},
+        "run_id": "r",
+        "config_hash": "c",
+        "parameters": {"repeat": 7},
+        "results": [
+            {
+                "pattern": "meta",
+                "label": "w=1 dirs=unique",
+                "phases": [{"phase": "create", "op": "create", "summary": create}],
+            }
+        ],
+        "verdict": {"thresholds": {}, "model": {"name": "7b"}, "data": []},
+        "plan": {"notes": []},
+        "warnings": [],
+    }
+    console = Console(width=160, record=True, force_terminal=False)
+    render_human(console, doc)
+    text = console.export_text()
+    assert "2400% (modes)" in text
+    assert "modes over repeats (median x repeats): meta w=1 dirs=unique create: " in text
+    assert "create: 1390 op/s x5, 34.0k op/s x2" in text

@@ -83,3 +83,19 @@ def test_results_merge_the_same_after_a_round_trip_through_plain_data() -> None:
         expected.merge(w.latency)
     assert direct.latency.percentile(99) == expected.percentile(99)
     assert direct.latency.percentile(99) == pytest.approx(4_000_000, rel=0.02)
+
+
+def test_a_phase_says_what_its_window_covers_and_the_longest_settle_before_it() -> None:
+    workers = [worker(i, 0.0, 1.0, 10_000_000) for i in range(3)]
+    for w, settle in zip(workers, (0.002, 0.250, 0.0), strict=True):
+        w.op, w.settle_s = "write", settle
+    shipped = [WorkerResult.from_dict(w.to_dict()) for w in workers]
+    phase = merge_phase("write", shipped).to_dict()
+    assert phase["settle_s"] == 0.25
+    assert "created empty before the start barrier" in phase["window"] and "fsync" in phase["window"]
+    stat = worker(0, 0.0, 1.0, 0)
+    stat.op = "stat"
+    assert merge_phase("stat", [stat]).to_dict()["window"].startswith("per file: the stat() call alone")
+    s3 = worker(0, 0.0, 1.0, 0)
+    s3.op, s3.engine = "create", "boto3"
+    assert merge_phase("put", [s3]).to_dict()["window"].startswith("each request")

@@ -17,6 +17,7 @@ from storekit.bench.stats import (
     bucket_index,
     bucket_indices,
     median_spread,
+    modes,
     series,
 )
 
@@ -120,5 +121,30 @@ def test_series_has_one_second_buckets_that_add_up() -> None:
 
 
 def test_median_spread() -> None:
-    assert median_spread([10.0, 12.0, 8.0]) == {"median": 10.0, "min": 8.0, "max": 12.0, "spread": 0.4}
+    assert median_spread([10.0, 12.0, 8.0]) == {
+        "median": 10.0,
+        "min": 8.0,
+        "max": 12.0,
+        "spread": 0.4,
+        "modes": None,
+    }
     assert median_spread([])["median"] is None
+
+
+def test_bimodal_repeats_report_each_mode_instead_of_a_median_between_them() -> None:
+    # empty-file creates on ext4 without a journal: ~35,000/s, or ~1,400/s within 30 s of deleting
+    # many files in the same block group (the allocator skips recently deleted inodes one by one)
+    rates = [1_380.0, 35_000.0, 1_400.0, 1_350.0, 33_000.0, 1_420.0, 1_390.0]
+    out = median_spread(rates)
+    assert out["median"] == 1_400.0
+    assert out["modes"] == [
+        {"median": 1_390.0, "count": 5, "min": 1_350.0, "max": 1_420.0},
+        {"median": 34_000.0, "count": 2, "min": 33_000.0, "max": 35_000.0},
+    ]
+    assert modes([100.0, 130.0, 160.0, 250.0]) is None  # 2.5x from end to end, no 3x jump
+    assert modes([1.0, 2.9, 8.6, 25.0]) is None  # a chain of steps under 3x is one spread-out group
+    assert modes([10.0, 30.0]) == [
+        {"median": 10.0, "count": 1, "min": 10.0, "max": 10.0},
+        {"median": 30.0, "count": 1, "min": 30.0, "max": 30.0},
+    ]
+    assert modes([5.0]) is None and modes([]) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -141,3 +142,29 @@ def test_check_where_no_layout_exists_suggests_init(tmp_path: Path) -> None:
         f"error: {(tmp_path / 'storage').as_uri()} does not exist",
         "hint: no layout here yet; create it with: storekit init",
     ]
+
+
+def test_init_refuses_a_foreign_directory_in_a_dry_run_too(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "other-user.dat").write_bytes(b"x")
+    shared.chmod(0o1777)
+    (tmp_path / "storekit.toml").write_text(f'[tiers.t]\nurl = "{shared}"\n')
+    for args in (["--dry-run", "--json"], ["--json"]):
+        proc = run(tmp_path, "init", *args)
+        assert proc.returncode == 1, proc.stderr
+        assert "holds no storekit layout" in as_json(proc)["error"]["message"]
+        assert proc.stderr.count("\n") == 2 and "hint: " in proc.stderr and "--adopt" in proc.stderr
+        assert (shared.stat().st_mode & 0o7777) == 0o1777 and os.listdir(shared) == ["other-user.dat"]
+    dry = run(tmp_path, "init", "--adopt", "--dry-run", "--json")
+    assert dry.returncode == 0 and {"chmod"} <= {a["action"] for a in as_json(dry)["actions"]}
+    assert (shared.stat().st_mode & 0o7777) == 0o1777
+    assert run(tmp_path, "init", "--adopt", "--quiet").returncode == 0
+    assert (shared / "other-user.dat").read_bytes() == b"x" and (shared / "scratch").is_dir()
+
+
+def test_init_lists_its_actions_once(tmp_path: Path) -> None:
+    proc = run(tmp_path, "init")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no second copy of the actions in a log
+    assert proc.stdout.count(" scratch ") == 1 and "1777" in proc.stdout

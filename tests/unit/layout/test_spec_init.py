@@ -113,3 +113,31 @@ def test_init_refuses_a_file_where_an_area_belongs(local_store: Store) -> None:
     (Path(local_store.root) / "logs").write_text("not a dir")
     with pytest.raises(StorekitError, match="logs exists and is not a directory"):
         plan_init(load_layout("llm-cluster"), local_store)
+
+
+def test_init_refuses_a_non_empty_directory_that_is_not_a_storekit_tree(local_store: Store) -> None:
+    """A shared 1777 dir with other users' files: init must not chmod it or add areas to it."""
+    spec = load_layout("llm-cluster")
+    root = Path(local_store.root)
+    (root / "alice-notes.txt").write_text("mine")
+    (root / "bob").mkdir()
+    os.chmod(root, 0o1777)
+    with pytest.raises(StorekitError, match=r"is not empty .* and holds no storekit layout") as err:
+        plan_init(spec, local_store)
+    assert "--adopt" in (err.value.hint or "")
+    assert _mode(root) == 0o1777 and sorted(p.name for p in root.iterdir()) == ["alice-notes.txt", "bob"]
+    plan = plan_init(spec, local_store, adopt=True)  # the explicit choice: laid out, nothing removed
+    assert ("chmod", "") in {(a.action, a.path) for a in plan.actions}
+    apply_init(plan, local_store)
+    assert (root / "alice-notes.txt").read_text() == "mine" and (root / "bob").is_dir()
+    assert plan_init(spec, local_store).actions == ()  # now a storekit tree: no flag needed again
+
+
+def test_init_accepts_a_fresh_mount_and_a_half_built_tree(local_store: Store) -> None:
+    spec = load_layout("llm-cluster")
+    root = Path(local_store.root)
+    (root / "lost+found").mkdir()  # what mkfs leaves in a new filesystem
+    assert plan_init(spec, local_store).actions
+    (root / "stray.txt").write_text("x")
+    (root / "models").mkdir()  # one area is enough to say this is a storekit tree
+    assert ("mkdir", "scratch") in {(a.action, a.path) for a in plan_init(spec, local_store).actions}

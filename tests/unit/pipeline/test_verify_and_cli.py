@@ -215,4 +215,59 @@ def test_help_has_examples(capsys: Any) -> None:
         "--dry-run",
     ):
         assert flag in res.stdout
-    assert "storekit prepare dataset pipelines/web.toml" in res.stdout
+    assert "storekit prepare dataset pipelines/sample.toml" in res.stdout  # a file that exists
+
+
+def test_prepare_ends_with_the_megatron_data_path(dataset: Path, capsys: Any) -> None:
+    args = [
+        "prepare",
+        "dataset",
+        "-i",
+        "a.jsonl",
+        "--tokenizer",
+        TOKENIZER,
+        "--name",
+        "v",
+        "--shard-size",
+        "16KiB",
+    ]
+    res = run_cli([*args, "--json"], capsys)
+    assert res.code == 0, res.stderr
+    doc = res.json()
+    values = doc["megatron_args"]["--data-path"]
+    weights, prefixes = [float(w) for w in values[0::2]], values[1::2]
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    tokens = [s["tokens"] for s in manifest["shards"]]
+    assert prefixes == [str(dataset / s["name"]) for s in manifest["shards"]]
+    assert weights == pytest.approx([t / sum(tokens) for t in tokens], rel=1e-5)
+    for prefix in prefixes:
+        assert Path(prefix + ".bin").is_file() and Path(prefix + ".idx").is_file()
+    human = run_cli(args, capsys)
+    assert "next: train on it with Megatron-LM or NeMo" in human.stdout
+    assert f"--data-path {values[0]} {prefixes[0]}" in " ".join(human.stdout.split())
+
+
+def test_the_samples_bad_records_are_explained_where_they_are_counted() -> None:
+    import io
+
+    from rich.console import Console
+
+    from storekit.pipeline.summary import render_manifest_summary
+
+    examples = [
+        {"where": "bundled:cpython-stdlib-sample.jsonl.gz:30", "reason": "empty", "detail": "no text"}
+    ]
+    stats = {
+        "docs_read": 4,
+        "docs_kept": 3,
+        "docs_malformed": 1,
+        "errors": {"empty": 1},
+        "error_examples": examples,
+    }
+    buffer = io.StringIO()
+    render_manifest_summary(Console(file=buffer, width=200), {"stats": stats})
+    assert "the sample's empty files (__init__.py), kept in it on purpose" in buffer.getvalue()
+    other = {**stats, "error_examples": [{**examples[0], "where": "a.jsonl:3"}]}
+    buffer = io.StringIO()
+    render_manifest_summary(Console(file=buffer, width=200), {"stats": other})
+    assert "skipped and counted, not fatal (--on-error fail" in buffer.getvalue()

@@ -1,0 +1,172 @@
+"""`storekit layout clean`: remove what the layout says has expired, never what is still in use.
+
+An entry at the top of an area with a TTL (the default layout: `scratch/`, 14 days) expires when
+nothing in it changed for longer than the TTL; that covers the work directories of abandoned
+`prepare` runs, which live in `scratch/` too. An entry named after a Slurm job (`scratch/<jobid>`,
+`<jobid>_<task>`, `job-<jobid>`) is kept while that job is in `squeue` (running, pending or held),
+and kept whenever Slurm exists but cannot be asked. Deletes are tombstoned (rename to a hidden
+sibling, fsync the directory, then delete), so a crash never leaves a half-deleted directory under
+its real name; tombstones a crash left behind are removed too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from storekit.durable import is_tombstone, remove_tree
+from storekit.errors import StorekitError, UsageError
+from storekit.layout.spec import LayoutSpec
+from storekit.paths import join_rel
+from storekit.store import Store
+from storekit.units import format_duration
+
+_JOB_NAME = re.compile(r"^(?:job[-_]?)?(\d+)(?:_(\d+))?(?:$|[-_.])")
+JobQuery = Callable[[], set[str] | None]  # ids of jobs Slurm knows; None when there is no Slurm
+
+
+@dataclass
+class CleanEntry:
+    path: str  # tier-relative
+    action: str  # delete | keep
+    reason: str
+    bytes: int = 0
+    age_s: float | None = None
+    newest: float | None = None  # newest mtime inside, when planned: apply re-checks it
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class CleanPlan:
+    tier: str
+    url: str
+    layout: str
+    entries: list[CleanEntry] = field(default_factory=list)
+    slurm: str = "not found"  # not found | asked | unreachable: <why>
+
+    @property
+    def deletes(self) -> list[CleanEntry]:
+        return [e for e in self.entries if e.action == "delete"]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "tier": self.tier,
+            "url": self.url,
+            "layout": self.layout,
+            "slurm": self.slurm,
+            "delete_count": len(self.deletes),
+            "delete_bytes": sum(e.bytes for e in self.deletes),
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+
+class SlurmUnreachable(Exception):
+    pass
+
+
+def slurm_jobs(timeout: float = 30) -> set[str] | None:
+    """Every job id `squeue` lists (job id, array job id and `array_task` form), or None without Slurm."""
+    squeue = shutil.which("squeue")
+    if squeue is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [squeue, "-h", "-a", "-o", "%A %F %i"], capture_output=True, text=True, timeout=timeout
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmUnreachable(str(exc)) from None
+    if proc.returncode != 0:
+        raise SlurmUnreachable(proc.stderr.strip() or f"squeue exited {proc.returncode}")
+    return {token for line in proc.stdout.splitlines() for token in line.split()}
+
+
+def job_ids_in_name(name: str) -> list[str]:
+    m = _JOB_NAME.match(name)
+    if not m:
+        return []
+    return [m[1]] + ([f"{m[1]}_{m[2]}"] if m[2] else [])
+
+
+def _newest_and_bytes(
+    store: Store, rel: str, top_mtime: float | None, is_dir: bool, size: int
+) -> tuple[float, int]:
+    newest, total = top_mtime or 0.0, 0 if is_dir else size
+    if is_dir:
+        for entry in store.walk(rel):
+            if entry.mtime is not None:
+                newest = max(newest, entry.mtime)
+            if not entry.is_dir and not entry.is_link:
+                total += entry.size
+    return newest, total
+
+
+def plan_clean(
+    spec: LayoutSpec, store: Store, *, now: float | None = None, jobs: JobQuery = slurm_jobs
+) -> CleanPlan:
+    plan = CleanPlan(tier=store.name, url=store.display_url, layout=spec.name)
+    if store.local_path("") is None:
+        raise UsageError(
+            f"tier {store.name}: layout clean works on POSIX tiers only (this is {store.display_url})"
+        )
+    now = time.time() if now is None else now
+    try:
+        known = jobs()
+        plan.slurm = "not found" if known is None else "asked"
+        unreachable: str | None = None
+    except SlurmUnreachable as exc:
+        known, unreachable = None, str(exc)
+        plan.slurm = f"unreachable: {unreachable}"
+    for area in spec.areas:
+        if area.ttl_seconds is None or not store.exists(area.name):
+            continue
+        for entry in store.list(area.name):
+            rel = join_rel(area.name, entry.name)
+            is_dir = entry.is_dir and not entry.is_link
+            newest, size = _newest_and_bytes(store, rel, entry.mtime, is_dir, entry.size)
+            if is_tombstone(entry.name):
+                plan.entries.append(CleanEntry(rel, "delete", "left by an interrupted delete", size))
+                continue
+            age = now - newest
+            ids = job_ids_in_name(entry.name)
+            if age <= area.ttl_seconds:
+                reason = f"changed {format_duration(age)} ago; TTL is {format_duration(area.ttl_seconds)}"
+                plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
+            elif ids and unreachable is not None:
+                reason = f"named after Slurm job {ids[0]} and Slurm cannot be asked ({unreachable})"
+                plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
+            elif ids and known is not None and any(i in known for i in ids):
+                reason = f"Slurm job {ids[-1]} is still in the queue"
+                plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
+            else:
+                # an abandoned prepare work dir is one case of this (nothing written for a TTL)
+                reason = f"unchanged for {format_duration(age)}; TTL is {format_duration(area.ttl_seconds)}"
+                plan.entries.append(CleanEntry(rel, "delete", reason, size, round(age, 1), newest))
+    return plan
+
+
+def apply_clean(plan: CleanPlan, store: Store) -> list[CleanEntry]:
+    """Delete what the plan says, except an entry written to since it was planned; returns the deleted."""
+    deleted = []
+    for entry in plan.deletes:
+        path = store.local_path(entry.path)
+        if path is None or not os.path.lexists(path):
+            continue
+        if entry.newest is not None:
+            st = os.lstat(path)
+            newest, _ = _newest_and_bytes(store, entry.path, st.st_mtime, os.path.isdir(path), st.st_size)
+            if newest > entry.newest:
+                entry.action, entry.reason = "keep", "changed since it was planned"
+                continue
+        try:
+            remove_tree(path)
+        except OSError as exc:
+            raise StorekitError(f"cannot delete {plan.url}/{entry.path}: {exc.strerror or exc}") from None
+        deleted.append(entry)
+    return deleted

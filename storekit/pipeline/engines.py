@@ -1,0 +1,174 @@
+"""Which tokenizer engine encodes a plan: `tokenizers` (hf) or the compiled fast BPE (tiktoken).
+
+`auto` uses the fast engine only when the tokenizer compiles (`fastbpe.compile_fast`) *and* a sample
+of the actual input encodes to the same ids with both engines; anything else falls back to `hf`, and
+the reason goes to the plan, the manifest and `--json`. `tiktoken` (forced) fails instead (exit 2).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from storekit.errors import UsageError
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.plan import Piece, PrepPlan
+from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer, read_tokenizer_json
+
+ENGINES = ("auto", "hf", "tiktoken")
+SAMPLE_BYTES = 2 << 20  # input sampled at plan time: ~0.4 s of `tokenizers` on 2 cores
+SAMPLE_PIECES = 16
+
+_COMPILED: dict[str, Any] = {}  # xxh3 of tokenizer.json -> Compiled or the NotCompilable reason (str)
+
+
+def compiled_for(info: TokenizerInfo) -> Any:
+    """The tokenizer's compiled form, or a str saying why it has none (cached per process)."""
+    if info.xxh3_128 not in _COMPILED:
+        import json
+
+        from storekit.pipeline.fastbpe import NotCompilable, compile_fast
+
+        try:
+            import tiktoken  # noqa: F401
+        except ImportError:
+            _COMPILED[info.xxh3_128] = "the tiktoken package is not installed"
+            return _COMPILED[info.xxh3_128]
+        try:
+            doc = json.loads(read_tokenizer_json(info.file))
+            _COMPILED[info.xxh3_128] = compile_fast(doc, load_tokenizer(info), proof_key=info.xxh3_128)
+        except NotCompilable as exc:
+            _COMPILED[info.xxh3_128] = str(exc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an unexpected layout
+            _COMPILED[info.xxh3_128] = f"unexpected tokenizer.json structure ({type(exc).__name__}: {exc})"
+    return _COMPILED[info.xxh3_128]
+
+
+def fast_encoder(info: TokenizerInfo, *, special_as_text: bool) -> Any:
+    from storekit.pipeline.fastbpe import FastBPE
+
+    compiled = compiled_for(info)
+    if isinstance(compiled, str):
+        raise UsageError(f"tokenizer {info.name}: the fast engine cannot encode it: {compiled}")
+    return FastBPE(
+        compiled, load_tokenizer(info, special_as_text=special_as_text), special_as_text=special_as_text
+    )
+
+
+Sample = Iterable[tuple[str, Callable[[], str]]]  # (text, where it is) of documents from the input
+
+
+def choose_engine(
+    requested: str, info: TokenizerInfo, sample: Sample, *, special_as_text: bool
+) -> TokenizerInfo:
+    """`info` with engine, engine_reason and sample_check filled in; raises UsageError for a forced
+    fast engine that cannot be used."""
+    if requested == "hf":
+        return _with(info, "hf", "asked for (--tokenizer-engine hf)", None)
+    compiled = compiled_for(info)
+    if isinstance(compiled, str):
+        return _refuse(requested, info, f"the tokenizer cannot be compiled exactly: {compiled}", None)
+    check = sample_check(info, sample, special_as_text=special_as_text)
+    if check["first_difference"] is not None:
+        diff = check["first_difference"]
+        return _refuse(
+            requested,
+            info,
+            f"the sample check found different ids in {diff['where']} (token {diff['at']})",
+            check,
+        )
+    how = "asked for (--tokenizer-engine tiktoken)" if requested == "tiktoken" else "compiled exactly"
+    return _with(
+        info,
+        "tiktoken",
+        f"{how}: {compiled.pattern_name} pre-tokenizer, normalizer "
+        f"{'+'.join(compiled.normalizers) or 'none'}; sample check: {check['documents']} documents identical",
+        check,
+    )
+
+
+def _refuse(requested: str, info: TokenizerInfo, reason: str, check: dict[str, Any] | None) -> TokenizerInfo:
+    if requested == "tiktoken":
+        raise UsageError(
+            f"--tokenizer-engine tiktoken: {reason}",
+            hint="use --tokenizer-engine auto (falls back to tokenizers) or hf",
+        )
+    return _with(info, "hf", f"fallback: {reason}", check)
+
+
+def _with(info: TokenizerInfo, engine: str, reason: str, check: dict[str, Any] | None) -> TokenizerInfo:
+    from dataclasses import replace
+
+    return replace(info, engine=engine, engine_reason=reason, sample_check=check)
+
+
+def sample_check(info: TokenizerInfo, sample: Sample, *, special_as_text: bool) -> dict[str, Any]:
+    """Encode the sample with both engines; the first document whose ids differ, if any."""
+    fast = fast_encoder(info, special_as_text=special_as_text)
+    hf = load_tokenizer(info, special_as_text=special_as_text)
+    docs = nbytes = tokens = 0
+    first: dict[str, Any] | None = None
+    for batch in _batches(sample, 256):
+        texts, wheres = zip(*batch, strict=True)
+        expected = hf.encode_batch_fast(list(texts), add_special_tokens=False)
+        for where, text, enc in zip(wheres, texts, expected, strict=True):
+            ids = enc.ids
+            got = fast.encode(text)
+            docs += 1
+            nbytes += len(text.encode("utf-8", "surrogatepass"))
+            tokens += len(ids)
+            if got != ids and first is None:
+                at = next(
+                    (k for k, (a, b) in enumerate(zip(got, ids, strict=False)) if a != b),
+                    min(len(got), len(ids)),
+                )
+                first = {"where": where(), "at": at}
+        if first is not None:
+            break
+    return {
+        "documents": docs,
+        "bytes": nbytes,
+        "tokens": tokens,
+        "identical": first is None,
+        "first_difference": first,
+    }
+
+
+def _batches(items: Sample, size: int) -> Iterator[list[tuple[str, Callable[[], str]]]]:
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
+
+
+def sample_documents(
+    plan: PrepPlan, fs: InputFS, budget: int = SAMPLE_BYTES
+) -> Iterator[tuple[str, Callable[[], str]]]:
+    """Documents from the start of the first sources and from pieces inside them, about `budget` bytes."""
+    from storekit.pipeline.encode import PIECE_CHARS
+    from storekit.pipeline.readers import PieceReader
+
+    pieces = [p for t in plan.tasks for p in t.pieces]
+    firsts: dict[int, Piece] = {}
+    for p in pieces:
+        firsts.setdefault(p.source, p)
+    chosen = list(firsts.values())[: SAMPLE_PIECES // 2]
+    inside = [p for p in pieces if p not in chosen]
+    step = max(1, len(inside) // (SAMPLE_PIECES - len(chosen)))
+    chosen += inside[step // 2 :: step][: SAMPLE_PIECES - len(chosen)]
+    per_piece = max(1, budget // max(1, len(chosen)))
+    opts = plan.options
+    for piece in chosen:
+        src = plan.sources[piece.source]
+        reader = PieceReader(
+            fs, src, piece, text_key=opts["text_key"], keep_fields=(), max_doc_bytes=opts["max_doc_bytes"]
+        )
+        taken = 0
+        for doc in reader.docs():
+            if doc.text is None or not doc.text or len(doc.text) > 2 * PIECE_CHARS:
+                continue
+            yield doc.text, functools.partial(reader.where, doc.position)
+            taken += doc.nbytes
+            if taken >= per_piece:
+                break

@@ -1,0 +1,408 @@
+"""A byte-level BPE `tokenizer.json` compiled for tiktoken's core: the same ids, several times faster.
+
+`compile_fast(doc)` either returns a `FastBPE` or raises `NotCompilable` naming the first thing it
+cannot reproduce exactly. What it accepts, and why each part is exact:
+
+- normalizer: none, NFC, NFKC or a Sequence of them. Text made only of characters no normalisation
+  changes (`unicode_tables.INERT`, ASCII first) is used as is; anything else goes through the
+  tokenizer's own normalizer object, so its Unicode version is the one that applies.
+- pre-tokenizer: ByteLevel with its GPT-2 regex, or Split(known regex, Isolated) + ByteLevel without
+  regex (Llama 3, Qwen 2, tekken). Every accepted regex matches every character, so tiktoken, which
+  encodes only the matches, drops nothing. A document with a character this Python's Unicode does
+  not know (`ASSIGNED`) is encoded by `tokenizers` instead: regex classes may differ there.
+- model: BPE without dropout, subword prefix/suffix or byte fallback, every merge result in the vocab
+  once, ids growing with merge order (tiktoken merges by id), all 256 bytes in the vocab. tiktoken
+  emits a whole pre-token that is in the vocab without merging (= `ignore_merges`); for a tokenizer
+  without it, every such token must be what its own merges give (checked with `tokenizers`).
+- added tokens: split off before normalisation (normalized=false) and after it (normalized=true), by
+  leftmost-longest match with single_word/lstrip/rstrip, as `tokenizers`' AddedVocabulary does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storekit.pipeline import unicode_tables
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# Split regexes of released tokenizers; each ends in `\s+(?!\S)|\s+` and has alternatives for letters,
+# numbers and `[^\s\p{L}\p{N}]`, so every character is inside some match.
+_UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
+_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_TAIL = r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+SPLIT_PATTERNS = {
+    "llama3": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*" + _TAIL,
+    "qwen2": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*" + _TAIL,
+    "tekken": rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*" + _TAIL,
+    "o200k": rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS}?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*" + _TAIL,
+}
+NORMALIZERS = ("NFC", "NFKC")
+PROOF_VERSION = 1  # bump when the whole-token check changes: cached passes are then ignored
+# Rust regex `\s` (White_Space), which `tokenizers` uses for lstrip/rstrip
+_WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_SPACE_AT_END = re.compile(f"[{_WS}]*\\Z")
+_SPACE_AT_START = re.compile(f"[{_WS}]*")
+_ASCII_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+class NotCompilable(Exception):
+    """The tokenizer uses something the fast engine cannot reproduce exactly; the message says what."""
+
+
+class Unsure(Exception):
+    """This document needs `tokenizers` (a character whose regex class may differ, a non-ASCII neighbour
+    of a single_word token); the encoder handles it, the caller never sees it."""
+
+
+def _class(table: Sequence[tuple[int, int]]) -> str:
+    return "".join(
+        f"{re.escape(chr(a))}-{re.escape(chr(b))}" if b > a else re.escape(chr(a)) for a, b in table
+    )
+
+
+_NOT_INERT = re.compile(f"[^{_class(unicode_tables.INERT)}]")
+_UNASSIGNED = re.compile(f"[^{_class(unicode_tables.ASSIGNED)}]")
+
+
+def _is_word_char(ch: str) -> bool:
+    """Rust regex `\\w` on one character; non-ASCII answers are left to `tokenizers` (Unsure)."""
+    if ch.isascii():
+        return _ASCII_WORD.match(ch) is not None
+    raise Unsure(ch)
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map, which ByteLevel uses."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    out = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in out:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    content: str
+    id: int
+    special: bool
+    single_word: bool
+    lstrip: bool
+    rstrip: bool
+    normalized: bool
+
+
+class AddedSplitter:
+    """`tokenizers`' AddedVocabulary.find_matches over one token set (leftmost-longest)."""
+
+    def __init__(self, tokens: Sequence[tuple[str, AddedToken]], *, skip_special: bool) -> None:
+        self.by_pattern = {pattern: tok for pattern, tok in tokens}
+        ordered = sorted(self.by_pattern, key=lambda p: (-len(p), p))  # longest first = leftmost-longest
+        self.regex = re.compile("|".join(re.escape(p) for p in ordered)) if ordered else None
+        self.skip_special = skip_special
+
+    def split(self, text: str) -> list[tuple[int | None, str]]:
+        """(token id, text) for added tokens and (None, text) for the pieces between them."""
+        if self.regex is None or not text:
+            return [(None, text)]
+        out: list[tuple[int | None, str]] = []
+        offset = 0
+        for m in self.regex.finditer(text):
+            start, stop = m.start(), m.end()
+            tok = self.by_pattern[m.group()]
+            if self.skip_special and tok.special:
+                continue
+            if tok.single_word:
+                start_ok = start == 0 or not _is_word_char(text[start - 1])
+                stop_ok = stop == len(text) or not _is_word_char(text[stop])
+                if not (start_ok and stop_ok):
+                    continue
+            if tok.lstrip:
+                found = _SPACE_AT_END.search(text, 0, start)
+                start = max(found.start() if found else start, offset)
+            if tok.rstrip:
+                found = _SPACE_AT_START.match(text, stop)
+                stop = found.end() if found else stop
+            if offset < start:
+                out.append((None, text[offset:start]))
+            out.append((tok.id, text[start:stop]))
+            offset = stop
+        if offset != len(text):
+            out.append((None, text[offset:]))
+        return out
+
+
+@dataclass(frozen=True)
+class Compiled:
+    pattern: str
+    pattern_name: str
+    ranks: dict[bytes, int]
+    normalizers: tuple[str, ...]
+    added: tuple[AddedToken, ...]
+    ignore_merges: bool
+
+
+def _fail(why: str) -> NotCompilable:
+    return NotCompilable(why)
+
+
+def _normalizers(doc: dict[str, Any]) -> tuple[str, ...]:
+    norm = doc.get("normalizer")
+    if norm is None:
+        return ()
+    items = norm.get("normalizers") or [] if norm.get("type") == "Sequence" else [norm]
+    names = tuple(str(n.get("type")) for n in items)
+    for name in names:
+        if name not in NORMALIZERS:
+            raise _fail(f"normalizer {name} (only none, NFC, NFKC and sequences of them are compiled)")
+    return names
+
+
+def _pattern(doc: dict[str, Any]) -> tuple[str, str]:
+    pre = doc.get("pre_tokenizer")
+    if pre is None:
+        raise _fail("no pre-tokenizer (only byte-level BPE is compiled)")
+    steps = pre.get("pretokenizers") or [] if pre.get("type") == "Sequence" else [pre]
+    if len(steps) == 1 and steps[0].get("type") == "ByteLevel" and steps[0].get("use_regex", True):
+        byte_level = steps[0]
+        pattern, name = GPT2_PATTERN, "gpt2"
+    elif len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel":
+        split, byte_level = steps
+        if byte_level.get("use_regex", True):
+            raise _fail("Split followed by a ByteLevel that splits again (use_regex true)")
+        regex = (split.get("pattern") or {}).get("Regex")
+        if split.get("behavior") != "Isolated" or split.get("invert"):
+            raise _fail(f"Split behaviour {split.get('behavior')} invert={split.get('invert')}")
+        named = [n for n, p in SPLIT_PATTERNS.items() if p == regex]
+        if not named:
+            raise _fail(f"Split regex {str(regex)[:60]!r}... is not one of the proven patterns")
+        pattern, name = str(regex), named[0]
+    else:
+        kinds = "+".join(str(s.get("type")) for s in steps)
+        raise _fail(f"pre-tokenizer {kinds} (compiled: ByteLevel, or Split + ByteLevel)")
+    if byte_level.get("add_prefix_space"):
+        raise _fail("ByteLevel add_prefix_space")
+    return pattern, name
+
+
+def _model_ranks(doc: dict[str, Any]) -> tuple[dict[bytes, int], set[str], bool]:
+    """tiktoken ranks (= token ids) and the merge results; raises NotCompilable."""
+    model = doc.get("model") or {}
+    if model.get("type") != "BPE":
+        raise _fail(f"model {model.get('type')} (only BPE is compiled)")
+    if model.get("dropout"):
+        raise _fail(f"BPE dropout {model.get('dropout')}")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise _fail(f"BPE {key} {model.get(key)!r}")
+    if model.get("byte_fallback"):
+        raise _fail("BPE byte_fallback")
+    if model.get("unk_token") is not None:
+        raise _fail(f"BPE unk_token {model.get('unk_token')!r}")
+    vocab: dict[str, int] = model.get("vocab") or {}
+    decode = {c: b for b, c in bytes_to_unicode().items()}
+    missing = [c for c in decode if c not in vocab]
+    if missing:
+        raise _fail(f"{len(missing)} of the 256 byte symbols are not in the vocabulary")
+    merged: list[int] = []
+    results: set[str] = set()
+    for item in model.get("merges") or []:
+        a, b = item.split(" ", 1) if isinstance(item, str) else item
+        token = a + b
+        if token not in vocab or a not in vocab or b not in vocab:
+            raise _fail(f"merge {a!r} {b!r}: a part or the result is not in the vocabulary")
+        if token in results:
+            raise _fail(f"two merges make {token!r}")
+        results.add(token)
+        merged.append(vocab[token])
+    if any(x >= y for x, y in itertools.pairwise(merged)):
+        raise _fail("merge results' ids do not grow with merge order")
+    ignore_merges = bool(model.get("ignore_merges"))
+    ranks: dict[bytes, int] = {}
+    for token, token_id in vocab.items():
+        if token not in results and not (len(token) == 1 and token in decode):
+            if ignore_merges:
+                raise _fail(f"vocabulary token {token!r} is neither a byte nor a merge result")
+            continue  # the model never emits it without ignore_merges: left out
+        ranks[bytes(decode[c] for c in token)] = int(token_id)
+    return ranks, results, ignore_merges
+
+
+def _added(hf_tokenizer: Any) -> tuple[AddedToken, ...]:
+    """The added tokens as the loaded tokenizer holds them (its ids, not always the file's)."""
+    out = []
+    for token_id, t in sorted(hf_tokenizer.get_added_tokens_decoder().items()):
+        if not t.content:
+            raise _fail("an added token with empty content")
+        out.append(
+            AddedToken(
+                content=str(t.content),
+                id=int(token_id),
+                special=bool(t.special),
+                single_word=bool(t.single_word),
+                lstrip=bool(t.lstrip),
+                rstrip=bool(t.rstrip),
+                normalized=bool(t.normalized),
+            )
+        )
+    if any(t.rstrip for t in out) and any(re.match(f"[{_WS}]", t.content) for t in out):
+        raise _fail("an rstrip added token together with a token that starts with a space")
+    return tuple(out)
+
+
+def check_doc(doc: dict[str, Any]) -> None:
+    """Whole-tokenizer settings that change encoding; raises NotCompilable."""
+    for key in ("truncation", "padding"):
+        if doc.get(key):
+            raise _fail(f"{key} is configured")
+
+
+def compile_fast(doc: dict[str, Any], hf_tokenizer: Any, *, proof_key: str | None = None) -> Compiled:
+    """The compiled form of a parsed tokenizer.json; raises NotCompilable with the reason.
+
+    `proof_key` (the file's xxh3-128): a passed whole-token check is remembered in the user's cache
+    (~1 s per 100k tokens with `tokenizers`), so it runs once per tokenizer and machine.
+    """
+    check_doc(doc)
+    normalizers = _normalizers(doc)
+    pattern, name = _pattern(doc)
+    ranks, _results, ignore_merges = _model_ranks(doc)
+    added = _added(hf_tokenizer)
+    if not ignore_merges and not _proven(proof_key):
+        _check_whole_tokens(doc, ranks)
+        _remember_proof(proof_key)
+    return Compiled(
+        pattern=pattern,
+        pattern_name=name,
+        ranks=ranks,
+        normalizers=normalizers,
+        added=added,
+        ignore_merges=ignore_merges,
+    )
+
+
+def _check_whole_tokens(doc: dict[str, Any], ranks: dict[bytes, int]) -> None:
+    """tiktoken emits a pre-token found in the vocab as is; without ignore_merges `tokenizers` merges
+    it, so every such token must come out of its own merges whole."""
+    from tokenizers import Tokenizer
+
+    bare = copy.copy(doc)
+    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None, added_tokens=[])
+    model_only = Tokenizer.from_str(json.dumps(bare))
+    byte_chars = bytes_to_unicode()
+    multi = [(tok, i) for tok, i in ranks.items() if len(tok) > 1]
+    strings = ["".join(byte_chars[b] for b in tok) for tok, _ in multi]
+    encodings = model_only.encode_batch_fast(strings, add_special_tokens=False)
+    for (tok, token_id), enc in zip(multi, encodings, strict=True):
+        if enc.ids != [token_id]:
+            raise _fail(
+                f"without ignore_merges, vocabulary token {tok!r} does not come out of its own merges"
+            )
+
+
+def _proof_file(key: str) -> Path:
+    from storekit.bench.native import cache_dir
+
+    return cache_dir() / "fastbpe" / f"whole-tokens-{PROOF_VERSION}-{key}.ok"
+
+
+def _proven(key: str | None) -> bool:
+    return key is not None and _proof_file(key).is_file()
+
+
+def _remember_proof(key: str | None) -> None:
+    """Best effort: a cache that cannot be written only means the check runs again next time."""
+    if key is None:
+        return
+    path = _proof_file(key)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("whole tokens come out of their own merges\n")
+        os.replace(tmp, path)
+
+
+_CORES: dict[int, tuple[Compiled, Any]] = {}  # id(compiled) -> (compiled, tiktoken core): one per process
+
+
+def _core_for(compiled: Compiled) -> Any:
+    """tiktoken's CoreBPE for `compiled`, built once per process (~0.2 s per 100k tokens) and shared by
+    threads (it is immutable and releases the GIL while it encodes)."""
+    entry = _CORES.get(id(compiled))
+    if entry is None or entry[0] is not compiled:
+        import tiktoken
+
+        core = tiktoken.Encoding(
+            "storekit-compiled", pat_str=compiled.pattern, mergeable_ranks=compiled.ranks, special_tokens={}
+        )._core_bpe
+        entry = _CORES[id(compiled)] = (compiled, core)
+    return entry[1]
+
+
+class FastBPE:
+    """Encodes documents with tiktoken's core; `tokenizers` handles what tiktoken cannot (Unsure)."""
+
+    def __init__(self, compiled: Compiled, hf_tokenizer: Any, *, special_as_text: bool) -> None:
+        self.compiled = compiled
+        self.core = _core_for(compiled)
+        self.hf = hf_tokenizer
+        self.normalizer = hf_tokenizer.normalizer if compiled.normalizers else None
+        raw = [(t.content, t) for t in compiled.added if not t.normalized]
+        norm = [(self._normalize(t.content), t) for t in compiled.added if t.normalized]
+        self.raw_split = AddedSplitter(raw, skip_special=special_as_text)
+        self.norm_split = AddedSplitter(norm, skip_special=special_as_text)
+        self.hf_documents = 0  # documents handed to `tokenizers` (Unsure)
+
+    def _normalize(self, text: str) -> str:
+        if self.normalizer is None or text.isascii() or _NOT_INERT.search(text) is None:
+            return text
+        return str(self.normalizer.normalize_str(text))
+
+    def encode(self, text: str) -> list[int]:
+        """One document's ids (no BOS/EOS), identical to `tokenizers`' encode(add_special_tokens=False)."""
+        inert = True  # no normalisation changes it, and every character is assigned (INERT ⊂ ASSIGNED)
+        try:
+            if not text.isascii():
+                found = _NOT_INERT.search(text)
+                if found is not None:
+                    inert = False
+                    if _UNASSIGNED.search(text, found.start()) is not None:
+                        raise Unsure(text)
+            return self._encode(text, inert)
+        except Unsure:
+            self.hf_documents += 1
+            return list(self.hf.encode(text, add_special_tokens=False).ids)
+
+    def _encode(self, text: str, inert: bool) -> list[int]:
+        encode = self.core.encode_ordinary
+        out: list[int] = []
+        for token_id, piece in self.raw_split.split(text):
+            if token_id is not None:
+                out.append(token_id)
+                continue
+            for inner_id, inner in self.norm_split.split(piece if inert else self._normalize(piece)):
+                if inner_id is not None:
+                    out.append(inner_id)
+                elif inner:
+                    out.extend(encode(inner))
+        return out
+
+    def encode_array(self, text: str, dtype: np.dtype) -> np.ndarray:
+        return np.array(self.encode(text), dtype=dtype)
