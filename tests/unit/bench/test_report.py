@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from storekit.bench import schema
-from storekit.bench.report import prometheus_text, render_human, write_atomic
+from storekit.bench.report import prometheus_text, write_atomic
+from storekit.cli.bench_tables import render_human
 from storekit.bench.spec import TargetSpec, build_spec
 from storekit.bench.verdict import judge, verdict_lines
 
