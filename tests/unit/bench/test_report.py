@@ -12,9 +12,9 @@ from rich.console import Console
 
 from storekit.bench import schema
 from storekit.bench.report import prometheus_text, write_atomic
-from storekit.cli.bench_tables import render_human
 from storekit.bench.spec import TargetSpec, build_spec
 from storekit.bench.verdict import judge, verdict_lines
+from storekit.cli.bench_tables import render_human
 
 
 def summary(bandwidth: float | None, ops: float = 10.0) -> dict[str, Any]:
