@@ -238,14 +238,32 @@ def reserve_huge_pages(count: int) -> Any:
     except OSError as exc:
         print(f"warning: cannot reserve huge pages ({exc}); fio runs on 4 KiB pages", file=sys.stderr)
         return None
-    meminfo = Path("/proc/meminfo").read_text().splitlines()
-    free = int(next(ln.split()[1] for ln in meminfo if ln.startswith("HugePages_Free:")))
+    free = huge_pages_free()
+    if free < count:  # memory too fragmented for 2 MiB pages: compact it and try again
+        Path("/proc/sys/vm/compact_memory").write_text("1")
+        knob.write_text(str(before + count))
+        free = huge_pages_free()
     if free < count:
         knob.write_text(str(before))
-        print(f"warning: only {free} huge pages free; fio runs on 4 KiB pages", file=sys.stderr)
-        return None
+        # without them fio's 1 MiB requests split at random (see iobuf.py): refuse to measure that
+        raise SystemExit(
+            f"only {free} of {count} huge pages could be reserved for fio; free memory and rerun"
+        )
     FIO_IOMEM[:] = ["--iomem=mmaphuge"]
     return lambda: knob.write_text(str(before))
+
+
+def huge_pages_free() -> int:
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    return int(next(ln.split()[1] for ln in meminfo if ln.startswith("HugePages_Free:")))
+
+
+def write_requests() -> int:
+    """Write requests the measured disk has completed so far (0 when the device is unknown)."""
+    return int(Path(SETTLE_DEVICE[0]).read_text().split()[4]) if SETTLE_DEVICE else 0
+
+
+REQUESTS_PER_MIB: dict[str, list[float]] = {"storekit": [], "fio": []}  # sequential writes
 
 
 def fio(*args: str) -> dict[str, Any]:
@@ -281,7 +299,9 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
 
     def storekit_seq() -> None:
+        before = write_requests()
         doc = storekit(*common, "--pattern", "shards", "--workers", "1", "--size", size, "--file-size", size)
+        REQUESTS_PER_MIB["storekit"].append((write_requests() - before) / (parse_bytes(size) >> 20))
         for comp, name in ((seq_w, "write"), (seq_r, "read")):
             rep = phase(doc, "shards", name)
             comp.storekit.append(rep["bandwidth_bytes_per_s"] / 1e6)
@@ -291,7 +311,9 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
 
     def fio_seq() -> None:
         base = [f"--filename={seq_file}", "--bs=1M", f"--size={size}", "--direct=1", "--ioengine=psync"]
+        before = write_requests()
         w = fio("--name=seqwrite", "--rw=write", "--end_fsync=1", "--fallocate=none", *base)
+        REQUESTS_PER_MIB["fio"].append((write_requests() - before) / (parse_bytes(size) >> 20))
         r = fio("--name=seqread", "--rw=read", *base)
         # removed right away, as storekit removes its file at the end of its run: the freed blocks
         # (discarded on this mount) then weigh on whichever tool runs next, alike for both
@@ -310,7 +332,8 @@ def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
     rand_file = fio_dir / "rand.bin"
     comps = []
-    for qd, engine, required in ((32, "io_uring", True), (1, "psync", False)):
+    depths = [(32, "io_uring", True), (1, "psync", False)]
+    for qd, engine, required in (d for d in depths if str(d[0]) in args.rand_depths.split(",")):
         comp = Comparison(
             f"random read 4 KiB, queue depth {qd}, O_DIRECT",
             "IOPS",
@@ -351,15 +374,22 @@ SMALL_FILE_TIMERS: set[str] = set()  # "c" or "python": how storekit timed its s
 def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
     """Small files. Both tools time each operation's system calls alone, in C (storekit's
     timed_ops.c; the conditions line says when it fell back to Python); their wall-clock rates also carry
-    each tool's own per-file bookkeeping, so the rate both timers measure (1 / mean operation latency)
-    is what must agree; wall-clock rates are shown as extras. fio visits the files in order
-    (file_service_type=sequential), as storekit does: its default, roundrobin, scans its file list
-    for each pick (~130 us per file at 5000 files), which leaves each timed call on cold CPU caches
-    (measured: stat 2.7 vs 2.4 us, unlink 11.4 vs 8.4 us)."""
+    each tool's own per-file bookkeeping, so the rate both timers measure is what must agree: 1 / the
+    median operation latency. Not the mean: 5,000 stats take ~15 ms, and one 5 ms stall of the vCPU in
+    that window (the host's doing) moves the mean by a third, and not the median. The mean-based and
+    wall-clock rates are shown as extras. Percentiles: both tools bucket latencies log-linearly
+    with 64 sub-buckets per power of two (fio's clat histogram, storekit's stats.py), so <1 % apart.
+    fio visits the files in order (file_service_type=sequential), as storekit does: its default,
+    roundrobin, scans its file list for each pick (~130 us per file at 5000 files), which leaves each
+    timed call on cold CPU caches (measured: stat 2.7 vs 2.4 us, unlink 11.4 vs 8.4 us)."""
     n = str(args.files)
     what = {"create": "create", "stat": "stat", "delete": "delete"}
     service = {
-        k: Comparison(f"small files: {v}, 1 / mean latency", "ops/s", f"fio file{k} 1/clat")
+        k: Comparison(f"small files: {v}, 1 / median latency", "ops/s", f"fio file{k} 1/clat p50")
+        for k, v in what.items()
+    }
+    mean = {
+        k: Comparison(f"small files: {v}, 1 / mean latency", "ops/s", f"fio file{k} 1/clat", required=False)
         for k, v in what.items()
     }
     wall = {
@@ -379,7 +409,8 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
             rep = phase(doc, "meta", name, "dirs=unique")
             total, user = cpu_pct(rep)
             for comp, value in (
-                (service[name], 1e3 / rep["latency"]["mean_ms"]),
+                (service[name], 1e3 / rep["latency"]["p50_ms"]),
+                (mean[name], 1e3 / rep["latency"]["mean_ms"]),
                 (wall[name], rep["ops_per_s"]),
             ):
                 comp.storekit.append(value)
@@ -387,26 +418,34 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
                 comp.storekit_user.append(user)
 
     def fio_meta() -> None:
-        # one job name, one directory: filecreate makes empty files; filestat and filedelete (with
-        # create_on_open, so nothing is laid out first) stat and unlink those same files
-        shutil.rmtree(meta_dir, ignore_errors=True)
-        meta_dir.mkdir(parents=True)
-        for name in what:
-            job = fio("--name=w0000", f"--ioengine=file{name}", f"--directory={meta_dir}",
-                      f"--nrfiles={n}", "--filesize=4k", "--bs=4k", "--openfiles=1",
-                      "--create_on_open=1", "--unlink=0", "--file_service_type=sequential")  # fmt: skip
-            ddir = "write" if job["write"]["total_ios"] else "read"
-            for comp, value in (
-                (service[name], 1e9 / job[ddir]["clat_ns"]["mean"]),
-                (wall[name], job[ddir]["iops"]),
-            ):
-                comp.other.append(value)
-                comp.other_cpu.append(fio_cpu(job))
-        shutil.rmtree(meta_dir, ignore_errors=True)
+        # storekit's life cycle, mirrored: its meta run does a per-worker directory (measured), then
+        # a shared one (not compared), each create/stat/delete; fio does the same two, and only the
+        # first is compared. Both thereby leave the next round the same number of recently deleted
+        # inodes, which decide whether its creates are fast or slow (RESULTS.md)
+        for compared, where in ((True, meta_dir), (False, meta_dir.parent.parent / "meta-shared")):
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir(parents=True)
+            for name in what:
+                # filecreate makes empty files; filestat and filedelete (create_on_open: nothing is
+                # laid out first) stat and unlink those same files
+                job = fio("--name=w0000", f"--ioengine=file{name}", f"--directory={where}",
+                          f"--nrfiles={n}", "--filesize=4k", "--bs=4k", "--openfiles=1",
+                          "--create_on_open=1", "--unlink=0", "--file_service_type=sequential")  # fmt: skip
+                if not compared:
+                    continue
+                ddir = "write" if job["write"]["total_ios"] else "read"
+                for comp, value in (
+                    (service[name], 1e9 / job[ddir]["clat_ns"]["percentile"]["50.000000"]),
+                    (mean[name], 1e9 / job[ddir]["clat_ns"]["mean"]),
+                    (wall[name], job[ddir]["iops"]),
+                ):
+                    comp.other.append(value)
+                    comp.other_cpu.append(fio_cpu(job))
+            shutil.rmtree(where, ignore_errors=True)
 
     log("small files", args.repeat)
     alternate(args.repeat, storekit_meta, fio_meta)
-    return [*service.values(), *wall.values()]
+    return [*service.values(), *mean.values(), *wall.values()]
 
 
 # -- S3: storekit vs a bare boto3 loop ------------------------------------------------------------
@@ -597,6 +636,7 @@ def main() -> None:
     )
     parser.add_argument("--rand-size", default="1G", help="random-read file size")
     parser.add_argument("--rand-runtime", type=float, default=8.0, help="seconds per random-read run")
+    parser.add_argument("--rand-depths", default="32,1", help="queue depths: 32 (required), 1 (extra)")
     parser.add_argument("--files", type=int, default=5000, help="small files per run")
     parser.add_argument("--s3-endpoint", default="http://127.0.0.1:7480")
     parser.add_argument("--s3-files", type=int, default=400, help="small objects per run")
@@ -654,7 +694,7 @@ def main() -> None:
         f"({fs_of(args.dir)}), sequential {args.size}, random {args.rand_size} for {args.rand_runtime:g} s, "
         f"{args.files} small files, S3 at {args.s3_endpoint}, fio buffers "
         f"{'on huge pages (iomem=mmaphuge)' if FIO_IOMEM else 'on 4 KiB pages'}"
-        f"{timers}; "
+        f"{timers}{requests_note()}; "
         f"took {time.time() - started:.0f} s."
     )
     command = f"flock /tmp/storekit-bench.lock {sys.executable} benchmarks/bench_io_vs_fio.py " + " ".join(
@@ -679,6 +719,14 @@ def main() -> None:
         Path(args.json_out).write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2))
     if lock is not None:
         lock.close()
+
+
+def requests_note() -> str:
+    """Write requests per MiB in each sequential-write round: 1.0 is whole 1 MiB requests, 2.0 split."""
+    if not REQUESTS_PER_MIB["storekit"]:
+        return ""
+    span = {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in REQUESTS_PER_MIB.items() if v}
+    return f", disk write requests per MiB written (storekit {span['storekit']}, fio {span.get('fio', '-')})"
 
 
 def parse_bytes(text: str) -> int:

@@ -18,6 +18,7 @@
 #                            e.g. beside a dev instance: set RGW_PORT, CEPH_MON_PORT, SLURMCTLD_PORT,
 #                            SLURMD_PORT) | never (only use running ones)                   [auto]
 #   STOREKIT_TEST_S3_ENDPOINT/_KEY/_SECRET, STOREKIT_TEST_SLURM=1   use these services as given
+#   CEPH_CONF                taken from the cluster's s3.env: lets tests run a private radosgw of it
 #   RGW_PORT, S3_ACCESS_KEY, S3_SECRET_KEY, STOREKIT_CEPH_DIR, STOREKIT_SLURM_DIR, ...  see
 #                            scripts/services/*-up.sh
 #   PYTHON                   interpreter for the venv [python3]
@@ -185,7 +186,7 @@ elif [ -n "${STOREKIT_TEST_S3_ENDPOINT:-}" ]; then
   CEPH_NOTE="given by STOREKIT_TEST_S3_ENDPOINT=$STOREKIT_TEST_S3_ENDPOINT"
 elif [ "$MODE" != always ] && [ -f "$CEPH_DIR/s3.env" ] &&
   (. "$CEPH_DIR/s3.env" && s3_answers "$STOREKIT_TEST_S3_ENDPOINT" "$STOREKIT_TEST_S3_KEY" "$STOREKIT_TEST_S3_SECRET"); then
-  eval "$(grep '^export STOREKIT_TEST_S3_' "$CEPH_DIR/s3.env")"
+  eval "$(grep -E '^export (STOREKIT_TEST_S3_|CEPH_CONF=)' "$CEPH_DIR/s3.env")"
   CEPH_NOTE="reusing the running cluster of $CEPH_DIR at $STOREKIT_TEST_S3_ENDPOINT (left running)"
 elif [ "$MODE" != always ] && s3_answers "$DEFAULT_ENDPOINT" "${S3_ACCESS_KEY:-testkey}" "${S3_SECRET_KEY:-testsecret}"; then
   export STOREKIT_TEST_S3_ENDPOINT=$DEFAULT_ENDPOINT STOREKIT_TEST_S3_KEY=${S3_ACCESS_KEY:-testkey} \
@@ -234,7 +235,7 @@ if [ -n "$SLURM_UP_PID" ]; then
 fi
 if [ -n "$CEPH_UP_PID" ]; then
   if wait "$CEPH_UP_PID"; then
-    eval "$(grep '^export STOREKIT_TEST_S3_' "$LOGS/ceph-up.env")"
+    eval "$(grep -E '^export (STOREKIT_TEST_S3_|CEPH_CONF=)' "$LOGS/ceph-up.env")"
     CEPH_NOTE="started by this run in $CEPH_DIR at $STOREKIT_TEST_S3_ENDPOINT (stopped at exit)"
   else
     CEPH_NOTE="failed to start"

@@ -1,3 +1,41 @@
-from storekit.cli.app import main
+"""`storekit` and `python -m storekit`: stop signals are caught before the CLI loads.
 
-main()
+Loading the CLI takes a few hundred milliseconds; a SIGTERM or SIGUSR1 (Slurm preemption) in that
+window must stop the command like any other stop (exit 130), not kill it by the default action.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, _stop)
+    try:
+        early = os.environ.get("STOREKIT_TEST_SIGNAL_AT_START")  # fault point for the tests
+        if early in ("SIGTERM", "SIGUSR1"):
+            os.kill(os.getpid(), getattr(signal, early))
+        from storekit.cli.app import main as cli_main
+
+        cli_main()  # catches its own stops once it runs; this covers the steps before
+    except KeyboardInterrupt:
+        message = "interrupted; rerun the same command to resume"
+        if "--json" in sys.argv[1:]:
+            doc = {"schema_version": 1, "error": {"message": message, "hint": None, "exit_code": 130}}
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -30,7 +30,7 @@ EXIT_CODE_TABLE: dict[int, str] = {
     ExitCode.USAGE: "usage: bad command line, config file or spec file",
     ExitCode.NOT_FOUND: "not found: a path, tier, dataset or bucket does not exist",
     ExitCode.MISMATCH: "mismatch: verification failed or layout violations found",
-    ExitCode.RETRYABLE: "retryable: storage unreachable or transient failure",
+    ExitCode.RETRYABLE: "retryable: storage unreachable, transient failure, or busy",
     ExitCode.NO_SPACE: "no space: not enough free space, nothing was written",
     ExitCode.INTERRUPTED: "interrupted: stopped cleanly, rerun to resume",
 }
@@ -75,6 +75,12 @@ class MismatchError(StorekitError):
 
 
 class UnreachableError(StorekitError):
+    exit_code = ExitCode.RETRYABLE
+
+
+class BusyError(StorekitError):
+    """Another live process holds the lease on what this command would write: retry later."""
+
     exit_code = ExitCode.RETRYABLE
 
 

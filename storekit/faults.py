@@ -12,24 +12,34 @@ N (default 1) fires on the Nth time the process reaches NAME. ACTION is one of
     pause    create $STOREKIT_FAULT_DIR/NAME.reached, then wait until NAME.go exists there: the test
              runs another process while this one is held at the step (forced interleavings)
 With STOREKIT_FAULTS unset the cost is one environment lookup per call.
+
+In-process tests can also run their own code at a point: `with faults.at(NAME, fn): ...` (e.g. a
+second command started while the first one is held between two commit steps).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 
 ENV = "STOREKIT_FAULTS"
 DIR_ENV = "STOREKIT_FAULT_DIR"
 _SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR1, "int": signal.SIGINT}
 _ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO}
 _reached: dict[str, int] = {}
+_actions: dict[str, Callable[[], None]] = {}
 
 
 def point(name: str) -> None:
     """Mark a step; fires the action the environment names for it, if any."""
+    if _actions:
+        in_process = _actions.get(name)
+        if in_process is not None:
+            in_process()
     spec = os.environ.get(ENV)
     if not spec:
         return
@@ -59,6 +69,16 @@ def _fire(name: str, action: str) -> None:
     raise ValueError(
         f"{ENV}: unknown action {action!r} for {name} (kill, term, usr1, int, enospc, eio, pause)"
     )
+
+
+@contextlib.contextmanager
+def at(name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run `action` in this process each time `point(name)` is reached inside the block (tests)."""
+    _actions[name] = action
+    try:
+        yield
+    finally:
+        _actions.pop(name, None)
 
 
 def reset() -> None:

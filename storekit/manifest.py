@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storekit import __version__
-from storekit.errors import InputError, MismatchError, NotFoundError
+from storekit.errors import InputError, MismatchError, NotFoundError, PathEscapeError
 from storekit.ops import FileDigest, hash_file
 from storekit.paths import clean_rel, join_rel
 from storekit.store import Store
@@ -62,6 +62,8 @@ def parse_manifest(data: bytes, *, source: str) -> Manifest:
     for key in ("schema_version", "kind", "files"):
         if key not in doc:
             raise InputError(f"{source}: not a valid manifest (missing key {key!r})")
+    if not isinstance(doc["files"], list):
+        raise InputError(f"{source}: not a valid manifest (files is not a list)")
     files = []
     for i, f in enumerate(doc["files"]):
         try:
@@ -70,6 +72,8 @@ def parse_manifest(data: bytes, *, source: str) -> Manifest:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source}: files[{i}] is malformed ({exc})") from None
+        except PathEscapeError as exc:
+            raise InputError(f"{source}: files[{i}] names a path outside its directory ({exc})") from None
     body = {k: v for k, v in doc.items() if k not in ("schema_version", "kind", "files", "storekit_version")}
     return Manifest(
         kind=str(doc["kind"]),
@@ -110,6 +114,9 @@ def verify_manifest(store: Store, directory: str, manifest: Manifest) -> list[Ve
             got = hash_file(store, rel)
         except NotFoundError:
             problems.append(VerifyProblem(f.path, "missing"))
+            continue
+        except PathEscapeError:
+            problems.append(VerifyProblem(f.path, "a symlink that leaves the tier"))
             continue
         if got.size != f.size:
             problems.append(VerifyProblem(f.path, f"size {got.size} != manifest {f.size}"))

@@ -13,7 +13,7 @@ import typer
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli import bench, config, dataset, layout, prepare
+from storekit.cli import bench, ckpt, config, dataset, layout, prepare
 from storekit.cli.common import HELP_SETTINGS, exit_codes
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
@@ -57,6 +57,7 @@ def _root(
 layout.register(app)
 prepare.register(app)
 dataset.register(app)
+ckpt.register(app)
 bench.register(app)
 config.register(app)
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
     reset_emitted()
-    interrupt_on(signal.SIGTERM)
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     command = get_command(app)
     try:
         _refuse_url_credentials(args)

@@ -56,6 +56,8 @@ def verify_command(
     """Re-hash every shard against manifest.json and check each .idx against its .bin.
 
     Exit 0 when everything matches, 4 on any mismatch (listed), 3 when PATH holds no dataset.
+    PATH is the dataset: tier-relative (datasets/text/NAME/v1), an absolute local path or
+    s3://bucket/prefix.
 
     \b
     Examples:
@@ -93,7 +95,8 @@ def info_command(
 ) -> None:
     """Print the summary of a dataset's manifest: tokenizer, splits, shards, sizes and stats.
 
-    Reads manifest.json only; `storekit dataset verify` re-hashes the shards.
+    Reads manifest.json only; `storekit dataset verify` re-hashes the shards. PATH is the
+    dataset: tier-relative (datasets/text/NAME/v1), an absolute local path or s3://bucket/prefix.
 
     \b
     Examples:
@@ -200,7 +203,8 @@ def inspect_command(
 
     Shows what training will see: the token ids read from the .bin through the .idx, decoded with
     the dataset's own tokenizer (refused with exit 4 when the tokenizer found is not the one the
-    dataset was built with, by xxh3-128 of its tokenizer.json).
+    dataset was built with, by xxh3-128 of its tokenizer.json). PATH is the dataset: tier-relative
+    (datasets/text/NAME/v1), an absolute local path or s3://bucket/prefix.
 
     \b
     Examples:
@@ -279,7 +283,8 @@ def blend_command(
     """Mix prepared datasets into the data arguments Megatron-LM and NeMo take.
 
     Every shard becomes a Megatron prefix with a weight: by tokens, or the dataset's given weight
-    spread over its shards by tokens. A held-out split becomes the validation data.
+    spread over its shards by tokens. A held-out split becomes the validation data. Each DATASET is
+    a path as for `dataset info`, optionally followed by =WEIGHT.
 
     \b
     Formats (--format):

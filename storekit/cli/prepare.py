@@ -68,7 +68,8 @@ _HELP = (
     "text files (one document per file), as paths, globs, directories or s3:// URLs. Work is split finer "
     "than a file and runs on all cores; a killed run (SIGKILL, SIGTERM, SIGUSR1) resumes where it stopped "
     "when rerun, and the result is byte-identical whatever the number of workers. A rerun of a finished "
-    "dataset does nothing. With no arguments, the bundled sample pipeline runs (pipelines/sample.toml)."
+    "dataset does nothing. PIPELINE.toml is a pipeline file or a bundled pipeline's name; with no "
+    "arguments, the bundled sample pipeline runs (pipelines/sample.toml)."
 )
 
 
@@ -242,7 +243,12 @@ def prepare_dataset_command(
         ),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Rebuild even if the dataset exists; replace a different one.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Rebuild even if the dataset exists; replace a different committed dataset "
+            "(only one below datasets/ on a configured tier; nothing else is ever replaced).",
+        ),
     ] = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,

@@ -10,8 +10,11 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from storekit.checkpoint.scan import INCOMPLETE, scan_area_run
 from storekit.layout.spec import AreaSpec, LayoutSpec
+from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
 from storekit.units import format_bytes, format_duration
@@ -27,6 +30,9 @@ RULES = {
     "mode": "wrong permissions",
     "quota": "an area over its quota",
     "symlink-escape": "a symlink pointing outside the tier root",
+    "incomplete-checkpoint": "a checkpoint its writer did not finish: names the writer and missing marker",
+    "bad-pointer": "a tracker or latest pointer naming a missing or incomplete unit, or leaving its run",
+    "ambiguous-checkpoint": "a checkpoint carrying the commit markers of two writers",
 }
 MAX_PER_RULE = 1000  # per area: enough to act on, bounded output on huge trees
 
@@ -50,6 +56,7 @@ class CheckReport:
     truncated: dict[str, int] = field(default_factory=dict)  # rule -> findings not listed
     entries_scanned: int = 0
     skipped: list[str] = field(default_factory=list)
+    in_progress: list[str] = field(default_factory=list)  # temp entries a live lease covers
     error: str | None = None  # the tier could not be checked (unreachable, missing root)
 
     @property
@@ -68,6 +75,7 @@ class CheckReport:
             "truncated": self.truncated,
             "entries_scanned": self.entries_scanned,
             "skipped": self.skipped,
+            "in_progress": self.in_progress,
             "counts": {
                 rule: sum(1 for f in self.findings if f.rule == rule) + self.truncated.get(rule, 0)
                 for rule in RULES
@@ -89,6 +97,7 @@ class _AreaScan:
         self.bytes = 0
         self.files = 0
         self.per_rule: dict[str, int] = {}
+        self.runs: list[str] = []  # directories whose children are checkpoint units (writer areas)
 
     def add(self, rule: str, path: str, message: str) -> None:
         n = self.per_rule.get(rule, 0) + 1
@@ -113,8 +122,16 @@ class _AreaScan:
         if entry.is_link:
             self._check_link(entry)
             return
-        if self.spec.is_temp_name(entry.name):
-            self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
+        if self.area.writers and depth > len(self.area.levels):
+            self._check_mode(entry)
+            return  # units, trackers and writer temp names: judged by scan_run in finish()
+        if is_lease_name(entry.name) or self.spec.is_temp_name(entry.name):
+            if self._leased(entry):
+                self.report.in_progress.append(entry.path)
+            elif is_lease_name(entry.name):
+                self.add("incomplete", entry.path, "the lease of a writer that is gone (stale)")
+            else:
+                self.add("incomplete", entry.path, "leftover of an interrupted write (temp/partial name)")
             self.skip.append(entry.path + "/")
             return
         self._check_mode(entry)
@@ -134,6 +151,8 @@ class _AreaScan:
                 return
             if level.committed_by:
                 self.committed_dirs.setdefault(entry.path, False)
+            if self.area.writers and depth == len(levels):
+                self.runs.append(entry.path)
 
     def _note_commit_file(self, entry: Entry, rel_parts: list[str]) -> None:
         parent = entry.path.rsplit("/", 1)[0]
@@ -141,6 +160,16 @@ class _AreaScan:
             level = self.area.levels[len(rel_parts) - 2]
             if entry.name == level.committed_by:
                 self.committed_dirs[parent] = True
+
+    def _leased(self, entry: Entry) -> bool:
+        """A live writer's temp entry or lease file: in progress, not a finding (POSIX tiers)."""
+        root = self.store.local_path("") if self.store.capabilities.directories else None
+        if root is None:
+            return False
+        path = Path(root) / entry.path
+        if is_lease_name(entry.name):
+            return binding_lease(path) is not None
+        return covering_lease(path, Path(root)) is not None
 
     def _check_link(self, entry: Entry) -> None:
         target = link_escape(self.store, entry)
@@ -157,7 +186,24 @@ class _AreaScan:
                 f"mode {entry.mode:04o} is group/world-writable in read-only area {self.area.name}",
             )
 
+    def _check_runs(self) -> None:
+        area = self.area
+        runs = self.runs if area.levels else [area.name]
+        for run in runs:
+            if any(run.startswith(s) for s in self.skip):
+                continue
+            scan = scan_area_run(self.store, run, area, temp=self.spec.temp_patterns, now=self.now)
+            for problem in scan.problems:
+                self.add(problem.rule, problem.path, problem.message)
+            for unit in scan.units:
+                if unit.state != INCOMPLETE:
+                    continue  # complete, or in progress (changed within the quiet period)
+                rule = "incomplete" if unit.is_temp else "incomplete-checkpoint"
+                self.add(rule, unit.path, unit.reason)
+
     def finish(self) -> None:
+        if self.area.writers:
+            self._check_runs()
         for path, committed in sorted(self.committed_dirs.items()):
             if not committed and not any(path.startswith(s) for s in self.skip):
                 level = self.area.levels[len(path.split("/")) - 2]

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
 from storekit.tomlkeys import get_str, get_table, parse_toml, reject_unknown
@@ -49,6 +50,9 @@ class AreaSpec:
     quota_bytes: int | None = None
     quota_files: int | None = None
     striping: StripingSpec | None = None
+    writers: tuple[WriterProfile, ...] = ()  # checkpoint writers whose units sit below the last level
+    quiet_seconds: float = 600.0  # a unit changed more recently than this is "in progress"
+    beside: tuple[str, ...] = ()  # names allowed beside units whatever the writer (archive stubs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,13 +78,14 @@ def load_layout(name_or_path: str) -> LayoutSpec:
 
 def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
     raw = parse_toml(data, source)
-    reject_unknown(raw, {"layout", "areas"}, source, "")
+    reject_unknown(raw, {"layout", "areas", "writers"}, source, "")
     head = get_table(raw, "layout", source, "layout")
     reject_unknown(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")
     areas_raw = get_table(raw, "areas", source, "areas")
     if not areas_raw:
         raise ConfigError(source, "areas", "expected at least one area, e.g. [areas.datasets]")
-    areas = tuple(_parse_area(name, body, source) for name, body in areas_raw.items())
+    profiles = {p.name: p for p in parse_profiles(raw.get("writers"), source)}
+    areas = tuple(_parse_area(name, body, source, profiles) for name, body in areas_raw.items())
     patterns = head.get("temp_patterns", ["*.storekit-tmp-*"])
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         raise ConfigError(source, "layout.temp_patterns", "expected a list of glob patterns")
@@ -94,7 +99,7 @@ def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
     )
 
 
-def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
+def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterProfile]) -> AreaSpec:
     key = f"areas.{name}"
     if not _AREA_RE.match(name):
         raise ConfigError(
@@ -112,6 +117,9 @@ def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
         "quota",
         "quota_files",
         "striping",
+        "writers",
+        "quiet_period",
+        "beside",
     }
     reject_unknown(body, allowed, source, key)
     levels = tuple(
@@ -142,7 +150,29 @@ def _parse_area(name: str, body: Any, source: str) -> AreaSpec:
         quota_bytes=_optional(body, "quota", parse_size, source, key, "a size such as 50TiB"),
         quota_files=_optional(body, "quota_files", _positive_int, source, key, "a positive integer"),
         striping=_parse_striping(body.get("striping"), source, f"{key}.striping"),
+        writers=_area_writers(body.get("writers", []), profiles, source, f"{key}.writers"),
+        quiet_seconds=_optional(body, "quiet_period", parse_duration, source, key, "a duration such as 10m")
+        or 600.0,
+        beside=_name_globs(body.get("beside", []), source, f"{key}.beside"),
     )
+
+
+def _area_writers(
+    names: Any, profiles: dict[str, WriterProfile], source: str, key: str
+) -> tuple[WriterProfile, ...]:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(source, key, 'expected a list of writer names, e.g. ["storekit", "torch-dcp"]')
+    for n in names:
+        if n not in profiles:
+            known = ", ".join(sorted(profiles)) or "none"
+            raise ConfigError(source, key, f"no [writers.{n}] in this layout (declared: {known})")
+    return tuple(profiles[n] for n in names)
+
+
+def _name_globs(value: Any, source: str, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and "/" not in v for v in value):
+        raise ConfigError(source, key, 'expected a list of name globs such as "*.stub"')
+    return tuple(value)
 
 
 def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:

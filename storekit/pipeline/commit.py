@@ -4,6 +4,14 @@ POSIX: everything is written into a hidden sibling (`.<version>.storekit-tmp-*`)
 the final name once the manifest is inside it. S3 (no rename): shards go to their final keys and the
 manifest is written last; without a manifest the prefix is not a dataset, and a killed finalize's
 leftovers there are recognised as ours through a record in the work dir.
+
+One run at a time writes a dataset path: it holds the output lease (`.<version>.storekit-lease`
+beside the dataset) from before its first task until after the commit, so a sibling temp dir is never
+another live run's, and a second run exits 5. `--force` replaces only a committed storekit dataset
+under `datasets/` on a configured tier. A replace renames the old copy to `.<version>.storekit-tmp-old-*`
+first: that name is its journal. Until the new copy is in place the old one is only moved, and a run
+that finds the final name empty and an old copy beside it (a stop between the two renames) puts the
+old copy back before anything else.
 """
 
 from __future__ import annotations
@@ -11,15 +19,22 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
+from pathlib import Path
 
+import xxhash
+
+from storekit import faults
 from storekit.durable import TMP_MARK, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
+from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
 from storekit.pipeline.location import DatasetLocation
-from storekit.pipeline.workdir import WorkDir
+from storekit.pipeline.workdir import WorkDir, check_private
 
 _STAGING_RECORD = "finalize.json"
+_OLD = "old-"  # .<version>.storekit-tmp-old-*: the previous copy during a --force replace
+DATASETS_AREA = "datasets"
 
 
 def check_existing(
@@ -27,33 +42,83 @@ def check_existing(
 ) -> Manifest | None:
     """The existing manifest if it is this very dataset (a no-op), None if the place is free.
 
-    Raises when something else is there, unless `force`.
+    Raises when something else is there; with `force`, a different committed dataset may be
+    replaced when `replaceable(location)`, and nothing else ever is.
     """
     store, rel = location.store, location.rel
     try:
         manifest = read_manifest(store, rel)
     except NotFoundError:
-        if not force and _occupied(location) and not _ours(location, work):
+        if _occupied(location) and not _ours(location, work):
             raise StorekitError(
-                f"{location.display} exists but is not a storekit dataset (no manifest.json)",
-                hint="choose another --version or --output, or pass --force to replace it",
+                f"{location.display} exists but is not a storekit dataset (no manifest.json); "
+                "storekit never replaces it",
+                hint="choose another --version or --output",
             ) from None
         return None
     except InputError as exc:
-        if force:
-            return None
         raise StorekitError(
-            f"{location.display} holds an unreadable manifest ({exc})", hint="--force replaces it"
+            f"{location.display} holds an unreadable manifest ({exc}); storekit never replaces it",
+            hint="choose another --version or --output, or inspect it and remove it by hand",
         ) from None
+    if manifest.kind != "dataset":
+        raise StorekitError(
+            f"{location.display} holds a {manifest.kind}, not a dataset; storekit never replaces it",
+            hint="choose another --version or --output",
+        )
     if manifest.body.get("plan_id") == plan_id:
         return manifest
-    if not force:
+    if force and replaceable(location):
+        return None
+    different = (
+        f"{location.display} already holds a different dataset (other inputs or options; "
+        f"plan {str(manifest.body.get('plan_id', '?'))[:12]}, this run {plan_id[:12]})"
+    )
+    if not replaceable(location):
         raise StorekitError(
-            f"{location.display} already holds a different dataset (other inputs or options; "
-            f"plan {str(manifest.body.get('plan_id', '?'))[:12]}, this run {plan_id[:12]})",
-            hint="give a new --version, or pass --force to replace it",
+            f"{different}; --force replaces only a dataset below {DATASETS_AREA}/ on a configured tier",
+            hint="give another --version or --output",
         )
-    return None
+    raise StorekitError(different, hint="give a new --version, or pass --force to replace it")
+
+
+def replaceable(location: DatasetLocation) -> bool:
+    """Where `--force` may replace a committed dataset: below datasets/ on a configured tier."""
+    return location.tier_name is not None and location.rel.startswith(f"{DATASETS_AREA}/")
+
+
+def output_lease(location: DatasetLocation, work: WorkDir) -> Lease:
+    """The lease on a dataset path: beside it on POSIX; for an S3 output, beside the work dir (S3 has
+    no exclusive create here, so runs see each other only when their work dirs share a parent)."""
+    local = location.local_path() if location.store.capabilities.atomic_rename else None
+    if local is not None:
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        path = sibling_lease_path(Path(local))
+    else:
+        work.path.parent.mkdir(parents=True, exist_ok=True)
+        path = work.path.parent / f".output-{xxhash.xxh3_64_hexdigest(location.display.encode())}{LEASE_NAME}"
+    return Lease(path, purpose=f"writing the dataset {location.display}")
+
+
+def settle_leftovers(location: DatasetLocation) -> None:
+    """Under the output lease: put back the old copy of an interrupted replace, then remove every
+    temp sibling (no live run owns one: the lease says so)."""
+    if not location.store.capabilities.atomic_rename:
+        return
+    store = location.store
+    prefix = f".{location.name}{TMP_MARK}"
+    try:
+        leftovers = [e for e in store.list(location.parent) if e.name.startswith(prefix)]
+    except NotFoundError:
+        return
+    olds = sorted(e.path for e in leftovers if e.name.startswith(prefix + _OLD))
+    restored = None
+    if olds and not store.exists(location.rel):
+        restored = olds[-1]
+        store.rename(restored, location.rel)
+    for entry in leftovers:
+        if entry.path != restored:
+            store.delete(entry.path, recursive=True)
 
 
 def _occupied(location: DatasetLocation) -> bool:
@@ -64,8 +129,13 @@ def _occupied(location: DatasetLocation) -> bool:
 
 
 def _ours(location: DatasetLocation, work: WorkDir | None) -> bool:
-    """Leftovers of our own finalize that was killed (S3 writes shards in place)."""
+    """Leftovers of our own finalize that was killed (S3 writes shards in place). Only a private
+    work dir's record counts: a planted one must not make someone else's prefix look like ours."""
     if work is None or not (work.path / _STAGING_RECORD).is_file():
+        return False
+    try:
+        check_private(work.path)
+    except StorekitError:
         return False
     record = json.loads((work.path / _STAGING_RECORD).read_bytes())
     return bool(record.get("output") == location.display)
@@ -74,8 +144,11 @@ def _ours(location: DatasetLocation, work: WorkDir | None) -> bool:
 class Staging:
     """Where finalize writes, and how the result becomes visible (rename or manifest-last)."""
 
-    def __init__(self, location: DatasetLocation, work: WorkDir, *, force: bool) -> None:
+    def __init__(
+        self, location: DatasetLocation, work: WorkDir, *, force: bool, lease: Lease | None = None
+    ) -> None:
         self.location = location
+        self.lease = lease  # the output lease; checked again just before the commit
         self.store = location.store
         self.work = work
         self.force = force
@@ -87,12 +160,15 @@ class Staging:
             if self.atomic_rename
             else location.rel
         )
+        self.old: str | None = None
+        self.committed = False
 
     def begin(self) -> None:
+        """Call with the output lease held."""
         record = json.dumps({"output": self.location.display}).encode()
         write_file_atomic(self.work.path / _STAGING_RECORD, record)
         if self.atomic_rename:
-            self._remove_stale_siblings()
+            settle_leftovers(self.location)
             self.store.makedirs(self.rel)
             return
         # S3: un-commit first (manifest), then clear the prefix, then upload
@@ -101,30 +177,32 @@ class Staging:
         with contextlib.suppress(NotFoundError):
             self.store.delete(self.location.rel, recursive=True)
 
-    def _remove_stale_siblings(self) -> None:
-        prefix = f".{self.location.name}{TMP_MARK}"
-        try:
-            entries = self.store.list(self.location.parent)
-        except NotFoundError:
-            return
-        for entry in entries:
-            if entry.name.startswith(prefix):
-                self.store.delete(entry.path, recursive=True)
-
     def commit(self, plan_id: str) -> None:
         if not self.atomic_rename:
             return
+        faults.point("commit.before-rename")
+        if self.lease is not None:
+            self.lease.check()
         final = self.location.rel
-        old = None
         if self.store.exists(final):
             # checked before the run; look again in case another run committed there meanwhile
             check_existing(self.location, plan_id, force=self.force, work=None)
-            old = join_rel(self.location.parent, f".{self.location.name}{TMP_MARK}old-{uuid.uuid4().hex[:8]}")
-            self.store.rename(final, old)
+            old_name = f".{self.location.name}{TMP_MARK}{_OLD}{uuid.uuid4().hex[:8]}"
+            self.old = join_rel(self.location.parent, old_name)
+            self.store.rename(final, self.old)
+            faults.point("commit.old-moved")
         self.store.rename(self.rel, final)
-        if old:
-            self.store.delete(old, recursive=True)
+        self.committed = True
+        faults.point("commit.renamed")
+        if self.old:
+            self.store.delete(self.old, recursive=True)
 
     def abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self.store.delete(self.rel, recursive=True)
+        """After a failure or a stop: the old copy goes back if it was moved, the staging dir goes."""
+        if self.old and not self.committed:
+            with contextlib.suppress(Exception):
+                if not self.store.exists(self.location.rel):
+                    self.store.rename(self.old, self.location.rel)
+        if not self.committed:
+            with contextlib.suppress(Exception):
+                self.store.delete(self.rel, recursive=True)

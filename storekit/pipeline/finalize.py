@@ -16,6 +16,7 @@ import numpy as np
 
 from storekit import faults
 from storekit.errors import NoSpaceError, storage_errors
+from storekit.lease import Lease
 from storekit.manifest import Manifest, ManifestFile, write_manifest
 from storekit.pipeline.commit import Staging
 from storekit.pipeline.dedup import DropIndex, find_cross_task_duplicates
@@ -37,15 +38,19 @@ def finalize(
     force: bool,
     source_digests: Callable[[], list[dict[str, Any]]],
     on_shard: Callable[[ShardInfo], None] | None = None,
+    lease: Lease | None = None,
 ) -> Manifest:
     summaries = [work.read_done(i) for i in range(len(plan.tasks))]
+    for index, summary in enumerate(summaries):
+        work.check_parts(index, summary)
     drops = None
     if plan.options["dedup"]:
         drops = find_cross_task_duplicates(
             [work.task_dir(i) / "hashes.rec" for i in range(len(plan.tasks))], work.path / "dedup"
         )
-    staging = Staging(location, work, force=force)
+    staging = Staging(location, work, force=force, lease=lease)
     staging.begin()
+    faults.point("finalize.staged")
     try:
         with _os_errors(location):
             shards = _write_shards(plan, work, staging, drops, on_shard)

@@ -27,7 +27,6 @@ PLAN_FORMAT = 1  # bump when the shards a plan produces would change
 MIN_TASK_BYTES = 1 << 20  # ~0.5 s of one core: per-task costs stay ~1% (commits run in the background)
 MAX_TASK_BYTES = 64 << 20
 TASKS_PER_CORPUS = 1024  # many more tasks than cores: the last ones finish close together
-BYTES_PER_TOKEN_FLOOR = 3  # for size estimates: real BPE text averages 3.5-4.5 bytes per token
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,15 @@ class PrepPlan:
     @property
     def total_bytes(self) -> int:
         return sum(t.est_bytes for t in self.tasks)
+
+    @property
+    def max_output_bytes(self) -> int:
+        """An upper bound of the shards' size, for the free-space check: a token stands for at least
+        one byte of input (byte-level BPE; the JSON around a record pays for its EOS/BOS), plus BOS
+        and EOS of a text file's single document. Real text averages 3.5-4.5 bytes a token, but
+        some (CJK, code, digits) comes close to 1, so no such average is assumed."""
+        itemsize = 2 if self.tokenizer.dtype == "uint16" else 4
+        return (self.total_bytes + 2 * len(self.sources)) * itemsize
 
     def to_json(self) -> bytes:
         doc = {

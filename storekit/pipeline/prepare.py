@@ -6,6 +6,7 @@ and free space, run the unfinished tasks on the local executor, finalize, remove
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -14,19 +15,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from storekit import faults
 from storekit.config import SiteConfig
 from storekit.diskspace import free_bytes, nearest_existing
-from storekit.errors import NoSpaceError, UsageError
+from storekit.errors import NoSpaceError, StorekitError, UsageError
 from storekit.executors.local import default_workers, run_tasks
+from storekit.lease import Lease
 from storekit.manifest import Manifest
 from storekit.ops import hash_stream
 from storekit.paths import join_rel
-from storekit.pipeline.commit import check_existing
+from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
 from storekit.pipeline.engines import choose_engine, sample_documents
 from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation, resolve_location
-from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan, plan_tasks
+from storekit.pipeline.plan import PrepPlan, plan_tasks
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.task import peak_rss
@@ -114,44 +117,82 @@ def prepare_dataset(
     started = time.monotonic()
     fs = InputFS(site)
     plan, location, work, plan_timings = make_plan(spec, site, fs)
-    existing = check_existing(location, plan.plan_id, force=force, work=work if work.path.is_dir() else None)
+    existing = check_existing(location, plan.plan_id, force=force, work=_if_present(work))
     outcome = PrepareOutcome(status="planned", plan=plan, location=location, work_dir=work.path)
     if dry_run:
         return outcome
     if existing is not None and not force:
-        if work.path.is_dir():
-            work.remove()  # a finished dataset's leftover work dir (killed after the commit)
-        outcome.status, outcome.manifest = "unchanged", existing
-        return outcome
+        return _unchanged(outcome, existing, work)
     check_space(plan, location, work)
-    with work.locked():
-        resumed = work.start(plan, fresh=force)  # --force rebuilds from scratch, finished tasks too
-        done = work.done_tasks()
-        todo = [t.index for t in plan.tasks if t.index not in done]
-        outcome.tasks_resumed = len(done)
-        if resumed:
-            progress.info(f"resuming: {len(done)} of {len(plan.tasks)} tasks already done in {work.path}")
-        digests = SourceHasher(plan, fs)
-        digests.start()
-        progress.start(sum(plan.tasks[i].est_bytes for i in todo), len(plan.tasks), len(done))
-        workers = spec.workers or default_workers()
-        t0 = time.monotonic()
-        spent = {"encode": 0.0, "ids": 0.0, "total": 0.0}
-        hf_docs = [0]
+    with output_lease(location, work) as lease:
+        # under the lease: what a killed run left is settled, and the place is looked at again
+        settle_leftovers(location)
+        work.clear_tombstones()
+        existing = check_existing(location, plan.plan_id, force=force, work=_if_present(work))
+        if existing is not None and not force:
+            return _unchanged(outcome, existing, work)
+        with work.leased():
+            _run(plan, work, location, spec, fs, force, progress, outcome, started, lease)
+            outcome.timings.update(plan_timings)
+            faults.point("prepare.committed")
+            work.remove()
+    return outcome
 
-        def task_done(index: int, summary: dict[str, Any]) -> None:
-            for key in spent:
-                spent[key] += float(summary.get(f"{key}_seconds" if key != "total" else "seconds", 0.0))
-            hf_docs[0] += int(summary.get("engine_hf_documents", 0))
 
-        report = run_tasks(
-            plan, work, site, todo, workers=workers, progress=progress.advance, on_done=task_done
-        )
-        t1 = time.monotonic()
-        progress.finalizing()
-        manifest = finalize(plan, work, location, force=force, source_digests=digests.result)
-        t2 = time.monotonic()
-    work.remove()
+def _if_present(work: WorkDir) -> WorkDir | None:
+    return work if work.path.is_dir() else None
+
+
+def _unchanged(outcome: PrepareOutcome, existing: Manifest, work: WorkDir) -> PrepareOutcome:
+    if work.path.is_dir():
+        # a finished dataset's leftover work dir (killed after the commit), unless a run holds it
+        # or it is not ours to remove (best effort: the dataset is there either way)
+        with contextlib.suppress(StorekitError), work.leased():
+            work.remove()
+    outcome.status, outcome.manifest = "unchanged", existing
+    return outcome
+
+
+def _run(
+    plan: PrepPlan,
+    work: WorkDir,
+    location: DatasetLocation,
+    spec: PipelineSpec,
+    fs: InputFS,
+    force: bool,
+    progress: Progress,
+    outcome: PrepareOutcome,
+    started: float,
+    lease: Lease,
+) -> None:
+    """Tasks then finalize, in a work dir whose lease this process holds; fills `outcome`."""
+    resumed = work.start(plan, fresh=force)  # --force rebuilds from scratch, finished tasks too
+    done = work.done_tasks()
+    todo = [t.index for t in plan.tasks if t.index not in done]
+    outcome.tasks_resumed = len(done)
+    if resumed:
+        progress.info(f"resuming: {len(done)} of {len(plan.tasks)} tasks already done in {work.path}")
+    digests = SourceHasher(plan, fs)
+    digests.start()
+    progress.start(sum(plan.tasks[i].est_bytes for i in todo), len(plan.tasks), len(done))
+    workers = spec.workers or default_workers()
+    t0 = time.monotonic()
+    spent = {"encode": 0.0, "ids": 0.0, "total": 0.0}
+    hf_docs = [0]
+
+    def task_done(index: int, summary: dict[str, Any]) -> None:
+        for key in spent:
+            spent[key] += float(summary.get(f"{key}_seconds" if key != "total" else "seconds", 0.0))
+        hf_docs[0] += int(summary.get("engine_hf_documents", 0))
+
+    report = run_tasks(
+        plan, work, fs.site, todo, workers=workers, progress=progress.advance, on_done=task_done
+    )
+    t1 = time.monotonic()
+    faults.point("prepare.tasks-done")
+    progress.finalizing()
+    manifest = finalize(plan, work, location, force=force, source_digests=digests.result, lease=lease)
+    t2 = time.monotonic()
     stats = manifest.body["stats"]
     total = t2 - started
     outcome.status, outcome.manifest = "prepared", manifest
@@ -168,7 +209,6 @@ def prepare_dataset(
         "peak_rss_bytes": sum(rss),
         "peak_rss_max_process_bytes": max(rss),
         "engine": plan.tokenizer.engine,
-        **plan_timings,
         # documents the fast engine left to `tokenizers` (characters unknown to this Python's Unicode)
         "engine_hf_documents": hf_docs[0],
         # split of the task time (summed over workers): the tokenizer itself, turning its ids into
@@ -179,13 +219,11 @@ def prepare_dataset(
             "read_parse_hash_write": round(spent["total"] - spent["encode"] - spent["ids"], 3),
         },
     }
-    return outcome
 
 
 def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> None:
     """Refuse up front (exit 6) when the estimated shards cannot fit; nothing is written yet."""
-    itemsize = 2 if plan.tokenizer.dtype == "uint16" else 4
-    estimate = plan.total_bytes // BYTES_PER_TOKEN_FLOOR * itemsize
+    estimate = plan.max_output_bytes  # the task parts hold as much again, until finalize is done
     work_dev, work_free = _device_and_free(work.path)
     needs = {work_dev: estimate}
     out_free = None
@@ -198,7 +236,8 @@ def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> Non
         if free is not None and need > free:
             where = work.path if dev == work_dev else out_local
             raise NoSpaceError(
-                f"not enough free space on {where}: the shards need about {format_size(need)}, "
+                f"not enough free space on {where}: the shards and task parts may need up to "
+                f"{format_size(need)} (one token per input byte, the most a tokenizer makes), "
                 f"{format_size(free)} is free",
                 hint="free space, or write task parts elsewhere with --work-dir",
             )

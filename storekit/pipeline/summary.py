@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from storekit.manifest import Manifest
-from storekit.pipeline.plan import BYTES_PER_TOKEN_FLOOR, PrepPlan
+from storekit.pipeline.plan import PrepPlan
 from storekit.units import format_bytes as format_size
 
 SAMPLE_CORPUS = "bundled:cpython-stdlib-sample"
@@ -28,7 +28,7 @@ def plan_summary(plan: PrepPlan, *, work_dir: str) -> dict[str, Any]:
         "task_bytes": plan.task_bytes,
         "estimated_tokens": est_tokens,
         "estimated_shards": max(1, -(-est_tokens // shard_tokens)),
-        "estimated_output_bytes_max": plan.total_bytes // BYTES_PER_TOKEN_FLOOR * itemsize,
+        "estimated_output_bytes_max": plan.max_output_bytes,
         "tokenizer": plan.tokenizer.name,
         "tokenizer_vocab_size": plan.tokenizer.vocab_size,
         "tokenizer_engine": {

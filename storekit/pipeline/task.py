@@ -19,13 +19,14 @@ import time
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
+from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import InputError
 from storekit.pipeline.encode import Encoder, Unsplittable, stripped_hash
@@ -33,7 +34,7 @@ from storekit.pipeline.giant import BadText, measure, pieces
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, PieceReader
-from storekit.pipeline.workdir import DONE, WorkDir, io_errors, remove_path
+from storekit.pipeline.workdir import DONE, WorkDir, io_errors, part_digest, remove_path
 
 HASH_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<u4")])
 BATCH_CHARS = 256 * 1024  # text per encode call: small batches keep the tokenizer's memory low
@@ -127,8 +128,13 @@ class TaskRunner:
                     "engine_hf_documents": self.encoder.hf_documents - hf0,
                     "seconds": round(time.perf_counter() - started, 4),
                     "peak_rss": peak_rss(),
+                    # what finalize checks before using a part (size, xxh3-128)
+                    "parts": {
+                        p.name: list(astuple(part_digest(p))) for p in sorted(tmp.iterdir()) if p.name != DONE
+                    },
                 }
                 (tmp / DONE).write_bytes(json.dumps(summary, indent=1).encode("utf-8"))
+                faults.point("prepare.task-written")
         except BaseException:
             remove_path(tmp)
             raise

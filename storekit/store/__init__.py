@@ -9,6 +9,8 @@ from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_
 from storekit.store.posix import PosixStore
 from storekit.store.registry import SCHEMES, open_store
 from storekit.store.s3 import S3_BLOCK_SIZE, S3_DEFAULT_CONFIG, S3Store, s3_filesystem
+from storekit.store.s3 import _decode_meta as _decode_meta  # S3 metadata encoding: ops/ shares it
+from storekit.store.s3 import _encode_meta as _encode_meta
 
 __all__ = [
     "S3_BLOCK_SIZE",

@@ -100,10 +100,10 @@ class Store(ABC):
     def full(self, rel: str) -> str:
         """The backend path for `rel`; refuses anything that would leave the root."""
         rel = clean_rel(rel)
-        return self.root if not rel else f"{self.root}/{rel}"
+        return self.root if not rel else f"{self.root.rstrip('/')}/{rel}"
 
     def rel(self, full: str) -> str:
-        full = full.rstrip("/")
+        full = full.rstrip("/") or "/"  # a tier at the file system root (url = "file:///")
         if full == self.root:
             return ""
         prefix = self.root.rstrip("/") + "/"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from storekit.config import TierConfig
@@ -31,16 +33,35 @@ def test_init_check_status_on_s3(s3_tier: TierConfig) -> None:
     store.write_bytes("checkpoints/run_001/step_000200/model.bin", b"w" * 50)
     store.write_bytes("checkpoints/run_001/step_000200/manifest.json", b"{}")
     store.write_bytes("checkpoints/run_2/step_000001/model.bin", b"w")
-    found = sorted((f.rule, f.path) for f in check_layout(spec, store).findings)
+    store.write_bytes("checkpoints/run_001/latest", b"step_000200\n")
+    # Orbax on an object store cannot rename: commit_success.txt is what commits a step there
+    store.write_bytes("checkpoints/run_003/10/_CHECKPOINT_METADATA", b"{}")
+    store.write_bytes("checkpoints/run_003/10/commit_success.txt", b"ok")
+    store.write_bytes("checkpoints/run_003/20/_CHECKPOINT_METADATA", b"{}")
+    assert sorted((f.rule, f.path) for f in check_layout(spec, store).findings) == [
+        ("misnamed", "checkpoints/run_2")
+    ]  # the others were written just now: in progress
+    later = time.time() + 86400
+    found = sorted((f.rule, f.path, f.message) for f in check_layout(spec, store, now=later).findings)
     assert found == [
-        ("misnamed", "checkpoints/run_2"),
-        ("missing-manifest", "checkpoints/run_001/step_000100"),
+        (
+            "incomplete-checkpoint",
+            "checkpoints/run_001/step_000100",
+            "storekit: no manifest.json; torch-dcp: no .metadata; "
+            "orbax: no _CHECKPOINT_METADATA (+ commit_success.txt on this tier: no atomic rename)",
+        ),
+        (
+            "incomplete-checkpoint",
+            "checkpoints/run_003/20",
+            "orbax: no _CHECKPOINT_METADATA (+ commit_success.txt on this tier: no atomic rename)",
+        ),
+        ("misnamed", "checkpoints/run_2", found[2][2]),
     ]
 
     status = tier_status(spec, store)
     assert status.reachable and status.free_bytes is None
     ckpt = next(a for a in status.areas if a.area == "checkpoints")
-    assert ckpt.bytes == 100 + 50 + 2 + 1 and ckpt.files == 4
+    assert ckpt.bytes == 100 + 50 + 2 + 1 + 12 + 2 + 2 + 2 and ckpt.files == 8
 
 
 def test_status_of_unreachable_s3_tier_masks_credentials() -> None:

@@ -140,7 +140,8 @@ def test_install_completion_gives_bash_working_completion(tmp_path: Path) -> Non
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m storekit "$@"\n')
     shim.chmod(0o755)
     env = {**os.environ, "HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    install = [str(shim), "--install-completion", "bash"]
+    # run from bash: Typer detects the calling shell, which must not depend on how pytest was started
+    install = ["bash", "-c", f"{shlex.quote(str(shim))} --install-completion bash; exit $?"]  # no exec
     proc = subprocess.run(install, capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     script = home / ".bash_completions" / "storekit.sh"

@@ -51,6 +51,13 @@ COMMANDS = [
     ["bench", "io", "--dry-run"],
     ["config", "show"],
     ["config", "check"],
+    ["ckpt", "list", "run_001"],
+    ["ckpt", "latest", "run_001"],
+    ["ckpt", "verify", "run_001"],
+    ["ckpt", "adopt", "run_001/step_000100"],
+    ["ckpt", "adopt", "run_001/step_000100", "--dry-run"],
+    ["ckpt", "prune", "run_001", "--keep-last", "1"],
+    ["ckpt", "prune", "run_001", "--keep-last", "1", "--dry-run"],
 ]
 
 

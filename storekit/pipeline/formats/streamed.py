@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 from storekit.pipeline.inputs import InputFS, read_range
-from storekit.pipeline.streams import Decompressed
+from storekit.pipeline.streams import Decompressed, TruncatedInput
 
 
 def uncompressed_size(fs: InputFS, url: str, size: int, compression: str) -> int:
@@ -34,11 +34,15 @@ def uncompressed_size(fs: InputFS, url: str, size: int, compression: str) -> int
 
 
 def count_uncompressed(fs: InputFS, url: str, compression: str) -> int:
+    """Uncompressed bytes up to the end or to the first damage (the reader reports the damage)."""
     with fs.open(url) as raw:
         stream = Decompressed(raw, compression)
         total = 0
-        while chunk := stream.read(8 << 20):
-            total += len(chunk)
+        try:
+            while chunk := stream.read(8 << 20):
+                total += len(chunk)
+        except TruncatedInput as exc:
+            return max(exc.offset, 1)  # one byte at least: a task reads the file and reports it
         return total
 
 

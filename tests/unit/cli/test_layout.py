@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,19 +41,22 @@ def test_init_check_status_on_embedded_default(tmp_path: Path, promtool: Callabl
     doc = as_json(clean)
     assert doc["clean"] is True and doc["tiers"][0]["tier"] == "local"
 
-    (tmp_path / "storage/checkpoints/run_001/step_000100").mkdir(parents=True)
+    step = tmp_path / "storage/checkpoints/run_001/step_000100"
+    step.mkdir(parents=True)
+    assert run(tmp_path, "layout", "check", "--json").returncode == 0  # just written: in progress
+    os.utime(step, (time.time() - 86400, time.time() - 86400))  # a day without change: abandoned
     dirty = run(tmp_path, "layout", "check", "--json")
     assert dirty.returncode == 4
     findings = as_json(dirty)["tiers"][0]["findings"]
     assert findings == [
         {
-            "rule": "missing-manifest",
+            "rule": "incomplete-checkpoint",
             "path": "checkpoints/run_001/step_000100",
-            "message": "no manifest.json: not committed (half-written?)",
+            "message": "storekit: no manifest.json; torch-dcp: no .metadata; orbax: no _CHECKPOINT_METADATA",
         }
     ]
     human = run(tmp_path, "layout", "check")
-    assert human.returncode == 4 and "missing-manifest" in human.stdout
+    assert human.returncode == 4 and "incomplete-checkpoint" in human.stdout
 
     (tmp_path / "storage/logs/a.log").write_bytes(b"x" * 1234)
     prom = tmp_path / "storekit.prom"
@@ -116,7 +120,7 @@ def test_check_all_reports_every_tier_and_the_unreachable_one_as_an_error_row(tm
     )
     assert run(tmp_path, "init", "--quiet").returncode == 0
     assert run(tmp_path, "init", "--tier", "nfs", "--quiet").returncode == 0
-    (tmp_path / "nfs/checkpoints/run_001/step_000100").mkdir(parents=True)
+    (tmp_path / "nfs/datasets/text/wiki/v1").mkdir(parents=True)  # a dataset without its manifest
     proc = run(tmp_path, "layout", "check", "--all", "--json")
     assert proc.returncode == 5, proc.stderr
     doc = as_json(proc)  # the one document on stdout, with every tier in it

@@ -127,3 +127,31 @@ def test_cli_dry_run_changes_nothing_then_clean_tombstones_and_a_crash_is_finish
     assert list((storage / "scratch").iterdir()) == []
     human = run(tmp_path, "layout", "clean")
     assert "deleted 0 entries" in human.stdout
+
+
+def test_work_dirs_are_judged_by_their_lease(storage: Path, tmp_path: Path) -> None:
+    from storekit.pipeline.workdir import WorkDir
+    from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
+
+    store = open_store(TierConfig(name="local", url=storage.as_uri()))
+    spec = load_layout("llm-cluster")
+    live = storage / "scratch" / "storekit-prepare-live"
+    with WorkDir(live).leased():  # a run is using it: kept however old it looks
+        age(live, 30)
+        (entry,) = plan_clean(spec, store, jobs=lambda: None).entries
+        assert entry.action == "keep" and entry.reason.startswith("in use: pid")
+    # a run killed after its first task leaves its work dir and a lease nobody holds any more
+    write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=40_000))
+    args = ["prepare", "dataset", "-i", "a.jsonl", "--tokenizer", TOKENIZER, "--name", "a", "--quiet",
+            "--task-size", "16KiB", "--workers", "1"]  # fmt: skip
+    killed = run(tmp_path, *args, env={"STOREKIT_FAULTS": "prepare.task-done=kill"})
+    assert killed.returncode == -9, killed.stderr
+    (work,) = [p for p in (storage / "scratch").iterdir() if p.name.startswith("storekit-prepare-a-")]
+    plan = plan_clean(spec, store, jobs=lambda: None)
+    assert {e.path: e.action for e in plan.entries}[f"scratch/{work.name}"] == "keep"  # idle for seconds only
+    age(work, 30)
+    plan = plan_clean(spec, store, jobs=lambda: None)
+    entry = next(e for e in plan.entries if e.path == f"scratch/{work.name}")
+    assert entry.action == "delete" and entry.reason.startswith("abandoned: no run holds it")
+    assert [e.path for e in apply_clean(plan, store)] == [f"scratch/{work.name}"]
+    assert sorted(p.name for p in (storage / "scratch").iterdir()) == ["storekit-prepare-live"]

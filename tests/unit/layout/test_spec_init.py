@@ -22,9 +22,12 @@ def test_bundled_layout_parses() -> None:
     scratch = spec.area("scratch")
     assert scratch is not None and scratch.mode == 0o1777 and scratch.ttl_seconds == 14 * 86400
     ckpt = spec.area("checkpoints")
-    assert (
-        ckpt is not None and ckpt.levels[1].matches("step_000100") and not ckpt.levels[1].matches("step_100")
-    )
+    assert ckpt is not None and ckpt.levels[0].matches("run_001") and len(ckpt.levels) == 1
+    assert [w.name for w in ckpt.writers] == [
+        "storekit", "torch-dcp", "megatron", "deepspeed", "nemo", "orbax", "hf-trainer"
+    ]  # fmt: skip
+    storekit = ckpt.writers[0]
+    assert storekit.matches_unit("step_000100") and not storekit.matches_unit("step_100")
     assert spec.is_temp_name(".x.bin.storekit-tmp-abc") and spec.is_temp_name("step_1.partial")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -237,23 +238,37 @@ def test_full_disk_is_refused_up_front(tmp_path: Path, small_fs: Any) -> None:
 
 
 @pytest.mark.parametrize("full", ["output", "work-dir"])
-def test_full_disk_mid_way_fails_cleanly(tmp_path: Path, small_fs: Any, full: str) -> None:
-    """Text that needs far more tokens than the estimate: the estimate passes, the disk fills."""
+def test_full_disk_mid_way_fails_cleanly(
+    tmp_path: Path, small_fs: Any, full: str, monkeypatch: Any, capsys: Any
+) -> None:
+    """The up-front check passes (its bound fits), then another writer fills the disk while the
+    tasks run (work dir) or before the shards are written (output): exit 6, nothing half-written."""
+    from storekit import faults
+
     rng = random.Random(7)
     alphabet = [chr(c) for c in range(0x4E00, 0x4E00 + 8000)] + [chr(c) for c in range(0x1F300, 0x1F5FF)]
     records = [{"text": "".join(rng.choice(alphabet) for _ in range(4000))} for _ in range(150)]
     write_jsonl(tmp_path / "a.jsonl", records)
-    size = (tmp_path / "a.jsonl").stat().st_size
-    estimate = size // 3 * 2  # what the up-front check expects per copy (work dir, output)
+    bound = (tmp_path / "a.jsonl").stat().st_size * 2 + (1 << 20)  # one uint16 token per byte at most
     if full == "output":  # work dir and output share the small file system
-        fs = small_fs(str(estimate * 2 + (200 << 10)))
-        where = ["--output", str(fs / "ds")]
+        fs = small_fs(str(2 * bound))
+        where, step = ["--output", str(fs / "ds")], "prepare.tasks-done"
     else:  # task parts go to the small file system, the output elsewhere
-        fs = small_fs(str(estimate + (100 << 10)))
-        where = ["--work-dir", str(fs), "--output", str(tmp_path / "ds")]
-    res = run_subprocess(
-        [*BASE, "-i", str(tmp_path / "a.jsonl"), *where, "--task-size", "256KiB", "--workers", "2"], tmp_path
-    )
+        fs = small_fs(str(bound))
+        where, step = ["--work-dir", str(fs), "--output", str(tmp_path / "ds")], "prepare.task-written"
+    filled: list[int] = []
+
+    def another_writer_fills_the_disk() -> None:
+        if not filled:
+            st = os.statvfs(fs)
+            filled.append(st.f_bavail * st.f_frsize - (64 << 10))
+            with open(fs / "ballast", "wb") as fh:
+                os.posix_fallocate(fh.fileno(), 0, filled[0])
+
+    monkeypatch.chdir(tmp_path)
+    with faults.at(step, another_writer_fills_the_disk):
+        res = run_cli([*BASE, "-i", "a.jsonl", *where, "--task-size", "256KiB", "--workers", "2"], capsys)
+    assert filled
     assert res.code == 6, res.stderr
     assert "no space left" in res.stderr
     assert not (fs / "ds").exists() and not (tmp_path / "ds").exists()

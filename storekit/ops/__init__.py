@@ -3,6 +3,9 @@
 Copy logic lives here once, above the backends (as rclone keeps it in fs/operations): a streamed
 copy computes the xxh3-128 digest in the same pass, the destination appears atomically, and a
 destructive step is only ever taken after the copy was verified.
+
+The S3 transfer engine (parallel multipart uploads and ranged downloads under shared limits, with
+journaled uploads) is `storekit.ops.s3transfer`; checked S3 deletes are `storekit.ops.s3delete`.
 """
 
 from __future__ import annotations

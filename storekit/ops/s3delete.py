@@ -1,0 +1,110 @@
+"""S3 deletes that cannot lie, and the archive bucket's precondition (no versioning).
+
+A multi-object delete answers per key; s3fs's bulk delete ignores those answers, so a key the
+gateway refused looks deleted. Here every key's answer is checked, and the keys are listed again
+afterwards: a delete reports success only when nothing it was asked to remove is still listed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from storekit.errors import StorekitError
+from storekit.ops.s3transfer import S3Transfer
+
+DELETE_BATCH = 1000  # the S3 limit per DeleteObjects request
+
+
+class DeleteFailed(StorekitError):
+    def __init__(self, message: str, *, failed: dict[str, str]) -> None:
+        super().__init__(message, hint="fix the cause (e.g. permissions or a bucket policy) and rerun")
+        self.failed = failed  # key -> the gateway's error code, or "still listed"
+
+
+def delete_keys(engine: S3Transfer, keys: Sequence[str]) -> None:
+    """Delete exactly `keys`; raises DeleteFailed naming the first key that is not gone."""
+    failed: dict[str, str] = {}
+    unique = sorted(set(keys))
+    for start in range(0, len(unique), DELETE_BATCH):
+        batch = unique[start : start + DELETE_BATCH]
+        resp = engine.call(
+            f"delete {len(batch)} objects in {engine.bucket}",
+            lambda batch=batch: engine.client.delete_objects(  # type: ignore[misc]
+                Bucket=engine.bucket,
+                Delete={"Objects": [{"Key": k} for k in batch], "Quiet": False},
+            ),
+        )
+        for err in resp.get("Errors", []):
+            failed[str(err["Key"])] = str(err.get("Code") or "error")
+        answered = {str(d["Key"]) for d in resp.get("Deleted", [])} | set(failed)
+        for key in batch:
+            if key not in answered:
+                failed[key] = "no answer"
+    remaining = _still_listed(engine, unique)
+    for key in remaining:
+        failed.setdefault(key, "still listed")
+    if failed:
+        first = min(failed)
+        raise DeleteFailed(
+            f"s3://{engine.bucket}/{first}: not deleted ({failed[first]}); "
+            f"{len(failed)} of {len(unique)} objects remain",
+            failed=failed,
+        )
+
+
+def delete_prefix(engine: S3Transfer, prefix: str) -> int:
+    """Delete every object under `prefix` (a 'directory'); returns how many were deleted."""
+    if not prefix.strip("/"):
+        raise StorekitError(f"refusing to delete everything in bucket {engine.bucket}")
+    keys = list(list_keys(engine, prefix.rstrip("/") + "/"))
+    delete_keys(engine, keys)
+    left = next(iter(list_keys(engine, prefix.rstrip("/") + "/")), None)
+    if left is not None:  # written meanwhile by someone else: say so rather than claim it is empty
+        where = f"s3://{engine.bucket}/{left}"
+        raise DeleteFailed(f"{where}: appeared under the prefix while deleting", failed={})
+    return len(keys)
+
+
+def list_keys(engine: S3Transfer, prefix: str) -> Iterable[str]:
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"Bucket": engine.bucket, "Prefix": prefix}
+        if token:
+            kwargs["ContinuationToken"] = token
+        page: dict[str, Any] = engine.call(
+            f"list s3://{engine.bucket}/{prefix}",
+            lambda kw=kwargs: engine.client.list_objects_v2(**kw),  # type: ignore[misc]
+        )
+        for obj in page.get("Contents", []):
+            yield str(obj["Key"])
+        if not page.get("IsTruncated"):
+            return
+        token = page["NextContinuationToken"]
+
+
+def _still_listed(engine: S3Transfer, keys: Sequence[str]) -> list[str]:
+    """The keys of `keys` a fresh listing still shows (one listing per common prefix)."""
+    wanted = set(keys)
+    found: list[str] = []
+    for prefix in sorted({posixpath.dirname(k) for k in keys}):
+        for key in list_keys(engine, prefix + "/" if prefix else ""):
+            if key in wanted:
+                found.append(key)
+    return sorted(set(found))
+
+
+def check_unversioned(engine: S3Transfer) -> None:
+    """Refuse a versioned bucket: deletes there only add delete markers and the bytes stay."""
+    resp = engine.call(
+        f"versioning of bucket {engine.bucket}",
+        lambda: engine.client.get_bucket_versioning(Bucket=engine.bucket),
+    )
+    status = resp.get("Status")
+    if status in ("Enabled", "Suspended"):
+        raise StorekitError(
+            f"bucket {engine.bucket} at {engine.endpoint} has versioning {status}: "
+            "deletes would keep old versions, so the archive cannot free or replace anything",
+            hint="use a bucket that never had versioning enabled",
+        )

@@ -1,0 +1,377 @@
+"""Uploads of the S3 transfer engine: one reading thread, parts sent by the shared pool.
+
+The caller's thread reads each file in order, part by part, hashes it (xxh3-128) as it reads, drops
+what it read from the page cache and hands the part to the pool; it blocks when the in-flight cap is
+reached. A file up to one part goes in one PUT whose metadata carries its digest (known before the
+PUT); a larger one is a multipart upload whose metadata cannot carry it (the digest is known only
+after the last part is read). Every multipart upload is journaled before its first part is sent.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import xxhash
+
+from storekit import faults
+from storekit.errors import StorekitError, s3_error_code, storage_error
+from storekit.ops.journal import UploadEntry
+from storekit.ops.s3transfer import (
+    DIGEST_META_KEY,
+    NoSuchUpload,
+    S3Transfer,
+    UploadItem,
+    UploadResult,
+    fadvise_dontneed,
+)
+
+
+def upload_files(engine: S3Transfer, items: Sequence[UploadItem]) -> list[UploadResult]:
+    """Upload every item; waits for all started work, then raises the first failure (if any)."""
+    stop = threading.Event()
+    futures: list[cf.Future[UploadResult]] = []
+    try:
+        for item in items:
+            if stop.is_set():
+                break
+            futures.append(_start(engine, item, stop))
+    finally:
+        cf.wait(futures)
+    for fut in futures:
+        exc = fut.exception()
+        if exc is not None:
+            raise exc
+    return [fut.result() for fut in futures]
+
+
+def _start(engine: S3Transfer, item: UploadItem, stop: threading.Event) -> cf.Future[UploadResult]:
+    try:
+        fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        stop.set()
+        return _failed(_local_error(item.path, exc))
+    try:
+        st = os.fstat(fd)
+        if st.st_size <= engine.part_size(st.st_size):
+            return _single_put(engine, item, fd, st, stop)
+        upload = _Multipart(engine, item, st, stop)
+        upload.run(fd)
+        return upload.future
+    finally:
+        os.close(fd)
+
+
+def _single_put(
+    engine: S3Transfer, item: UploadItem, fd: int, st: os.stat_result, stop: threading.Event
+) -> cf.Future[UploadResult]:
+    size = st.st_size
+    engine.budget.acquire(size)
+    try:
+        data = _pread_exact(item.path, fd, 0, size)
+        fadvise_dontneed(fd, 0, size)
+        _check_unchanged(item.path, fd, st)
+    except BaseException as exc:
+        engine.budget.release(size)
+        stop.set()
+        if not isinstance(exc, Exception):
+            raise
+        return _failed(exc)
+    digest = xxhash.xxh3_128_hexdigest(data)
+    meta = _object_metadata({**item.metadata, DIGEST_META_KEY: digest})
+
+    def send() -> UploadResult:
+        try:
+            engine.throttle(size)
+            engine.call(
+                f"upload {engine.bucket}/{item.key}",
+                lambda: engine.client.put_object(
+                    Bucket=engine.bucket, Key=item.key, Body=data, Metadata=meta
+                ),
+            )
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            engine.budget.release(size)
+        return UploadResult(item.key, size, digest, parts=0, reused_parts=0, digest_in_metadata=True)
+
+    return engine.pool.submit(send)
+
+
+class _Multipart:
+    """One file's multipart upload: parts read here, sent by the pool, completed by whoever ends last."""
+
+    def __init__(self, engine: S3Transfer, item: UploadItem, st: os.stat_result, stop: threading.Event):
+        self.engine, self.item, self.st, self.stop = engine, item, st, stop
+        self.size = st.st_size
+        self.part_size = engine.part_size(self.size)
+        self.nparts = -(-self.size // self.part_size)
+        self.future: cf.Future[UploadResult] = cf.Future()
+        self.etags: dict[int, str] = {}
+        self.reused = 0
+        self.digest: str | None = None
+        self.upload_id = ""
+        self._lock = threading.Lock()
+        self._finishing = False
+
+    @property
+    def what(self) -> str:
+        return f"upload {self.engine.bucket}/{self.item.key}"
+
+    def run(self, fd: int) -> None:
+        try:
+            reusable = self._begin()
+            hasher = xxhash.xxh3_128()
+            for number in range(1, self.nparts + 1):
+                if self.stop.is_set() or self.future.done():
+                    raise _Stopped()
+                offset = (number - 1) * self.part_size
+                length = min(self.part_size, self.size - offset)
+                self.engine.budget.acquire(length)
+                try:
+                    data = _pread_exact(self.item.path, fd, offset, length)
+                except BaseException:
+                    self.engine.budget.release(length)
+                    raise
+                hasher.update(data)
+                fadvise_dontneed(fd, offset, length)
+                known = reusable.get(number)
+                if known is not None and known[0] == length and hashlib.md5(data).hexdigest() == known[1]:
+                    # a part of the journaled upload found intact: the part's MD5 decides only
+                    # whether to send it again, never what the file's digest is
+                    self.engine.budget.release(length)
+                    self.reused += 1
+                    self._part_done(number, f'"{known[1]}"')
+                    continue
+                self.engine.pool.submit(self._send, number, data)
+            _check_unchanged(self.item.path, fd, self.st)
+            with self._lock:
+                self.digest = hasher.hexdigest()
+            self._maybe_complete()
+        except _Stopped:
+            self._fail(StorekitError(f"{self.what}: stopped after another file failed"))
+        except BaseException as exc:
+            self._fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _begin(self) -> dict[int, tuple[int, str]]:
+        """Resume the journaled upload of this key if the source is unchanged, else start one."""
+        engine, journal = self.engine, self.engine.journal
+        fingerprint = (self.size, self.st.st_mtime_ns, self.st.st_ino)
+        old = _journaled(engine, self.item.key)
+        same = old is not None and (old.size, old.mtime_ns, old.inode, old.part_size) == (
+            *fingerprint,
+            self.part_size,
+        )
+        if old is not None and old.upload_id is not None and same:
+            try:
+                parts = _list_parts(engine, self.item.key, old.upload_id)
+            except NoSuchUpload:
+                parts = None
+            if parts is not None:
+                self.upload_id = old.upload_id
+                return parts
+        if old is not None:  # the source changed, or the create's answer was never recorded
+            for stale in engine.journaled_upload_ids(old):
+                with contextlib.suppress(NoSuchUpload):
+                    engine.abort(self.item.key, stale)
+        entry = UploadEntry(
+            bucket=engine.bucket,
+            key=self.item.key,
+            upload_id=None,
+            part_size=self.part_size,
+            size=self.size,
+            mtime_ns=self.st.st_mtime_ns,
+            inode=self.st.st_ino,
+            started=time.time(),
+        )
+        if journal is not None:
+            journal.record(entry)  # the intent first: a lost create answer is still found by key
+        meta = _object_metadata(self.item.metadata)
+        created = engine.call(
+            self.what,
+            lambda: engine.client.create_multipart_upload(
+                Bucket=engine.bucket, Key=self.item.key, Metadata=meta
+            ),
+        )
+        self.upload_id = created["UploadId"]
+        faults.point("transfer.upload-created")
+        if journal is not None:
+            journal.record(replace(entry, upload_id=self.upload_id))
+        faults.point("transfer.upload-journaled")
+        return {}
+
+    def _send(self, number: int, data: bytes) -> None:
+        engine = self.engine
+        try:
+            if self.future.done():
+                return
+            engine.throttle(len(data))
+            resp = engine.call(
+                f"{self.what} part {number}",
+                lambda: engine.client.upload_part(
+                    Bucket=engine.bucket,
+                    Key=self.item.key,
+                    UploadId=self.upload_id,
+                    PartNumber=number,
+                    Body=data,
+                ),
+            )
+            faults.point("transfer.part-sent")
+            self._part_done(number, resp["ETag"])
+        except BaseException as exc:
+            self._fail(exc)
+        finally:
+            engine.budget.release(len(data))
+
+    def _part_done(self, number: int, etag: str) -> None:
+        with self._lock:
+            self.etags[number] = etag
+        self._maybe_complete()
+
+    def _maybe_complete(self) -> None:
+        with self._lock:
+            ready = self.digest is not None and len(self.etags) == self.nparts and not self._finishing
+            self._finishing = self._finishing or ready
+        if ready and not self.future.done():
+            self.engine.pool.submit(self._complete)
+
+    def _complete(self) -> None:
+        engine = self.engine
+        parts = [{"PartNumber": n, "ETag": self.etags[n]} for n in sorted(self.etags)]
+        try:
+            faults.point("transfer.before-complete")
+            try:
+                engine.call(
+                    self.what,
+                    lambda: engine.client.complete_multipart_upload(
+                        Bucket=engine.bucket,
+                        Key=self.item.key,
+                        UploadId=self.upload_id,
+                        MultipartUpload={"Parts": parts},
+                    ),
+                )
+            except Exception as exc:
+                # a retried complete whose first answer was lost finds its upload already gone
+                if s3_error_code(exc) != "NoSuchUpload" or not self._object_is_there():
+                    raise
+            faults.point("transfer.completed")
+            if engine.journal is not None:
+                engine.journal.forget(engine.bucket, self.item.key)
+            assert self.digest is not None
+            self.future.set_result(
+                UploadResult(
+                    self.item.key,
+                    self.size,
+                    self.digest,
+                    parts=self.nparts,
+                    reused_parts=self.reused,
+                    digest_in_metadata=False,
+                )
+            )
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _object_is_there(self) -> bool:
+        head = self.engine.call(
+            self.what, lambda: self.engine.client.head_object(Bucket=self.engine.bucket, Key=self.item.key)
+        )
+        return int(head["ContentLength"]) == self.size and str(head["ETag"]).endswith(f'-{self.nparts}"')
+
+    def _fail(self, exc: BaseException) -> None:
+        self.stop.set()
+        with self._lock:
+            if self.future.done():
+                return
+            self.future.set_exception(exc)
+        if self.engine.journal is None and self.upload_id:
+            # nothing would ever find these parts again: abort now (with a journal, a rerun resumes)
+            with contextlib.suppress(Exception):
+                self.engine.abort(self.item.key, self.upload_id)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _journaled(engine: S3Transfer, key: str) -> UploadEntry | None:
+    if engine.journal is None:
+        return None
+    for entry in engine.journal.entries():
+        if entry.bucket == engine.bucket and entry.key == key:
+            return entry
+    return None
+
+
+def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple[int, str]]:
+    parts: dict[int, tuple[int, str]] = {}
+    marker = 0
+    while True:
+        try:
+            page: dict[str, Any] = engine.call(
+                f"list parts of {engine.bucket}/{key}",
+                lambda m=marker: engine.client.list_parts(  # type: ignore[misc]
+                    Bucket=engine.bucket, Key=key, UploadId=upload_id, PartNumberMarker=m
+                ),
+            )
+        except Exception as exc:
+            if s3_error_code(exc) == "NoSuchUpload":
+                raise NoSuchUpload(key) from exc
+            raise
+        for p in page.get("Parts", []):
+            parts[int(p["PartNumber"])] = (int(p["Size"]), str(p["ETag"]).strip('"'))
+        if not page.get("IsTruncated"):
+            return parts
+        marker = int(page["NextPartNumberMarker"])
+
+
+def _object_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    from storekit.store import _encode_meta, check_metadata
+
+    return {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
+
+
+def _pread_exact(path: str, fd: int, offset: int, length: int) -> bytes:
+    try:
+        data = os.pread(fd, length, offset)
+        if len(data) == length:
+            return data
+        chunks = [data]
+        got = len(data)
+        while got < length:
+            more = os.pread(fd, length - got, offset + got)
+            if not more:
+                raise StorekitError(f"{path}: file shrank while being read (at byte {offset + got})")
+            chunks.append(more)
+            got += len(more)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _local_error(path, exc) from None
+
+
+def _check_unchanged(path: str, fd: int, before: os.stat_result) -> None:
+    now = os.fstat(fd)
+    if (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise StorekitError(
+            f"{path}: changed while being uploaded (size {before.st_size} -> {now.st_size})",
+            hint="upload it once its writer has finished",
+        )
+
+
+def _local_error(path: str, exc: OSError) -> StorekitError:
+    return storage_error(exc, path) or StorekitError(f"{path}: {exc}")
+
+
+def _failed(exc: BaseException) -> cf.Future[UploadResult]:
+    fut: cf.Future[UploadResult] = cf.Future()
+    fut.set_exception(exc)
+    return fut

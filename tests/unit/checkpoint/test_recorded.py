@@ -1,0 +1,75 @@
+"""Trees recorded from the real writers (tests/fixtures/record_checkpoints.py) judged as they would be."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storekit.checkpoint.scan import COMPLETE, INCOMPLETE
+from storekit.layout.check import check_layout
+from storekit.layout.spec import AreaSpec, LayoutSpec
+from storekit.store import Store
+from tests.unit.checkpoint.conftest import DAY, scan
+
+FIXTURES = Path(__file__).parents[2] / "fixtures/checkpoints"
+# recording -> (writer profile, the units it left, the marker whose absence makes the newest incomplete)
+EXPECTED = {
+    "hf-trainer": ("hf-trainer", ["checkpoint-2", "checkpoint-4"], "trainer_state.json"),
+    "deepspeed": ("deepspeed", ["global_step1", "global_step2"], "mp_rank_00_model_states.pt"),
+    "orbax": ("orbax", ["10", "20"], "_CHECKPOINT_METADATA"),
+    "megatron-torch-dist": ("megatron", ["iter_0000100", "iter_0000200"], "metadata.json"),
+}
+
+
+def materialize(run: Path, recording: dict[str, Any]) -> None:
+    for rel, entry in recording["tree"].items():
+        path = run / rel
+        if rel.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = entry.get("text")
+        path.write_bytes(text.encode() if text is not None else b"\0" * int(entry["size"]))
+
+
+def load(name: str) -> dict[str, Any]:
+    path = FIXTURES / f"{name}.json"
+    if not path.exists():
+        pytest.fail(f"{path} missing: run tests/fixtures/record_checkpoints.py {name}")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recorded_tree_is_complete_and_clean(
+    name: str, run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    writer, units, _ = EXPECTED[name]
+    materialize(run_dir, load(name))
+    result = scan(local_store, area)
+    assert [(u.name, u.writer, u.state) for u in result.units] == [(n, writer, COMPLETE) for n in units]
+    assert result.latest() is not None and result.latest().name == units[-1]  # type: ignore[union-attr]
+    assert check_layout(spec, local_store, now=time.time() + DAY).findings == []
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recorded_tree_without_its_marker_is_incomplete(
+    name: str, run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    writer, units, marker = EXPECTED[name]
+    materialize(run_dir, load(name))
+    (run_dir / units[-1] / marker).unlink()
+    result = scan(local_store, area)
+    newest = result.unit(units[-1])
+    assert newest is not None and (newest.writer, newest.state) == (writer, INCOMPLETE)
+    assert marker in newest.reason or "model_states" in newest.reason
+    assert result.latest() is not None and result.latest().name == units[0]  # type: ignore[union-attr]
+    rules = {
+        f.path.rsplit("/", 1)[1]: f.rule
+        for f in check_layout(spec, local_store, now=time.time() + DAY).findings
+    }
+    assert rules[units[-1]] == "incomplete-checkpoint"
