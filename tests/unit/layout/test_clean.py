@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from storekit.durable import TOMBSTONE_MARK
 from storekit.layout.clean import SlurmUnreachable, apply_clean, job_ids_in_name, plan_clean
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
+from tests.conftest import run_storekit
 
-ROOT = Path(__file__).parents[3]
 DAY = 86400.0
 
 
@@ -42,10 +41,7 @@ def make(root: Path, rel: str, days: float, *, fresh_inside: str | None = None) 
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    full_env.pop("STOREKIT_CONFIG", None)
-    argv = [sys.executable, "-m", "storekit", *args]
-    return subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+    return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 
 @pytest.fixture
