@@ -89,7 +89,15 @@ def purge_tombstones(directory: str | os.PathLike[str]) -> list[str]:
 
 def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
+        shutil.rmtree(path, onerror=_gone_is_fine)
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _gone_is_fine(
+    _func: object, _path: str, exc_info: tuple[type[BaseException], BaseException, object]
+) -> None:
+    """Two cleaners (a rerun and `layout clean`) may empty the same tombstone at once: gone is done."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]

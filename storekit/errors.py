@@ -118,7 +118,8 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 # Class names anywhere in an exception's MRO that mean "the network or the gateway failed, retry":
 # builtin ConnectionError/TimeoutError (sockets, NFS ETIMEDOUT), botocore's HTTPClientError and
-# ConnectionError (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError),
+# ConnectionError (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError,
+# ResponseStreamingError), urllib3's ProtocolError and http.client's IncompleteRead (a body cut short),
 # aiohttp's ClientConnectionError (ClientConnectorError, ServerDisconnectedError, ClientOSError) and
 # ServerTimeoutError, fsspec's FSTimeoutError. Names, not imports: botocore/aiohttp stay optional here.
 RETRYABLE_NAMES = frozenset(
@@ -126,6 +127,8 @@ RETRYABLE_NAMES = frozenset(
         "ConnectionError",
         "TimeoutError",
         "HTTPClientError",
+        "ProtocolError",
+        "IncompleteRead",
         "ClientConnectionError",
         "ServerTimeoutError",
         "FSTimeoutError",
@@ -158,11 +161,14 @@ def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
 
 
 def s3_error_code(exc: BaseException) -> str | None:
-    """The S3 error code of a botocore ClientError anywhere in the chain (None: no gateway answer)."""
+    """The S3 error code (else the HTTP status) of a botocore ClientError anywhere in the chain;
+    None when no gateway answered."""
     for e in exception_chain(exc):
         response = getattr(e, "response", None)
         if isinstance(response, dict):
-            code = response.get("Error", {}).get("Code")
+            code = response.get("Error", {}).get("Code") or response.get("ResponseMetadata", {}).get(
+                "HTTPStatusCode"
+            )
             if code:
                 return str(code)
     return None

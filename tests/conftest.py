@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,30 @@ from storekit.config import TierConfig
 from storekit.store import Store, open_store
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def storekit_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a `storekit` subprocess runs in: this checkout's code, and no site config from
+    the caller's shell (STOREKIT_CONFIG only where the test sets it)."""
+    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    if not env or "STOREKIT_CONFIG" not in env:
+        full.pop("STOREKIT_CONFIG", None)
+    return full
+
+
+def run_storekit(
+    args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """The one CLI runner of the suite: `python -m storekit ARGS` in a subprocess, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "storekit", *args],
+        cwd=cwd,
+        env=storekit_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _need(what: str) -> None:

@@ -23,8 +23,8 @@ import numpy as np
 from storekit.bench import native, uring
 from storekit.bench.iobuf import SMALL_PAGES, IOBuffer
 from storekit.bench.plan import WorkerTask
+from storekit.bench.recorder import Job, Recorder, run_recorded_threads
 from storekit.bench.spec import DIRECT_ALIGN
-from storekit.bench.worker import Job, Recorder, run_recorded_threads
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 REFUSED = "filesystem refused O_DIRECT; buffered I/O was used"

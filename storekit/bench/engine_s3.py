@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from storekit.bench.plan import WorkerTask
+from storekit.bench.recorder import Job, Recorder, run_recorded_threads
 from storekit.bench.spec import TargetSpec
-from storekit.bench.worker import Job, Recorder, run_recorded_threads
 from storekit.store import S3_DEFAULT_CONFIG
 
 MIN_PART = 8 * 1024 * 1024

@@ -13,7 +13,7 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +23,6 @@ from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult,
 from storekit.bench.runner import PhaseRunner
 from storekit.bench.scratch import PosixScratch, S3Scratch
 from storekit.bench.stats import LatencyHistogram, median_spread
-from storekit.cli.output import Output
 from storekit.errors import Interrupted, StorekitError
 from storekit.units import format_bytes
 
@@ -48,11 +47,23 @@ def signals_deferred() -> Iterator[None]:
 
 
 class Suite:
-    def __init__(self, plan: BenchPlan, scratch: PosixScratch | S3Scratch, out: Output) -> None:
+    def __init__(
+        self,
+        plan: BenchPlan,
+        scratch: PosixScratch | S3Scratch,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        """`progress(done, total)` after every phase; `warn(message)` for what needs saying at once
+        (the CLI draws both; the findings for the report are in the result's "warnings")."""
         self.plan = plan
         self.spec = plan.spec
         self.scratch = scratch
-        self.out = out
+        self.progress = progress or (lambda done, total: None)
+        self.warn = warn or (lambda message: None)
+        self.steps_done = 0
+        self.steps = 0
         self.posix = self.spec.target.kind == "posix"
         self.warnings: list[str] = []
         self.honesty: dict[str, Any] = {}
@@ -73,20 +84,20 @@ class Suite:
             self.scratch.create()
             self._check_direct(environment)
             self._small_file_timer(environment)
-            steps = sum(len(p.phases) for p in plan.points) * spec.repeat + len(plan.setups)
-            with self.out.progress("bench io", total=steps, unit="phases") as bar:
-                for pattern in spec.patterns:
-                    setup = next((s for s in plan.setups if s.pattern == pattern), None)
-                    if setup:
-                        self.scratch.makedirs(setup.dirs)
-                        result = self._run_phase(runner, setup.phase, 0)
-                        setups.append({"pattern": pattern, **result.to_dict()})
-                        bar.advance(1)
-                    for point in (p for p in plan.points if p.pattern == pattern):
-                        points.append(self._run_point(runner, point, bar))
-                    if setup:
-                        self.scratch.remove(setup.created_paths())
-                        self.scratch.remove_dirs(setup.dirs)
+            self.steps = sum(len(p.phases) for p in plan.points) * spec.repeat + len(plan.setups)
+            self.progress(0, self.steps)
+            for pattern in spec.patterns:
+                setup = next((s for s in plan.setups if s.pattern == pattern), None)
+                if setup:
+                    self.scratch.makedirs(setup.dirs)
+                    result = self._run_phase(runner, setup.phase, 0)
+                    setups.append({"pattern": pattern, **result.to_dict()})
+                    self._step()
+                for point in (p for p in plan.points if p.pattern == pattern):
+                    points.append(self._run_point(runner, point))
+                if setup:
+                    self.scratch.remove(setup.created_paths())
+                    self.scratch.remove_dirs(setup.dirs)
         except KeyboardInterrupt:
             with signals_deferred():
                 cleanup = self.scratch.cleanup(plan.created_paths())
@@ -97,7 +108,7 @@ class Suite:
                 with signals_deferred():
                     cleanup = self.scratch.cleanup(plan.created_paths())
             if cleanup.get("leftovers"):
-                self.out.warn(f"could not remove (not empty): {', '.join(cleanup['leftovers'][:5])}")
+                self.warn(f"could not remove (not empty): {', '.join(cleanup['leftovers'][:5])}")
         self._ram_check(environment)
         self._cpu_warning()
         finished = datetime.now(UTC)
@@ -114,7 +125,11 @@ class Suite:
             "warnings": self.warnings,
         }
 
-    def _run_point(self, runner: PhaseRunner, point: PointPlan, bar: Any) -> dict[str, Any]:
+    def _step(self) -> None:
+        self.steps_done += 1
+        self.progress(self.steps_done, self.steps)
+
+    def _run_point(self, runner: PhaseRunner, point: PointPlan) -> dict[str, Any]:
         repeats: dict[str, list[PhaseResult]] = {ph.name: [] for ph in point.phases}
         caches: dict[str, list[dict[str, Any]]] = {ph.name: [] for ph in point.phases}
         for r in range(self.spec.repeat):
@@ -122,7 +137,7 @@ class Suite:
             for phase in point.phases:
                 caches[phase.name].append(self._before_read(phase) if phase.op in READING_OPS else {})
                 repeats[phase.name].append(self._run_phase(runner, phase, r))
-                bar.advance(1)
+                self._step()
             self.scratch.remove(point.created_paths())
             self.scratch.remove_dirs(point.dirs)
         phases = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -19,8 +21,11 @@ from storekit.cli.common import (
     noun_app,
     site_config,
 )
+from storekit.cli.output import ProgressHandle
 from storekit.config import refuse_url_credentials
 from storekit.errors import ExitCode, UsageError
+from storekit.places import resolve_place, tier_place
+from storekit.store import S3Store
 from storekit.units import format_bytes
 
 if TYPE_CHECKING:
@@ -94,39 +99,30 @@ Examples:
 
 
 def _target(config: str | None, tier: str | None, target: str | None, endpoint_url: str | None) -> TargetSpec:
-    import os
-
-    refuse_url_credentials(target or "", "--target")
+    """--target (a directory or s3://bucket/prefix, no site config needed) or --tier, through the one
+    resolver in storekit.places."""
     refuse_url_credentials(endpoint_url or "", "--endpoint-url")
     if tier and target:
         raise UsageError("give either --tier or --target, not both")
     if endpoint_url and not (target or "").startswith("s3://") and target:
         raise UsageError("--endpoint-url applies to s3:// targets only")
     if target:
-        if target.startswith("s3://"):
-            root = target[len("s3://") :].strip("/")
-            if not root:
-                raise UsageError("--target s3:// needs a bucket: s3://bucket/prefix")
-            return TargetSpec(kind="s3", root=root, endpoint_url=endpoint_url)
-        if "://" in target and not target.startswith("file://"):
-            raise UsageError(f"--target {target!r}: expected a directory or s3://bucket/prefix")
-        path = target[len("file://") :] if target.startswith("file://") else target
-        return TargetSpec(kind="posix", root=os.path.abspath(path))
-    site = site_config(config)
-    tier_cfg = site.tier(tier)
-    if tier_cfg.scheme == "s3":
-        options = dict(tier_cfg.options)
+        s3_options = {"endpoint_url": endpoint_url} if endpoint_url else {}
+        place = resolve_place(target, None, bare="cwd", s3_options=s3_options, what="--target")
+    else:
+        place = tier_place(site_config(config), tier)
+    store = place.store
+    options = dict(store.tier.options) if place.tier_name else {}
+    if isinstance(store, S3Store):
         return TargetSpec(
             kind="s3",
-            root=tier_cfg.url[len("s3://") :].strip("/"),
+            root="/".join(p for p in (store.root, place.rel) if p),
             endpoint_url=endpoint_url or options.get("endpoint_url"),
-            tier=tier_cfg.name,
+            tier=place.tier_name,
             s3_options=options,
         )
-    from urllib.parse import unquote, urlsplit
-
     return TargetSpec(
-        kind="posix", root=os.path.normpath(unquote(urlsplit(tier_cfg.url).path)), tier=tier_cfg.name
+        kind="posix", root=os.path.join(store.root, place.rel).rstrip("/") or "/", tier=place.tier_name
     )
 
 
@@ -315,16 +311,11 @@ def io(
     from storekit.bench import schema
     from storekit.bench.patterns import build_plan, peak_bytes
     from storekit.bench.plan import space_needed
-    from storekit.bench.report import (
-        build_document,
-        render_human,
-        require_matplotlib,
-        write_plot,
-        write_prometheus,
-    )
+    from storekit.bench.report import build_document, require_matplotlib, write_plot, write_prometheus
     from storekit.bench.scratch import open_scratch
     from storekit.bench.suite import Suite, now_run_id
     from storekit.bench.verdict import judge
+    from storekit.cli.bench_tables import render_human
 
     out = make_output(json_out, quiet)
     if print_schema:
@@ -382,7 +373,15 @@ def io(
         }
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
-    run = Suite(plan, scratch, out).run()
+    with contextlib.ExitStack() as stack:
+        bars: list[ProgressHandle] = []
+
+        def advance(done: int, total: int) -> None:
+            if not bars:  # opened when the phases start, after the checks (an error before: no bar)
+                bars.append(stack.enter_context(out.progress("bench io", total=total, unit="phases")))
+            bars[0].advance(1 if done else 0)
+
+        run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
     doc = build_document(plan, run, judge(spec, run["points"]))
     if prometheus:
         write_prometheus(prometheus, doc)

@@ -1,12 +1,13 @@
 """`storekit layout clean`: remove what the layout says has expired, never what is still in use.
 
 An entry at the top of an area with a TTL (the default layout: `scratch/`, 14 days) expires when
-nothing in it changed for longer than the TTL; that covers the work directories of abandoned
-`prepare` runs, which live in `scratch/` too. An entry named after a Slurm job (`scratch/<jobid>`,
-`<jobid>_<task>`, `job-<jobid>`) is kept while that job is in `squeue` (running, pending or held),
-and kept whenever Slurm exists but cannot be asked. Deletes are tombstoned (rename to a hidden
-sibling, fsync the directory, then delete), so a crash never leaves a half-deleted directory under
-its real name; tombstones a crash left behind are removed too.
+nothing in it changed for longer than the TTL. A directory with a lease (a `prepare` work dir, a
+bench scratch dir) is kept while a run holds the lease; once abandoned (no run holds it, idle for
+the TTL) it is removed under its lease, so a run starting meanwhile wins. An entry named after a
+Slurm job (`scratch/<jobid>`, `<jobid>_<task>`, `job-<jobid>`) is kept while that job is in
+`squeue` (running, pending or held), and kept whenever Slurm exists but cannot be asked. Deletes
+are tombstoned (rename to a hidden sibling, fsync the directory, then delete), so a crash never
+leaves a half-deleted directory under its real name; tombstones a crash left behind go too.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from storekit.durable import is_tombstone, remove_tree
 from storekit.errors import StorekitError, UsageError
 from storekit.layout.spec import LayoutSpec
+from storekit.lease import dir_lease_path
 from storekit.paths import join_rel
+from storekit.pipeline.workdir import reclaim, work_dir_state
 from storekit.store import Store
 from storekit.units import format_duration
 
@@ -38,6 +42,8 @@ class CleanEntry:
     bytes: int = 0
     age_s: float | None = None
     newest: float | None = None  # newest mtime inside, when planned: apply re-checks it
+    leased: bool = False  # a directory with a lease (a work dir): removed under its lease
+    ttl_s: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -135,6 +141,10 @@ def plan_clean(
                 continue
             age = now - newest
             ids = job_ids_in_name(entry.name)
+            local = store.local_path(rel)
+            if is_dir and local is not None and dir_lease_path(Path(local)).exists():
+                plan.entries.append(_leased_entry(rel, Path(local), size, area.ttl_seconds, now))
+                continue
             if age <= area.ttl_seconds:
                 reason = f"changed {format_duration(age)} ago; TTL is {format_duration(area.ttl_seconds)}"
                 plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
@@ -151,12 +161,33 @@ def plan_clean(
     return plan
 
 
+def _leased_entry(rel: str, path: Path, size: int, ttl: float, now: float) -> CleanEntry:
+    """A work dir (or bench scratch dir) with a lease: kept while a run holds it, else by idleness."""
+    state = work_dir_state(path, now=now)
+    age = round(state.idle_seconds, 1)
+    if state.live:
+        return CleanEntry(rel, "keep", f"in use: {state.holder} holds its lease", size, age)
+    if state.idle_seconds < ttl:
+        idle = format_duration(state.idle_seconds)
+        reason = f"its last run changed it {idle} ago; TTL is {format_duration(ttl)}"
+        return CleanEntry(rel, "keep", reason, size, age)
+    reason = f"abandoned: no run holds it, unchanged for {format_duration(state.idle_seconds)}"
+    return CleanEntry(rel, "delete", reason, size, age, leased=True, ttl_s=ttl)
+
+
 def apply_clean(plan: CleanPlan, store: Store) -> list[CleanEntry]:
     """Delete what the plan says, except an entry written to since it was planned; returns the deleted."""
     deleted = []
     for entry in plan.deletes:
         path = store.local_path(entry.path)
         if path is None or not os.path.lexists(path):
+            continue
+        if entry.leased and entry.ttl_s is not None:
+            # under its lease, idleness checked again, then tombstone-first (pipeline.workdir.reclaim)
+            if reclaim(Path(path), idle_for=entry.ttl_s):
+                deleted.append(entry)
+            else:
+                entry.action, entry.reason = "keep", "a run took its lease since it was planned"
             continue
         if entry.newest is not None:
             st = os.lstat(path)

@@ -55,7 +55,9 @@ NORMALIZERS = ("NFC", "NFKC")
 PROOF_VERSION = 1  # bump when the whole-token check changes: cached passes are then ignored
 # Rust regex `\s` (White_Space), which `tokenizers` uses for lstrip/rstrip
 _WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_SPACE_AT_END = re.compile(f"[{_WS}]*\\Z")
+_WS_CHARS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
+    chr(c) for c in range(0x2000, 0x200B)
+)
 _SPACE_AT_START = re.compile(f"[{_WS}]*")
 _ASCII_WORD = re.compile(r"[A-Za-z0-9_]")
 
@@ -134,9 +136,9 @@ class AddedSplitter:
                 stop_ok = stop == len(text) or not _is_word_char(text[stop])
                 if not (start_ok and stop_ok):
                     continue
-            if tok.lstrip:
-                found = _SPACE_AT_END.search(text, 0, start)
-                start = max(found.start() if found else start, offset)
+            if tok.lstrip:  # back over White_Space, not into what an earlier match took
+                while start > offset and text[start - 1] in _WS_CHARS:
+                    start -= 1
             if tok.rstrip:
                 found = _SPACE_AT_START.match(text, stop)
                 stop = found.end() if found else stop

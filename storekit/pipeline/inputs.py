@@ -15,23 +15,9 @@ from storekit.config import SiteConfig, mask_url
 from storekit.errors import InputError, StorekitError, storage_error
 from storekit.paths import resolves_outside
 from storekit.pipeline.bundled import bundled_path, is_bundled
+from storekit.places import is_s3_url, resolve_place
 
 GLOB_CHARS = ("*", "?", "[")
-
-
-def is_s3(url: str) -> bool:
-    return url.startswith("s3://")
-
-
-def s3_options_for(url: str, site: SiteConfig | None) -> dict[str, Any]:
-    if site is None:
-        return {}
-    bucket = urlsplit(url).netloc
-    s3_tiers = [t for t in site.tiers.values() if t.scheme == "s3"]
-    for tier in s3_tiers:
-        if urlsplit(tier.url).netloc == bucket:
-            return dict(tier.options)
-    return dict(s3_tiers[0].options) if s3_tiers else {}
 
 
 class InputFS:
@@ -42,17 +28,16 @@ class InputFS:
         self._s3: dict[str, Any] = {}
 
     def s3(self, url: str) -> Any:
-        from storekit.store import s3_filesystem
-
+        """The file system of the store `storekit.places` resolves the URL to (one per bucket)."""
         bucket = urlsplit(url).netloc
         if bucket not in self._s3:
-            self._s3[bucket] = s3_filesystem(s3_options_for(url, self.site))
+            self._s3[bucket] = resolve_place(url, self.site, what="input").store.fs
         return self._s3[bucket]
 
     def local_path(self, url: str) -> str | None:
         if is_bundled(url):
             return str(bundled_path(url))
-        return None if is_s3(url) else url
+        return None if is_s3_url(url) else url
 
     def open(self, url: str, *, block_size: int = 8 << 20) -> IO[bytes]:
         try:
@@ -71,7 +56,7 @@ class InputFS:
             path = bundled_path(pattern)
             st = path.stat()
             return [(pattern, st.st_size, st.st_mtime)]
-        if is_s3(pattern):
+        if is_s3_url(pattern):
             return self._expand_s3(pattern)
         return _expand_local(os.path.expanduser(pattern))
 

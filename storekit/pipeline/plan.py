@@ -17,7 +17,9 @@ from typing import Any
 import xxhash
 
 from storekit import __version__
-from storekit.pipeline.sources import SourceFile
+from storekit.pipeline.formats import format_named
+from storekit.pipeline.formats.base import Piece as Piece  # re-exported: a plan is made of pieces
+from storekit.pipeline.formats.base import SourceFile
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import TokenizerInfo
 
@@ -25,15 +27,6 @@ PLAN_FORMAT = 1  # bump when the shards a plan produces would change
 MIN_TASK_BYTES = 1 << 20  # ~0.5 s of one core: per-task costs stay ~1% (commits run in the background)
 MAX_TASK_BYTES = 64 << 20
 TASKS_PER_CORPUS = 1024  # many more tasks than cores: the last ones finish close together
-MAX_COMPRESSED_SPLITS = 8
-
-
-@dataclass(frozen=True)
-class Piece:
-    source: int  # index into PrepPlan.sources
-    start: int  # byte offset (jsonl, uncompressed) or first row (parquet/arrow); 0 for text
-    end: int | None  # exclusive; None = to the end of the source
-    est_bytes: int
 
 
 @dataclass(frozen=True)
@@ -112,45 +105,8 @@ def choose_task_bytes(total: int) -> int:
 
 
 def split_source(index: int, src: SourceFile, target: int) -> list[Piece]:
-    """Pieces of one source, each about `target` bytes of uncompressed input."""
-    if src.format == "text" or src.data_size <= target:
-        end = src.rows if src.format in ("parquet", "arrow") else None
-        return [Piece(index, 0, end, src.data_size)]
-    if src.format == "jsonl":
-        n = -(-src.data_size // target)
-        if src.compression:
-            n = min(n, MAX_COMPRESSED_SPLITS)
-        bounds = [src.data_size * k // n for k in range(n + 1)]
-        return [
-            Piece(index, bounds[k], None if k == n - 1 else bounds[k + 1], bounds[k + 1] - bounds[k])
-            for k in range(n)
-        ]
-    return _split_rows(index, src, target)
-
-
-def _split_rows(index: int, src: SourceFile, target: int) -> list[Piece]:
-    """Row ranges along row groups / record batches; a chunk far above target is cut by rows."""
-    pieces: list[Piece] = []
-    row = start = 0
-    acc = 0
-    for rows, nbytes in src.chunks:
-        if nbytes > 2 * target and rows > 1:
-            if acc:
-                pieces.append(Piece(index, start, row, acc))
-            n = min(rows, -(-nbytes // target))
-            cuts = [row + rows * k // n for k in range(n + 1)]
-            pieces.extend(Piece(index, cuts[k], cuts[k + 1], nbytes // n) for k in range(n))
-            row += rows
-            start, acc = row, 0
-            continue
-        row += rows
-        acc += nbytes
-        if acc >= target:
-            pieces.append(Piece(index, start, row, acc))
-            start, acc = row, 0
-    if row > start or not pieces:
-        pieces.append(Piece(index, start, row, acc))
-    return pieces
+    """Pieces of one source, each about `target` bytes of uncompressed input (its format decides how)."""
+    return format_named(src.format).split(index, src, target)
 
 
 def pack_pieces(pieces: Sequence[Piece], target: int) -> list[PrepTask]:

@@ -24,11 +24,12 @@ from typing import Any
 
 from storekit.config import URL_CREDENTIALS_HINT, mask_url, url_has_credentials
 from storekit.errors import ConfigError
+from storekit.pipeline import formats as input_formats
 from storekit.tomlkeys import parse_toml
 from storekit.units import parse_size
 
 KINDS = ("text", "code", "multimodal")
-FORMATS = ("auto", "jsonl", "parquet", "arrow", "hf-disk", "text")
+FORMATS = (*input_formats.DISCOVERY_MODES, *input_formats.FORMATS)  # --format: a mode or a format name
 ON_ERROR = ("skip", "fail")
 ENGINES = ("auto", "hf", "tiktoken")
 SPECIAL_TOKENS = ("match", "text")  # match: as `tokenizers` does (the special id); text: plain text

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,20 +11,14 @@ import pytest
 from storekit.bench.schema import validate
 from storekit.config import TierConfig
 from storekit.store import Store
+from tests.conftest import run_storekit
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ceph
 
 
 def storekit(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ, **env},
-    )
+    return run_storekit(args, env=env, timeout=300)
 
 
 def aws_env(tier: TierConfig) -> dict[str, str]:

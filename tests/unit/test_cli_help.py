@@ -18,6 +18,7 @@ from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.errors import EXIT_CODE_TABLE
+from tests.conftest import run_storekit
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = get_command(app)
@@ -103,9 +104,7 @@ def test_a_typo_suggests_the_command_once() -> None:
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "storekit", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=60)  # fmt: skip
+    return run_storekit(args, timeout=60)
 
 
 @pytest.mark.parametrize(

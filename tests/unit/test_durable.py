@@ -73,3 +73,27 @@ def test_a_crash_mid_delete_never_leaves_a_partial_tree_under_its_name(tmp_path:
     assert len(names) == 1 and is_tombstone(names[0])
     assert purge_tombstones(tmp_path) == names
     assert os.listdir(tmp_path) == []
+
+
+def test_purging_a_tombstone_another_cleaner_is_emptying_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from storekit import durable
+
+    _tree(tmp_path / "step_000100")
+    durable.remove_tree(tmp_path / "step_000100")  # sanity: the plain path
+    _tree(tmp_path / "step_000200")
+    os.rename(tmp_path / "step_000200", tmp_path / f".step_000200{durable.TOMBSTONE_MARK}x")
+    real_unlink = os.unlink
+
+    def racing_unlink(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        if str(path).endswith("a.bin"):  # the other cleaner removed it first
+            real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+        real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", racing_unlink)
+    assert shutil.rmtree.avoids_symlink_attacks  # the fd-based rmtree, which calls os.unlink
+    assert durable.purge_tombstones(tmp_path) == [f".step_000200{durable.TOMBSTONE_MARK}x"]
+    assert os.listdir(tmp_path) == []

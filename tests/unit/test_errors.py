@@ -7,6 +7,7 @@ gateway answers are botocore's own ClientError with the response shape the gatew
 from __future__ import annotations
 
 import errno
+import http.client
 import os
 import socket
 from pathlib import Path
@@ -15,6 +16,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 import pytest
+import urllib3.exceptions
 
 from storekit.errors import (
     ExitCode,
@@ -32,7 +34,7 @@ from storekit.errors import (
 
 def _client_error(code: str, status: int) -> botocore.exceptions.ClientError:
     response = {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
-    return botocore.exceptions.ClientError(response, "GetObject")  # type: ignore[arg-type]
+    return botocore.exceptions.ClientError(response, "GetObject")
 
 
 def _wrapped_by_s3fs(cause: BaseException, code: int) -> OSError:
@@ -51,7 +53,7 @@ def _refused_port() -> int:
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
 def test_a_full_disk_or_quota_is_no_space_exit_6(tmp_path: Path, code: int) -> None:
     err = storage_error(OSError(code, os.strerror(code)), str(tmp_path), hints={NoSpaceError: "free space"})
-    assert isinstance(err, NoSpaceError) and err.exit_code == ExitCode.NO_SPACE == 6
+    assert isinstance(err, NoSpaceError) and err.exit_code == ExitCode.NO_SPACE and int(err.exit_code) == 6
     assert err.message == f"{tmp_path}: no space left on device" and err.hint == "free space"
 
 
@@ -112,11 +114,18 @@ def test_a_refused_connection_a_timeout_and_a_busy_gateway_are_retryable_exit_5(
         ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
         _wrapped_by_s3fs(_client_error("SlowDown", 503), errno.EBUSY),
         _client_error("ServiceUnavailable", 503),
+        botocore.exceptions.ClientError({"ResponseMetadata": {"HTTPStatusCode": 503}}, "PutObject"),
+        http.client.IncompleteRead(b"partial", 100),  # a body cut short
+        urllib3.exceptions.ProtocolError("Connection aborted."),
     ]
     for failure in failures:
         assert is_retryable(failure), failure
         err = storage_error(failure, "s3://b/k")
-        assert isinstance(err, UnreachableError) and err.exit_code == ExitCode.RETRYABLE == 5
+        assert (
+            isinstance(err, UnreachableError)
+            and err.exit_code == ExitCode.RETRYABLE
+            and int(err.exit_code) == 5
+        )
         assert err.message == "cannot reach the storage for s3://b/k"
 
 

@@ -15,10 +15,11 @@ from storekit.bench import engine_posix, native, uring
 from storekit.bench.engine_posix import O_DIRECT, RandRead, SeqRead, SeqWrite
 from storekit.bench.iobuf import IOBuffer
 from storekit.bench.plan import PhasePlan, WorkerTask
+from storekit.bench.recorder import Recorder
 from storekit.bench.runner import PhaseRunner, WorkerFailed
 from storekit.bench.spec import TargetSpec
 from storekit.bench.stats import FINE_NS
-from storekit.bench.worker import Recorder, run_worker
+from storekit.bench.worker import run_worker
 from tests.conftest import IN_CI
 
 KiB = 1024

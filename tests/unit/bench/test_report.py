@@ -11,9 +11,10 @@ import pytest
 from rich.console import Console
 
 from storekit.bench import schema
-from storekit.bench.report import prometheus_text, render_human, write_atomic
+from storekit.bench.report import prometheus_text, write_atomic
 from storekit.bench.spec import TargetSpec, build_spec
 from storekit.bench.verdict import judge, verdict_lines
+from storekit.cli.bench_tables import render_human
 
 
 def summary(bandwidth: float | None, ops: float = 10.0) -> dict[str, Any]:

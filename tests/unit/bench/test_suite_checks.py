@@ -10,7 +10,6 @@ from storekit.bench.scratch import PosixScratch
 from storekit.bench.spec import TargetSpec, build_spec
 from storekit.bench.stats import FINE_NS
 from storekit.bench.suite import Suite
-from storekit.cli.output import Output
 
 SECOND = 1_000_000_000
 T0 = 1_700_000_000 * SECOND
@@ -19,7 +18,7 @@ T0 = 1_700_000_000 * SECOND
 def suite(tmp_path: Path, kind: str = "posix") -> Suite:
     target = TargetSpec(kind=kind, root=str(tmp_path) if kind == "posix" else "bucket/p")
     plan = build_plan(build_spec(target, pattern="shards", size="8M", file_size="1M"), "t", "/run")
-    return Suite(plan, PosixScratch(TargetSpec(kind="posix", root=str(tmp_path)), "t"), Output(quiet=True))
+    return Suite(plan, PosixScratch(TargetSpec(kind="posix", root=str(tmp_path)), "t"))
 
 
 def worker(rates_mb: list[float], user_s: float = 0.1, sys_s: float = 0.1) -> WorkerResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from storekit.durable import TOMBSTONE_MARK
 from storekit.layout.clean import SlurmUnreachable, apply_clean, job_ids_in_name, plan_clean
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
+from tests.conftest import run_storekit
 
-ROOT = Path(__file__).parents[3]
 DAY = 86400.0
 
 
@@ -42,10 +41,7 @@ def make(root: Path, rel: str, days: float, *, fresh_inside: str | None = None) 
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    full_env.pop("STOREKIT_CONFIG", None)
-    argv = [sys.executable, "-m", "storekit", *args]
-    return subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
+    return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 
 @pytest.fixture
@@ -131,3 +127,31 @@ def test_cli_dry_run_changes_nothing_then_clean_tombstones_and_a_crash_is_finish
     assert list((storage / "scratch").iterdir()) == []
     human = run(tmp_path, "layout", "clean")
     assert "deleted 0 entries" in human.stdout
+
+
+def test_work_dirs_are_judged_by_their_lease(storage: Path, tmp_path: Path) -> None:
+    from storekit.pipeline.workdir import WorkDir
+    from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
+
+    store = open_store(TierConfig(name="local", url=storage.as_uri()))
+    spec = load_layout("llm-cluster")
+    live = storage / "scratch" / "storekit-prepare-live"
+    with WorkDir(live).leased():  # a run is using it: kept however old it looks
+        age(live, 30)
+        (entry,) = plan_clean(spec, store, jobs=lambda: None).entries
+        assert entry.action == "keep" and entry.reason.startswith("in use: pid")
+    # a run killed after its first task leaves its work dir and a lease nobody holds any more
+    write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=40_000))
+    args = ["prepare", "dataset", "-i", "a.jsonl", "--tokenizer", TOKENIZER, "--name", "a", "--quiet",
+            "--task-size", "16KiB", "--workers", "1"]  # fmt: skip
+    killed = run(tmp_path, *args, env={"STOREKIT_FAULTS": "prepare.task-done=kill"})
+    assert killed.returncode == -9, killed.stderr
+    (work,) = [p for p in (storage / "scratch").iterdir() if p.name.startswith("storekit-prepare-a-")]
+    plan = plan_clean(spec, store, jobs=lambda: None)
+    assert {e.path: e.action for e in plan.entries}[f"scratch/{work.name}"] == "keep"  # idle for seconds only
+    age(work, 30)
+    plan = plan_clean(spec, store, jobs=lambda: None)
+    entry = next(e for e in plan.entries if e.path == f"scratch/{work.name}")
+    assert entry.action == "delete" and entry.reason.startswith("abandoned: no run holds it")
+    assert [e.path for e in apply_clean(plan, store)] == [f"scratch/{work.name}"]
+    assert sorted(p.name for p in (storage / "scratch").iterdir()) == ["storekit-prepare-live"]

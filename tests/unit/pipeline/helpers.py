@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
 import struct
 import subprocess
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.conftest import storekit_env
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE_CORPUS = REPO / "storekit" / "samples" / "cpython-stdlib-sample.jsonl.gz"
@@ -174,11 +175,10 @@ def run_cli(args: Sequence[str], capsys: Any) -> Result:
 
 
 def cli_subprocess(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, **kw: Any) -> Any:
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "storekit", *args],
         cwd=cwd,
-        env=full_env,
+        env=storekit_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

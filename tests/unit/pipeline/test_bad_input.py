@@ -225,7 +225,8 @@ def small_fs(tmp_path: Path) -> Any:
         return mount
 
     yield mount_with
-    subprocess.run(["umount", str(mount)], capture_output=True)
+    if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)  # busy: detach, never leak it
 
 
 def test_full_disk_is_refused_up_front(tmp_path: Path, small_fs: Any) -> None:

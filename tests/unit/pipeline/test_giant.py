@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from storekit.pipeline import giant, readers
+from storekit.pipeline import giant
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     dataset_documents,
@@ -25,7 +25,7 @@ DS = Path("storage/datasets/text/g/v1")
 @pytest.fixture(autouse=True)
 def small_giants(monkeypatch: pytest.MonkeyPatch) -> None:
     """Anything above 64 KiB is 'giant', decoded in 8 KiB chunks: many chunk and piece boundaries."""
-    monkeypatch.setattr(readers, "GIANT_BYTES", 64 << 10)
+    monkeypatch.setattr(giant, "GIANT_BYTES", 64 << 10)
     monkeypatch.setattr(giant, "CHUNK_BYTES", 8 << 10)
 
 
@@ -88,9 +88,9 @@ def test_giant_and_normal_copies_of_a_text_are_one_document(
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text(text, encoding="utf-8")
     (tmp_path / "in" / "bad.txt").write_bytes(b"ok " * 30_000 + b"\xff\xfe not UTF-8" + b" more" * 10_000)
-    monkeypatch.setattr(readers, "GIANT_BYTES", 10 << 20)  # the jsonl copy takes the normal path
+    monkeypatch.setattr(giant, "GIANT_BYTES", 10 << 20)  # the jsonl copy takes the normal path
     write_jsonl(tmp_path / "in" / "b.jsonl", [{"text": text.strip()}])
-    monkeypatch.setattr(readers, "GIANT_BYTES", 64 << 10)
+    monkeypatch.setattr(giant, "GIANT_BYTES", 64 << 10)
     args = [
         "prepare",
         "dataset",

@@ -15,7 +15,8 @@ import zstandard
 
 from storekit.pipeline import streams
 from storekit.pipeline.encode import Unsplittable, split_for_encoding
-from storekit.pipeline.plan import MAX_COMPRESSED_SPLITS, choose_task_bytes, plan_tasks
+from storekit.pipeline.formats.jsonl import MAX_COMPRESSED_SPLITS
+from storekit.pipeline.plan import choose_task_bytes, plan_tasks
 from storekit.pipeline.sources import SourceFile
 from storekit.pipeline.spec import CLI_SOURCE, build_spec
 from storekit.pipeline.streams import Decompressed, TruncatedInput, iter_lines

@@ -5,26 +5,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).parents[3]
+from tests.conftest import run_storekit
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    full_env.pop("STOREKIT_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 
 def as_json(proc: subprocess.CompletedProcess[str]) -> Any:

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from storekit.bench.schema import validate
+from tests.conftest import run_storekit
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SMALL = [
     "--size", "8M", "--file-size", "2M", "--block-size", "256k", "--queue-depth", "1,4",
     "--duration", "0.2", "--files", "20", "--ranks", "4", "--no-drop-caches",
@@ -28,14 +29,7 @@ SMALL = [
 def storekit(
     *args: str, timeout: float = 180, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
+    return run_storekit(args, env=env, timeout=timeout)
 
 
 def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:

@@ -4,10 +4,8 @@ credentials never printed."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,25 +15,14 @@ import pytest
 
 from storekit.config import TierConfig
 from storekit.store import open_store
-from tests.conftest import s3_options
+from tests.conftest import run_storekit, s3_options
 
-ROOT = Path(__file__).parents[2]
 SECRET = "TopSecret-9f2c"  # must never appear in any output
 KEY_ID = "AKIDEXAMPLE77"
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    if not env or "STOREKIT_CONFIG" not in env:
-        full_env.pop("STOREKIT_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 
 def one_json(proc: subprocess.CompletedProcess[str]) -> Any:

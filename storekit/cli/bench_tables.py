@@ -1,0 +1,104 @@
+"""The human report of `bench io`: the results table, verdict, notes and warnings (the domain in
+storekit.bench returns the document; drawing it is the CLI's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from storekit.bench.verdict import verdict_lines
+
+
+def rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B/s"
+
+
+def count(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e3:.1f}k" if value >= 10_000 else f"{value:.0f}"
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else (f"{value:.3f}" if value < 1 else f"{value:.1f}")
+
+
+def render_human(console: Console, doc: dict[str, Any]) -> None:
+    env = doc["environment"]
+    fs = env.get("filesystem") or {}
+    where = (
+        f"{fs.get('fs_type')} on {fs.get('source')} ({fs.get('mount_options')})"
+        if fs
+        else env.get("endpoint_url")
+    )
+    direct = doc["honesty"].get("direct", {})
+    drop = doc["honesty"].get("drop_caches", {})
+    console.print(f"[bold]storekit bench io[/bold]  {env['target']}  {where}")
+    console.print(
+        f"run {doc['run_id']}  config {doc['config_hash']}  {doc['parameters']['repeat']} repeats "
+        f"(median, spread = (max-min)/median)  direct: {str(direct.get('effective', False)).lower()}"
+        + (f" ({direct['reason']})" if direct.get("reason") else "")
+        + (f"  caches dropped: {str(drop.get('done')).lower()}" if drop else "")
+    )
+    if not console.is_terminal:
+        console.width = max(console.width, 132)  # files and pipes: no need to squeeze the table
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name, justify in (
+        ("pattern", "left"),
+        ("point", "left"),
+        ("phase", "left"),
+        ("rate", "right"),
+        ("spread", "right"),
+        ("all-active", "right"),
+        ("ops/s", "right"),
+        ("p50 ms", "right"),
+        ("p99 ms", "right"),
+        ("cpu %core", "right"),
+        ("stragglers", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    bimodal: list[str] = []
+    for point in doc["results"]:
+        for ph in point["phases"]:
+            s = ph["summary"]
+            data = ph["op"] in ("write", "read", "randread")
+            main = s["bandwidth_bytes_per_s"] if data else s["ops_per_s"]
+            wall = s["stonewall_bandwidth_bytes_per_s"] if data else s["stonewall_ops_per_s"]
+            fmt = rate if data else (lambda v: "-" if v is None else f"{count(v)} op/s")
+            spread = "-" if main["spread"] is None else f"{main['spread']:.0%}"
+            if main.get("modes"):
+                spread += " (modes)"
+                groups = ", ".join(f"{fmt(m['median'])} x{m['count']}" for m in main["modes"])
+                bimodal.append(f"{point['pattern']} {point['label']} {ph['phase']}: {groups}")
+            table.add_row(
+                point["pattern"],
+                point["label"],
+                ph["phase"],
+                fmt(main["median"]),
+                spread,
+                fmt(wall["median"]),
+                count(s["ops_per_s"]["median"]),
+                ms(s["latency"]["p50_ms"]),
+                ms(s["latency"]["p99_ms"]),
+                f"{s['max_worker_pct_of_core']:.0f}",
+                str(s["stragglers"]),
+            )
+    console.print(table)
+    for line in bimodal:  # a median between two modes describes neither
+        console.print(f"modes over repeats (median x repeats): {line}", markup=False)
+    lines = verdict_lines(doc["verdict"])
+    if lines:
+        console.print("[bold]verdict[/bold]")
+        for line in lines:
+            console.print(f"  {line}", markup=False)
+    for note in doc["plan"]["notes"]:
+        console.print(f"note: {note}", markup=False)
+    for warning in doc["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)

@@ -1,0 +1,30 @@
+"""Stores: one rooted view of a tier over fsspec, with the operations every command needs.
+
+base (Store, Entry, Capabilities), posix (PosixStore), s3 (S3Store) and registry (which store a URL
+scheme gets: open_store). Everything is importable from `storekit.store` as before.
+"""
+
+from storekit.durable import TMP_MARK
+from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
+from storekit.store.posix import PosixStore
+from storekit.store.registry import SCHEMES, open_store
+from storekit.store.s3 import S3_BLOCK_SIZE, S3_DEFAULT_CONFIG, S3Store, s3_filesystem
+from storekit.store.s3 import _decode_meta as _decode_meta  # S3 metadata encoding: ops/ shares it
+from storekit.store.s3 import _encode_meta as _encode_meta
+
+__all__ = [
+    "S3_BLOCK_SIZE",
+    "S3_DEFAULT_CONFIG",
+    "SCHEMES",
+    "TMP_MARK",
+    "XATTR_PREFIX",
+    "Capabilities",
+    "Entry",
+    "PosixStore",
+    "S3Store",
+    "Store",
+    "check_metadata",
+    "open_store",
+    "s3_filesystem",
+    "temp_name",
+]

@@ -1,0 +1,192 @@
+"""POSIX directory trees: local disk, NFS, Lustre or CephFS mounts."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterator, Mapping
+from typing import IO
+
+from storekit.diskspace import free_bytes
+from storekit.durable import fsync_dir
+from storekit.errors import (
+    PathEscapeError,
+    UnreachableError,
+)
+from storekit.paths import clean_rel, resolves_outside
+from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
+
+
+class PosixStore(Store):
+    """A POSIX directory tree: local disk, NFS, Lustre or CephFS mounts."""
+
+    capabilities = Capabilities(
+        atomic_rename=True,
+        directories=True,
+        posix_modes=True,
+        free_space=True,
+        user_metadata=True,
+        striping=bool(shutil.which("lfs")),
+    )
+
+    def full(self, rel: str) -> str:
+        path = super().full(rel)
+        self._refuse_symlink_escape(path)
+        return path
+
+    def _refuse_symlink_escape(self, path: str) -> None:
+        # resolve the deepest existing ancestor: a symlink anywhere on the way must stay inside
+        probe = path
+        while not os.path.lexists(probe) and probe != self.root:
+            probe = os.path.dirname(probe)
+        real = resolves_outside(probe, self.root)
+        if real is not None:
+            raise PathEscapeError(
+                f"{path} resolves to {real}, outside the root of tier {self.name} "
+                f"({os.path.realpath(self.root)})",
+                hint="a symlink inside the tier points out of it; storekit will not follow it",
+            )
+
+    def _full_nofollow(self, rel: str) -> str:
+        """For operations on the entry itself (lstat, unlink): only its parents must resolve inside,
+        so an escaping symlink can still be described and removed, never followed."""
+        path = Store.full(self, rel)
+        self._refuse_symlink_escape(os.path.dirname(path) if path != self.root else path)
+        return path
+
+    def local_path(self, rel: str) -> str:
+        return self.full(rel)
+
+    def probe(self) -> None:
+        parent = os.path.dirname(self.root)
+        if not os.path.isdir(self.root) and not os.path.isdir(parent):
+            raise UnreachableError(
+                f"tier {self.name}: {self.display_url} is not reachable ({parent} does not exist)",
+                hint="is the filesystem mounted?",
+            )
+
+    def _entry(self, full: str, st: os.stat_result, is_link: bool) -> Entry:
+        return Entry(
+            path=self.rel(full),
+            size=st.st_size,
+            mtime=st.st_mtime,
+            is_dir=stat.S_ISDIR(st.st_mode),
+            mode=stat.S_IMODE(st.st_mode),
+            is_link=is_link,
+        )
+
+    def info(self, rel: str) -> Entry:
+        full = self._full_nofollow(rel)
+        with self._errors(rel):
+            st = os.lstat(full)
+        return self._entry(full, st, stat.S_ISLNK(st.st_mode))
+
+    def list(self, rel: str = "") -> list[Entry]:
+        full = self.full(rel)
+        out = []
+        with self._errors(rel), os.scandir(full) as it:
+            for de in it:
+                st = de.stat(follow_symlinks=False)
+                out.append(
+                    self._entry(f"{full}/{de.name}" if full != "/" else f"/{de.name}", st, de.is_symlink())
+                )
+        return sorted(out, key=lambda e: e.path)
+
+    def free_space(self) -> int | None:
+        return free_bytes(self.root)
+
+    def get_metadata(self, rel: str) -> dict[str, str]:
+        full = self.full(rel)
+        with self._errors(rel):
+            try:
+                names = os.listxattr(full)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                    return {}
+                raise
+            return {
+                n[len(XATTR_PREFIX) :]: os.getxattr(full, n).decode("utf-8")
+                for n in names
+                if n.startswith(XATTR_PREFIX)
+            }
+
+    @contextlib.contextmanager
+    def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
+        meta = check_metadata(metadata)
+        final = self.full(rel)
+        tmp = self.full(temp_name(clean_rel(rel)))
+        created = _missing_dirs(self.root, final)
+        with self._errors(rel):
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            fh = open(tmp, "wb")  # noqa: SIM115 -- closed below on every path
+        try:
+            with self._errors(rel):
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+                for key, value in meta.items():
+                    _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8"))
+                os.replace(tmp, final)
+                fsync_dir(os.path.dirname(final))
+        except BaseException:
+            fh.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            for path in created:  # deepest first; a directory someone else filled meanwhile stays
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+            raise
+
+    def makedirs(self, rel: str, mode: int | None = None) -> None:
+        full = self.full(rel)
+        with self._errors(rel):
+            os.makedirs(full, exist_ok=True)
+            if mode is not None:
+                os.chmod(full, mode)
+
+    def chmod(self, rel: str, mode: int) -> None:
+        with self._errors(rel):
+            os.chmod(self.full(rel), mode)
+
+    def delete(self, rel: str, *, recursive: bool = False) -> None:
+        full = self._full_nofollow(rel)
+        if full == self.root:
+            raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
+        with self._errors(rel):
+            st = os.lstat(full)
+            if stat.S_ISDIR(st.st_mode):
+                if recursive:
+                    shutil.rmtree(full)
+                else:
+                    os.rmdir(full)
+            else:
+                os.unlink(full)
+
+    def rename(self, src: str, dst: str) -> None:
+        s, d = self.full(src), self.full(dst)
+        with self._errors(dst):
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            os.rename(s, d)
+            fsync_dir(os.path.dirname(d))
+
+
+def _missing_dirs(root: str, final: str) -> list[str]:
+    """Directories between `root` and the file `final` that do not exist yet, deepest first."""
+    missing = []
+    path = os.path.dirname(final)
+    while len(path) > len(root) and not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def _set_xattr(path: str, name: str, value: bytes) -> None:
+    try:
+        os.setxattr(path, name, value)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise

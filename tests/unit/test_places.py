@@ -1,0 +1,70 @@
+"""storekit.places: one resolver from "a string naming a place" to a store and a relative path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from storekit.config import SiteConfig, parse_config
+from storekit.errors import UsageError
+from storekit.places import resolve_place, tier_place
+from storekit.store import PosixStore, S3Store
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> SiteConfig:
+    text = (
+        f'[tiers.nvme]\nurl = "{tmp_path}/nvme"\n'
+        '[tiers.archive]\nurl = "s3://arch/storage"\n'
+        'options = { endpoint_url = "http://gw:7480", key = "AK", secret = "SK" }\n'
+    )
+    return parse_config(text.encode(), source="site.toml", base_dir=tmp_path)
+
+
+def test_a_bare_relative_path_is_on_the_tier_and_one_from_the_cwd_is_local(
+    site: SiteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_tier = resolve_place("datasets/text/x/v1", site)
+    assert (on_tier.tier_name, on_tier.rel) == ("nvme", "datasets/text/x/v1")
+    assert on_tier.store.root == str(tmp_path / "nvme")
+    monkeypatch.chdir(tmp_path)
+    for spelling in ("./out/ds", "out/ds"):
+        local = resolve_place(spelling, site, bare="cwd" if spelling == "out/ds" else "tier")
+        assert isinstance(local.store, PosixStore) and local.tier_name is None
+        assert os.path.join(local.store.root, local.rel) == str(tmp_path / "out" / "ds")
+
+
+def test_a_local_path_inside_a_tier_is_on_that_tier_whatever_its_spelling(
+    site: SiteConfig, tmp_path: Path
+) -> None:
+    (tmp_path / "nvme").mkdir()
+    os.symlink(tmp_path / "nvme", tmp_path / "link")
+    for spelling in (f"{tmp_path}/nvme/a/b", f"file://{tmp_path}/nvme/a/b", f"{tmp_path}/link/a/b"):
+        place = resolve_place(spelling, site)
+        assert (place.tier_name, place.rel) == ("nvme", "a/b"), spelling
+
+
+def test_s3_urls_take_the_tier_they_are_in_else_the_options_of_their_bucket(site: SiteConfig) -> None:
+    on_tier = resolve_place("s3://arch/storage/datasets/x", site)
+    assert (on_tier.tier_name, on_tier.rel) == ("archive", "datasets/x")
+    adhoc = resolve_place("s3://arch/other/x", site)
+    assert isinstance(adhoc.store, S3Store) and adhoc.tier_name is None
+    assert (adhoc.store.root, adhoc.rel) == ("arch/other", "x")
+    assert adhoc.store.tier.options["key"] == "AK"  # the site's credentials for that bucket
+    given = resolve_place("s3://bucket", site, s3_options={"endpoint_url": "http://other"})
+    assert (given.store.root, given.rel) == ("bucket", "")
+    assert dict(given.store.tier.options) == {"endpoint_url": "http://other"}
+
+
+def test_a_tier_root_and_refusals(site: SiteConfig) -> None:
+    root = tier_place(site, "archive")
+    assert (root.tier_name, root.rel, root.display) == ("archive", "", "s3://arch/storage")
+    with pytest.raises(UsageError, match="expected a directory, file:// or s3://"):
+        resolve_place("gs://bucket/x", site, what="--target")
+    with pytest.raises(UsageError, match="needs a bucket"):
+        resolve_place("s3://", site)
+    with pytest.raises(UsageError) as creds:
+        resolve_place("s3://AK:SK@arch/x", site)
+    assert "SK" not in creds.value.message
