@@ -159,7 +159,9 @@ class RangedGet(_Base):
 
         def body(slot: int, r: Recorder) -> None:
             rng = np.random.default_rng((self.task.seed, slot))
-            while r.now() < deadline:
+            first = True  # every slot completes one request, however short the phase or slow the start
+            while first or r.now() < deadline:
+                first = False
                 key = self.keys[int(rng.integers(len(self.keys)))]
                 start = int(rng.integers(self.windows)) * window
                 t0 = r.now()
