@@ -53,6 +53,7 @@ def register(app: typer.Typer) -> None:
         status_command
     )
     jobs_app.command("run-task", hidden=True)(run_task_command)
+    jobs_app.command("finalize", hidden=True)(finalize_command)
     app.add_typer(jobs_app)
 
 
@@ -140,3 +141,30 @@ def run_task_command(
 def _slurm_cpus() -> int | None:
     value = os.environ.get("SLURM_CPUS_PER_TASK", "")
     return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def finalize_command(
+    work_dir: WorkDirArg,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Finish a job whose tasks ran elsewhere (what a Slurm afterok job calls).
+
+    prepare: checks every completion record, writes the shards and the manifest
+    last, publishes the dataset and removes the work dir; publishes nothing
+    while a task is not done (exit 1, naming the failed ones).
+    """
+    from storekit.executors.base import load_job
+
+    out = make_output(json_out, quiet)
+    job = load_job(Path(work_dir), site_config(config))
+    finish = getattr(job, "finalize", None)
+    if finish is None:
+        raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
+    result = finish()
+
+    def human(console: Console) -> None:
+        console.print(f"{result['status']}: {result.get('dataset', work_dir)}")
+
+    out.result("jobs finalize", result, human)

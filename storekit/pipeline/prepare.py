@@ -171,7 +171,8 @@ def _run(
     executor: Executor,
 ) -> None:
     """Tasks then finalize, in a work dir whose lease this process holds; fills `outcome`."""
-    meta = {"output": location.display, "tier": spec.tier}  # what `jobs status DATASET` matches
+    # what `jobs status DATASET` matches, and what `jobs finalize` needs beside the plan
+    meta = {"output": location.display, "tier": spec.tier, "force": force}
     resumed = work.start(plan, fresh=force, meta=meta)  # --force rebuilds from scratch, finished tasks too
     done = work.done_tasks()
     todo = [t.index for t in plan.tasks if t.index not in done]

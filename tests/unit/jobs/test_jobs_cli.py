@@ -1,5 +1,6 @@
-"""`storekit jobs status` and `jobs run-task` on a real prepare work dir: a killed run's tasks are
-finished by run-task (as a Slurm element would), and the dataset is byte-identical to a clean run."""
+"""`storekit jobs status`, `jobs run-task` and `jobs finalize` on a real prepare work dir: a killed
+run's tasks are finished by run-task and published by finalize (as Slurm elements and the afterok job
+would), and the dataset is byte-identical to an uninterrupted local run."""
 
 from __future__ import annotations
 
@@ -56,17 +57,25 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert job["counts"] == {"done": 2, "running": 0, "failed": 0, "pending": total - 2}
         assert job["complete"] is False
 
+        early = run_storekit(["jobs", "finalize", str(work), "--json"], cwd=corpus)
+        assert early.returncode == 1 and "tasks are not done" in early.stderr
+        assert not (corpus / "storage" / DATASET).exists()  # nothing published with tasks missing
+
         ran = run_storekit(["jobs", "run-task", str(work), "--tasks", f"0-{total - 1}", "--json"], cwd=corpus)
         assert ran.returncode == 0, ran.stderr
         assert json.loads(ran.stdout)["run"] == total - 2 and json.loads(ran.stdout)["skipped"] == 2
         res = run_storekit(["jobs", "status", str(work), "--json"], cwd=corpus)
         assert json.loads(res.stdout)["jobs"][0]["complete"] is True
 
+        fin = run_storekit(["jobs", "finalize", str(work), "--json"], cwd=corpus)
+        assert fin.returncode == 0, fin.stderr
+        assert json.loads(fin.stdout)["status"] == "prepared"
+        assert tree_bytes(corpus / "storage" / DATASET) == baseline  # as the uninterrupted local run
+        assert not work.exists()
+        assert json.loads(run_storekit(["jobs", "status", "--json"], cwd=corpus).stdout)["jobs"] == []
         rerun = run_storekit(ARGS, cwd=corpus)
         assert rerun.returncode == 0, rerun.stderr
-        assert json.loads(rerun.stdout)["tasks_resumed"] == total
-        assert tree_bytes(corpus / "storage" / DATASET) == baseline
-        assert json.loads(run_storekit(["jobs", "status", "--json"], cwd=corpus).stdout)["jobs"] == []
+        assert json.loads(rerun.stdout)["status"] == "unchanged"
     finally:
         shutil.rmtree(corpus / "storage", ignore_errors=True)
 
