@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from storekit import faults
 from storekit.bench.plan import PhasePlan, WorkerTask
@@ -32,6 +32,13 @@ PRELOAD = {
 }
 STOP_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class PhaseExecutor(Protocol):
+    """Runs one phase's workers, all released together; registered by executor name in
+    storekit.executors.base (`local`: this class's PhaseRunner)."""
+
+    def run(self, phase: PhasePlan, repeat: int) -> list[WorkerResult]: ...
 
 
 class WorkerFailed(StorekitError):

@@ -20,10 +20,11 @@ from typing import Any
 from storekit.bench import env, native, pagecache, uring
 from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan, iter_names
 from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
-from storekit.bench.runner import PhaseRunner
+from storekit.bench.runner import PhaseExecutor
 from storekit.bench.scratch import PosixScratch, S3Scratch
 from storekit.bench.stats import LatencyHistogram, median_spread
 from storekit.errors import Interrupted, StorekitError
+from storekit.executors.base import phase_runner
 from storekit.units import format_bytes
 
 RESIDENT_WARN = 0.05
@@ -54,10 +55,13 @@ class Suite:
         *,
         progress: Callable[[int, int], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        executor: str = "local",
     ) -> None:
         """`progress(done, total)` after every phase; `warn(message)` for what needs saying at once
-        (the CLI draws both; the findings for the report are in the result's "warnings")."""
+        (the CLI draws both; the findings for the report are in the result's "warnings");
+        `executor`: which registered phase runner runs the workers (storekit.executors.base)."""
         self.plan = plan
+        self.executor = executor
         self.spec = plan.spec
         self.scratch = scratch
         self.progress = progress or (lambda done, total: None)
@@ -76,7 +80,7 @@ class Suite:
         self.scratch.check(plan.space_needed)
         started = datetime.now(UTC)
         environment = env.capture(spec.target, uring.available() if self.posix else None)
-        runner = PhaseRunner(spec.target.kind)
+        runner: PhaseExecutor = phase_runner(self.executor, spec.target.kind)
         points: list[dict[str, Any]] = []
         setups: list[dict[str, Any]] = []
         cleanup: dict[str, Any] = {}
@@ -129,7 +133,7 @@ class Suite:
         self.steps_done += 1
         self.progress(self.steps_done, self.steps)
 
-    def _run_point(self, runner: PhaseRunner, point: PointPlan) -> dict[str, Any]:
+    def _run_point(self, runner: PhaseExecutor, point: PointPlan) -> dict[str, Any]:
         repeats: dict[str, list[PhaseResult]] = {ph.name: [] for ph in point.phases}
         caches: dict[str, list[dict[str, Any]]] = {ph.name: [] for ph in point.phases}
         for r in range(self.spec.repeat):
@@ -159,7 +163,7 @@ class Suite:
             self._delayed_ack_check(phases)
         return {"pattern": point.pattern, "params": point.params, "label": point.label, "phases": phases}
 
-    def _run_phase(self, runner: PhaseRunner, phase: PhasePlan, repeat: int) -> PhaseResult:
+    def _run_phase(self, runner: PhaseExecutor, phase: PhasePlan, repeat: int) -> PhaseResult:
         result = merge_phase(phase.name, runner.run(phase, repeat))
         planned = phase.bytes
         if planned is not None and result.bytes != planned:

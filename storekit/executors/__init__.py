@@ -1,1 +1,1 @@
-"""Executors run the tasks of a plan: `local` (one process per core); Slurm array tasks later."""
+"""Executors: what runs a job's tasks (base.py: the interface and registry; local.py; slurm.py)."""

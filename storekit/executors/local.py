@@ -1,11 +1,12 @@
-"""Local executor: worker threads sharing one tokenizer, in as many processes as it takes.
+"""The `local` executor: worker threads of one process, in as many processes as it takes.
 
 `tokenizers` releases the GIL while it encodes, so a few threads of one process run on as many
-cores; measured here, two threads sharing one tokenizer spend ~10% less CPU per token than two forked
-processes with a copy each (and the Python side, ~4% of a task, is what the GIL serialises). Past
-THREADS_PER_PROCESS threads, more processes: the GIL then never becomes the limit. A single process
-runs its threads in the caller; several are forked and die with the parent (PR_SET_PDEATHSIG), so a
-SIGKILLed run leaves no orphans, and a stopped run leaves only whole completion records behind.
+cores; measured for prepare, two threads sharing one tokenizer spend ~10% less CPU per token than
+two forked processes with a copy each (and the Python side, ~4% of a task, is what the GIL
+serialises). Past THREADS_PER_PROCESS threads, more processes: the GIL then never becomes the limit.
+A single process runs its threads in the caller; several are forked and die with the parent
+(PR_SET_PDEATHSIG), so a SIGKILLed run leaves no orphans, and a stopped run leaves only whole
+completion records behind. A failed task leaves a failure record (JobDir.record_failure).
 """
 
 from __future__ import annotations
@@ -13,56 +14,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing as mp
-import os
 import queue
 import signal
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from storekit import faults
-from storekit.config import SiteConfig
 from storekit.errors import ExitCode, Interrupted, StorekitError
-from storekit.pipeline.inputs import InputFS
-from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.task import Stopped, TaskRunner, encoder_for, peak_rss
-from storekit.pipeline.workdir import WorkDir
+from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, Stopped
 
-ProgressSink = Callable[[int, int, int], None]  # docs, tokens, input bytes
 _PR_SET_PDEATHSIG = 1
 THREADS_PER_PROCESS = 2  # the measured gain is for 2; more would make the GIL the limit sooner
 _STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGUSR1: "SIGUSR1"}
-
-
-@dataclass
-class RunReport:
-    tasks_run: int = 0
-    worker_peak_rss: list[int] = field(default_factory=list)  # of forked worker processes only
-    seconds: float = 0.0
-
-    def task_done(
-        self, index: int, summary: dict[str, Any], on_done: Callable[[int, dict[str, Any]], None] | None
-    ) -> None:
-        """A completion record exists (one call at a time: under the threads' lock or from the pool loop)."""
-        self.tasks_run += 1
-        if on_done:
-            on_done(index, summary)
-        faults.point("prepare.task-done")
-
-
-def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # respects Slurm's and taskset's CPU masks
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def single_thread_env() -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ["RAYON_NUM_THREADS"] = "1"
 
 
 def split_workers(workers: int) -> list[int]:
@@ -71,39 +37,63 @@ def split_workers(workers: int) -> list[int]:
     return [workers // processes + (i < workers % processes) for i in range(processes)]
 
 
-def run_tasks(
-    plan: PrepPlan,
-    work: WorkDir,
-    site: SiteConfig | None,
-    todo: Sequence[int],
-    *,
-    workers: int,
-    progress: ProgressSink,
-    on_done: Callable[[int, dict[str, Any]], None] | None = None,
-) -> RunReport:
-    """Run the tasks in `todo`; raises the first task's error, or Interrupted on a stop signal."""
-    report = RunReport()
-    started = time.monotonic()
-    if not todo:
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, *, log: str | None = None, own_temps_only: bool = False) -> None:
+        self.log = log  # named in failure records (a Slurm element's log file)
+        # array tasks share the work dir: a failure removes this run's temp dirs, not everyone's
+        self.own_temps_only = own_temps_only
+
+    def run(
+        self,
+        job: Job,
+        todo: Sequence[int],
+        *,
+        workers: int,
+        progress: ProgressFn,
+        on_done: DoneFn | None = None,
+    ) -> RunReport:
+        """Run the tasks in `todo`; raises the first task's error, or Interrupted on a stop signal."""
+        report = RunReport()
+        started = time.monotonic()
+        if not todo:
+            return report
+        workers = max(1, min(workers, len(todo)))
+        # largest first (stable): a big task started last would leave the other cores idle at the end
+        todo = sorted(todo, key=lambda i: -job.task_cost(i))
+        threads = split_workers(workers)
+        counted = _Counter(job, report, on_done)
+        try:
+            if len(threads) == 1:
+                _run_here(job, todo, threads[0], progress, counted, self.log)
+            else:
+                _run_pool(job, todo, threads, progress, counted, report, self.log)
+        except KeyboardInterrupt:
+            job.dir.remove_temps(own=self.own_temps_only)
+            raise _interrupted(report, len(todo)) from None
+        except BaseException:
+            job.dir.remove_temps(own=self.own_temps_only)  # tasks cut short: only whole records stay
+            raise
+        finally:
+            report.seconds = time.monotonic() - started
         return report
-    workers = max(1, min(workers, len(todo)))
-    # largest first (stable): a big task started last would leave the other cores idle at the end
-    todo = sorted(todo, key=lambda i: -plan.tasks[i].est_bytes)
-    threads = split_workers(workers)
-    try:
-        if len(threads) == 1:
-            _run_here(plan, work, site, todo, threads[0], progress, report, on_done)
-        else:
-            _run_pool(plan, work, site, todo, threads, progress, report, on_done)
-    except KeyboardInterrupt:
-        work.remove_temps()
-        raise _interrupted(report, len(todo)) from None
-    except BaseException:
-        work.remove_temps()  # tasks cut short by the failure: only whole completion records stay
-        raise
-    finally:
-        report.seconds = time.monotonic() - started
-    return report
+
+
+class _Counter:
+    """A completion record exists: count it, tell the caller (one call at a time: under the
+    threads' lock or from the pool loop)."""
+
+    def __init__(self, job: Job, report: RunReport, on_done: DoneFn | None) -> None:
+        self.point = f"{job.kind}.task-done"
+        self.report = report
+        self.on_done = on_done
+
+    def __call__(self, index: int, summary: dict[str, Any]) -> None:
+        self.report.tasks_run += 1
+        if self.on_done:
+            self.on_done(index, summary)
+        faults.point(self.point)
 
 
 def _interrupted(report: RunReport, total: int) -> Interrupted:
@@ -113,21 +103,21 @@ def _interrupted(report: RunReport, total: int) -> Interrupted:
     )
 
 
-def run_tasks_on_threads(
-    plan: PrepPlan,
-    work: WorkDir,
-    site: SiteConfig | None,
+def run_on_threads(
+    job: Job,
     next_task: Callable[[], int | None],
     threads: int,
-    progress: ProgressSink,
-    done: Callable[[int, dict[str, Any]], None],
+    progress: ProgressFn,
+    done: DoneFn,
+    log: str | None = None,
 ) -> None:
     """Run tasks from `next_task()` until it returns None, on `threads` threads of this process.
 
-    The first failure stops the other threads (between two batches) and is raised here; so is
-    KeyboardInterrupt, once every thread has stopped and removed its unfinished task.
+    The first failure is recorded (failed/NNNNNN.json), stops the other threads (between two
+    steps) and is raised here; so is KeyboardInterrupt, once every thread has stopped and removed
+    its unfinished task.
     """
-    single_thread_env()  # each thread encodes in itself: no tokenizer thread pool on top
+    job.setup_process()
     stop = threading.Event()
     failures: list[BaseException] = []
     lock = threading.Lock()
@@ -141,19 +131,20 @@ def run_tasks_on_threads(
             done(index, summary)
 
     def loop() -> None:
-        fs, encoder = InputFS(site), encoder_for(plan)
-        runner = TaskRunner(plan, work, fs, encoder, background_commit=True, should_stop=stop.is_set)
+        runner = job.runner(stop.is_set)
         index: int | None = -1
         try:
             while not stop.is_set() and (index := next_task()) is not None:
                 runner.run(index, locked_progress, locked_done)
             runner.drain()
-        except Stopped:
-            with contextlib.suppress(Exception):
-                runner.drain()
         except BaseException as exc:
+            if isinstance(exc, Stopped):
+                with contextlib.suppress(Exception):
+                    runner.drain()
+                return
             with contextlib.suppress(Exception):
                 exc.task_index = index  # type: ignore[attr-defined]  # for the worker's report
+            _record_failure(job, index, exc, log)
             failures.append(exc)
             stop.set()
 
@@ -176,15 +167,24 @@ def run_tasks_on_threads(
         raise failures[0]
 
 
+def _record_failure(job: Job, index: int | None, exc: BaseException, log: str | None) -> None:
+    if index is None or index < 0 or isinstance(exc, KeyboardInterrupt):
+        return
+    if isinstance(exc, StorekitError):
+        message, code = exc.message, int(exc.exit_code)
+    else:
+        message, code = f"{type(exc).__name__}: {exc}", int(ExitCode.ERROR)
+    with contextlib.suppress(Exception):  # the task's own error is what the caller must see
+        job.dir.record_failure(index, message, exit_code=code, log=log)
+
+
 def _run_here(
-    plan: PrepPlan,
-    work: WorkDir,
-    site: SiteConfig | None,
+    job: Job,
     todo: Sequence[int],
     threads: int,
-    progress: ProgressSink,
-    report: RunReport,
-    on_done: Callable[[int, dict[str, Any]], None] | None,
+    progress: ProgressFn,
+    done: DoneFn,
+    log: str | None,
 ) -> None:
     pending = iter(todo)
     take = threading.Lock()
@@ -193,25 +193,19 @@ def _run_here(
         with take:
             return next(pending, None)
 
-    def done(index: int, summary: dict[str, Any]) -> None:
-        report.task_done(index, summary, on_done)
-
-    run_tasks_on_threads(
-        plan, work, site, next_task, threads, progress, done
-    )  # this process: the caller counts it
+    run_on_threads(job, next_task, threads, progress, done, log)
 
 
 def _run_pool(
-    plan: PrepPlan,
-    work: WorkDir,
-    site: SiteConfig | None,
+    job: Job,
     todo: Sequence[int],
     threads: Sequence[int],
-    progress: ProgressSink,
+    progress: ProgressFn,
+    done: DoneFn,
     report: RunReport,
-    on_done: Callable[[int, dict[str, Any]], None] | None,
+    log: str | None,
 ) -> None:
-    single_thread_env()
+    job.setup_process()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     tasks: Any = ctx.Queue()
     results: Any = ctx.Queue()
@@ -220,8 +214,7 @@ def _run_pool(
     for _ in range(sum(threads)):
         tasks.put(None)  # one end mark per thread
     procs = [
-        ctx.Process(target=_worker_main, args=(str(work.path), site, tasks, results, n), daemon=True)
-        for n in threads
+        ctx.Process(target=_worker_main, args=(job, tasks, results, n, log), daemon=True) for n in threads
     ]
     for p in procs:
         p.start()
@@ -238,7 +231,7 @@ def _run_pool(
                 progress(msg[1], msg[2], msg[3])
             elif kind == "done":
                 remaining.discard(msg[1])
-                report.task_done(msg[1], msg[2], on_done)
+                done(msg[1], msg[2])
             elif kind == "rss":
                 report.worker_peak_rss.append(msg[1])
             elif kind == "error":
@@ -294,15 +287,11 @@ def _set_parent_death_signal() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: Any, threads: int) -> None:
+def _worker_main(job: Job, tasks: Any, results: Any, threads: int, log: str | None) -> None:
     _set_parent_death_signal()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches it too
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    from pathlib import Path
-
-    work = WorkDir(Path(work_path))
-    plan = PrepPlan.from_json(work.plan_file.read_bytes())
 
     def progress(docs: int, tokens: int, nbytes: int) -> None:
         results.put(("progress", docs, tokens, nbytes))
@@ -311,7 +300,7 @@ def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: A
         results.put(("done", index, summary))
 
     try:
-        run_tasks_on_threads(plan, work, site, tasks.get, threads, progress, done)
+        run_on_threads(job, tasks.get, threads, progress, done, log)
     except StorekitError as exc:
         index = getattr(exc, "task_index", -1)
         results.put(("error", index, type(exc).__name__, exc.message, exc.hint, int(exc.exit_code)))
@@ -320,3 +309,17 @@ def _worker_main(work_path: str, site: SiteConfig | None, tasks: Any, results: A
         results.put(("crash", getattr(exc, "task_index", -1), traceback.format_exc(limit=8)))
         return
     results.put(("rss", peak_rss()))
+
+
+def peak_rss() -> int:
+    """Peak resident set size of this process in bytes (VmHWM)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from storekit.durable import is_tombstone, remove_tree
 from storekit.errors import StorekitError, UsageError
+from storekit.jobs.reclaim import reclaim, work_dir_state
 from storekit.layout.spec import LayoutSpec
 from storekit.lease import dir_lease_path
 from storekit.paths import join_rel
-from storekit.pipeline.workdir import reclaim, work_dir_state
 from storekit.store import Store
 from storekit.units import format_duration
 
@@ -183,7 +183,7 @@ def apply_clean(plan: CleanPlan, store: Store) -> list[CleanEntry]:
         if path is None or not os.path.lexists(path):
             continue
         if entry.leased and entry.ttl_s is not None:
-            # under its lease, idleness checked again, then tombstone-first (pipeline.workdir.reclaim)
+            # under its lease, idleness checked again, then tombstone-first (jobs.reclaim.reclaim)
             if reclaim(Path(path), idle_for=entry.ttl_s):
                 deleted.append(entry)
             else:

@@ -26,11 +26,12 @@ import xxhash
 from storekit import faults
 from storekit.durable import TMP_MARK, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
+from storekit.jobs.workdir import check_private
 from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
 from storekit.pipeline.location import DatasetLocation
-from storekit.pipeline.workdir import WorkDir, check_private
+from storekit.pipeline.workdir import WorkDir
 
 _STAGING_RECORD = "finalize.json"
 _OLD = "old-"  # .<version>.storekit-tmp-old-*: the previous copy during a --force replace

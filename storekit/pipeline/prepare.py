@@ -19,7 +19,8 @@ from storekit import faults
 from storekit.config import SiteConfig
 from storekit.diskspace import free_bytes, nearest_existing
 from storekit.errors import NoSpaceError, StorekitError, UsageError
-from storekit.executors.local import default_workers, run_tasks
+from storekit.executors.base import Executor, default_workers, get_executor
+from storekit.executors.local import peak_rss
 from storekit.lease import Lease
 from storekit.manifest import Manifest
 from storekit.ops import hash_stream
@@ -28,11 +29,11 @@ from storekit.pipeline.commit import check_existing, output_lease, settle_leftov
 from storekit.pipeline.engines import choose_engine, sample_documents
 from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.location import DatasetLocation, resolve_location
 from storekit.pipeline.plan import PrepPlan, plan_tasks
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
-from storekit.pipeline.task import peak_rss
 from storekit.pipeline.tokenizer import resolve_tokenizer
 from storekit.pipeline.workdir import WorkDir
 from storekit.units import format_bytes as format_size
@@ -112,8 +113,11 @@ def prepare_dataset(
     force: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> PrepareOutcome:
+    """`executor`: what runs the tasks (default: the local one)."""
     progress = progress or Progress()
+    executor = executor or get_executor("local")
     started = time.monotonic()
     fs = InputFS(site)
     plan, location, work, plan_timings = make_plan(spec, site, fs)
@@ -132,7 +136,7 @@ def prepare_dataset(
         if existing is not None and not force:
             return _unchanged(outcome, existing, work)
         with work.leased():
-            _run(plan, work, location, spec, fs, force, progress, outcome, started, lease)
+            _run(plan, work, location, spec, fs, force, progress, outcome, started, lease, executor)
             outcome.timings.update(plan_timings)
             faults.point("prepare.committed")
             work.remove()
@@ -164,9 +168,12 @@ def _run(
     outcome: PrepareOutcome,
     started: float,
     lease: Lease,
+    executor: Executor,
 ) -> None:
     """Tasks then finalize, in a work dir whose lease this process holds; fills `outcome`."""
-    resumed = work.start(plan, fresh=force)  # --force rebuilds from scratch, finished tasks too
+    # what `jobs status DATASET` matches, and what `jobs finalize` needs beside the plan
+    meta = {"output": location.display, "tier": spec.tier, "force": force}
+    resumed = work.start(plan, fresh=force, meta=meta)  # --force rebuilds from scratch, finished tasks too
     done = work.done_tasks()
     todo = [t.index for t in plan.tasks if t.index not in done]
     outcome.tasks_resumed = len(done)
@@ -185,9 +192,8 @@ def _run(
             spent[key] += float(summary.get(f"{key}_seconds" if key != "total" else "seconds", 0.0))
         hf_docs[0] += int(summary.get("engine_hf_documents", 0))
 
-    report = run_tasks(
-        plan, work, fs.site, todo, workers=workers, progress=progress.advance, on_done=task_done
-    )
+    job = PrepareJob(plan, work, fs.site)
+    report = executor.run(job, todo, workers=workers, progress=progress.advance, on_done=task_done)
     t1 = time.monotonic()
     faults.point("prepare.tasks-done")
     progress.finalizing()

@@ -29,12 +29,15 @@ import orjson
 from storekit import faults
 from storekit.config import SiteConfig
 from storekit.errors import InputError
+from storekit.executors.base import Stopped
+from storekit.executors.local import peak_rss
+from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
 from storekit.pipeline.encode import Encoder, Unsplittable, stripped_hash
 from storekit.pipeline.giant import BadText, measure, pieces
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, PieceReader
-from storekit.pipeline.workdir import DONE, WorkDir, io_errors, part_digest, remove_path
+from storekit.pipeline.workdir import WorkDir
 
 HASH_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<u4")])
 BATCH_CHARS = 256 * 1024  # text per encode call: small batches keep the tokenizer's memory low
@@ -43,10 +46,6 @@ MAX_PRIOR_HASHES = 1_000_000  # ~100 MB: a cache that only saves work, never cha
 _LOW64 = (1 << 64) - 1
 ProgressFn = Callable[[int, int, int], None]  # (docs, tokens, input bytes) since the last call
 DoneFn = Callable[[int, dict[str, Any]], None]  # (task index, summary) once the task is committed
-
-
-class Stopped(BaseException):
-    """A task given up between two batches because the run is stopping; its temp dir is removed."""
 
 
 @dataclass
@@ -325,20 +324,6 @@ def _write_hashes(path: Path, hi: array[int], lo: array[int]) -> None:
         order = np.lexsort((lo_arr, hi_arr))
         rec["hi"], rec["lo"], rec["doc"] = hi_arr[order], lo_arr[order], order.astype(np.uint32)
     _write_array(path, rec)
-
-
-def peak_rss() -> int:
-    """Peak resident set size of this process in bytes (VmHWM)."""
-    try:
-        with open("/proc/self/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def read_task_array(path: Path, dtype: Any) -> np.ndarray:

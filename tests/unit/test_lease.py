@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import BusyError, ExitCode
+from storekit.jobs.reclaim import abandoned, reclaim, work_dir_state
 from storekit.lease import Lease, break_stale, covering_lease, read_lease, sibling_lease_path
-from storekit.pipeline.workdir import abandoned, reclaim, work_dir_state
 
 
 def _dead_pid() -> int:

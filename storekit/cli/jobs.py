@@ -1,0 +1,170 @@
+"""CLI for `storekit jobs`: where a job's tasks stand, and the entry points schedulers call."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from storekit.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    QuietOpt,
+    TierOpt,
+    exit_codes,
+    make_output,
+    noun_app,
+    site_config,
+)
+from storekit.errors import ExitCode, UsageError
+
+WorkDirOpt = Annotated[
+    str | None,
+    typer.Option("--work-dir", metavar="DIR", help="Where the command that made the job put work dirs."),
+]
+WorkDirArg = Annotated[str, typer.Argument(metavar="WORKDIR", help="The job's work dir.")]
+
+STATUS_HELP = """Where each task of a job stands: done, running, failed or pending.
+
+Read from the job's records alone (the work dir's tasks/ and failed/): a failed
+task is named with its error, exit code, host and log file. TARGET is a job
+work dir, a dataset a `prepare dataset` run is building (tier-relative path,
+absolute path or s3:// URL), or nothing: every job in each POSIX tier's
+scratch/ (and --work-dir). Exit 0 whatever the tasks' state; 3 when TARGET
+names no job.
+
+\b
+Examples:
+  storekit jobs status
+  storekit jobs status datasets/text/web/v2 --json
+  storekit jobs status /lustre/scratch/storekit-prepare-web-v2-0123abcd4567
+"""
+
+
+def register(app: typer.Typer) -> None:
+    jobs_app = noun_app("jobs", "Long-running jobs (prepare dataset, ...): task status and scheduler hooks.")
+    E = ExitCode
+    jobs_app.command("status", help=STATUS_HELP, epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND))(
+        status_command
+    )
+    jobs_app.command("run-task", hidden=True)(run_task_command)
+    jobs_app.command("finalize", hidden=True)(finalize_command)
+    app.add_typer(jobs_app)
+
+
+def status_command(
+    target: Annotated[str | None, typer.Argument(metavar="[TARGET]", help="Work dir or dataset.")] = None,
+    work_dir: WorkDirOpt = None,
+    tier: TierOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    from storekit.jobs.find import find_job_dirs
+    from storekit.jobs.status import job_status
+    from storekit.jobs.workdir import JobDir
+
+    out = make_output(json_out, quiet)
+    site = site_config(config)
+    statuses = [job_status(JobDir(p)) for p in find_job_dirs(target, site, tier, work_dir)]
+
+    def human(console: Console) -> None:
+        if not statuses:
+            console.print("no jobs")
+        for st in statuses:
+            c = st.counts()
+            console.print(
+                f"{st.path} ({st.header.kind}, {st.header.tasks} tasks): {c['done']} done, "
+                f"{c['running']} running, {c['failed']} failed, {c['pending']} pending"
+            )
+            if st.failures:
+                table = Table("task", "exit", "host", "error", "log", box=None)
+                for index in st.states["failed"]:
+                    f = st.failures[index]
+                    table.add_row(
+                        str(index),
+                        str(f.get("exit_code")),
+                        str(f.get("host")),
+                        f["error"],
+                        f.get("log") or "-",
+                    )
+                console.print(table)
+
+    out.result("jobs status", {"jobs": [s.to_dict() for s in statuses]}, human)
+
+
+def run_task_command(
+    work_dir: WorkDirArg,
+    tasks: Annotated[str, typer.Option("--tasks", metavar="3,4,7-9", help="Plan tasks to run.")],
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="Threads; default: $SLURM_CPUS_PER_TASK or the CPUs.")
+    ] = None,
+    log: Annotated[
+        str | None, typer.Option("--log", metavar="FILE", help="Log file named in failure records.")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Run tasks of a job's plan in its work dir (what a Slurm array element calls).
+
+    Reads the plan, never rewrites it, takes no lock: tasks already done are
+    skipped, each finished task's record appears whole, a failed task leaves a
+    failure record. Exit: the first failed task's code; 130 when stopped.
+    """
+    from storekit.interrupts import interrupt_on
+    from storekit.jobs.run import run_tasks
+
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # a stop keeps finished tasks, discards in-flight ones
+    out = make_output(json_out, quiet)
+    try:
+        from storekit.jobs.status import parse_ranges
+
+        indexes = parse_ranges(tasks)
+    except ValueError as exc:
+        raise UsageError(f"--tasks: {exc}", hint="e.g. --tasks 3,4,7-9") from None
+    result = run_tasks(
+        Path(work_dir), indexes, site_config(config), workers=workers or _slurm_cpus(), log=log
+    )
+
+    def human(console: Console) -> None:
+        console.print(f"{result['run']} tasks run, {result['skipped']} already done")
+
+    out.result("jobs run-task", result, human)
+
+
+def _slurm_cpus() -> int | None:
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def finalize_command(
+    work_dir: WorkDirArg,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Finish a job whose tasks ran elsewhere (what a Slurm afterok job calls).
+
+    prepare: checks every completion record, writes the shards and the manifest
+    last, publishes the dataset and removes the work dir; publishes nothing
+    while a task is not done (exit 1, naming the failed ones).
+    """
+    from storekit.executors.base import load_job
+
+    out = make_output(json_out, quiet)
+    job = load_job(Path(work_dir), site_config(config))
+    finish = getattr(job, "finalize", None)
+    if finish is None:
+        raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
+    result = finish()
+
+    def human(console: Console) -> None:
+        console.print(f"{result['status']}: {result.get('dataset', work_dir)}")
+
+    out.result("jobs finalize", result, human)

@@ -1,0 +1,131 @@
+"""What an executor runs (a `Job`: tasks of a plan in a `JobDir`) and the executors, by name.
+
+A job's kind supplies the per-task code (`Job.runner`); an executor decides where and how the
+tasks run: `local` (threads and forked processes of this host, storekit/executors/local.py), `slurm`
+(array jobs). bench io's phases register their runners here too (`phase_runner`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from storekit.errors import UsageError
+from storekit.jobs.workdir import JobDir
+
+ProgressFn = Callable[[int, int, int], None]  # units of work since the last call (docs, tokens, bytes)
+DoneFn = Callable[[int, dict[str, Any]], None]  # (task, its completion record) once it exists
+
+
+class Stopped(BaseException):
+    """A task given up between two steps because the run is stopping; its temp dir is removed."""
+
+
+class TaskRunner(Protocol):
+    """Runs tasks one after another in one thread; its completion records may commit later."""
+
+    def run(self, index: int, progress: ProgressFn, done: DoneFn) -> Any: ...
+
+    def drain(self) -> None:
+        """Wait until every task run() returned for has its completion record (or raise)."""
+
+
+class Job(Protocol):
+    """A plan's tasks, as executors see them."""
+
+    kind: str  # names fault points: f"{kind}.task-done"
+
+    @property
+    def dir(self) -> JobDir: ...
+
+    def task_cost(self, index: int) -> int:
+        """Relative size of a task: the largest run first, so the last ones finish together."""
+
+    def setup_process(self) -> None:
+        """Once in each process that runs tasks, before the first runner (e.g. thread env vars)."""
+
+    def runner(self, should_stop: Callable[[], bool]) -> TaskRunner:
+        """A runner for one thread; it stops between two steps once `should_stop()` is true."""
+
+
+@dataclass
+class RunReport:
+    tasks_run: int = 0
+    worker_peak_rss: list[int] = field(default_factory=list)  # of forked worker processes only
+    seconds: float = 0.0
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(
+        self,
+        job: Job,
+        todo: Sequence[int],
+        *,
+        workers: int,
+        progress: ProgressFn,
+        on_done: DoneFn | None = None,
+    ) -> RunReport:
+        """Run the tasks in `todo`; raise the first task's error, or Interrupted on a stop signal."""
+        ...
+
+
+def default_workers() -> int:
+    """CPUs this process may use: respects Slurm's and taskset's CPU masks."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# name -> "module:attribute" of a factory: imported only when asked for
+_KINDS: dict[str, str] = {"prepare": "storekit.pipeline.job:load"}
+_EXECUTORS: dict[str, str] = {"local": "storekit.executors.local:LocalExecutor"}
+_PHASE_RUNNERS: dict[str, str] = {"local": "storekit.bench.runner:PhaseRunner"}
+
+
+def register_executor(name: str, target: str) -> None:
+    _EXECUTORS[name] = target
+
+
+def register_phase_runner(name: str, target: str) -> None:
+    _PHASE_RUNNERS[name] = target
+
+
+def register_kind(name: str, target: str) -> None:
+    """`target(path, site) -> Job` loads a job of kind `name` from its work dir."""
+    _KINDS[name] = target
+
+
+def load_job(path: Path, site: Any) -> Job:
+    """The job in work dir `path`, by the kind its job.json names (plan read and checked)."""
+    kind = JobDir(path).header().kind
+    job: Job = _load(_KINDS, kind, "job kind")(path, site)
+    return job
+
+
+def executor_names() -> list[str]:
+    return sorted(_EXECUTORS)
+
+
+def get_executor(name: str) -> Executor:
+    made: Executor = _load(_EXECUTORS, name, "executor")()
+    return made
+
+
+def phase_runner(name: str, *args: Any, **kwargs: Any) -> Any:
+    """bench io's runner of one phase for `name` (see storekit/bench/runner.py for its shape)."""
+    return _load(_PHASE_RUNNERS, name, "executor")(*args, **kwargs)
+
+
+def _load(table: dict[str, str], name: str, what: str) -> Any:
+    target = table.get(name)
+    if target is None:
+        raise UsageError(f"unknown {what} {name!r} (known: {', '.join(sorted(table))})")
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

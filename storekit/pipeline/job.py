@@ -1,0 +1,104 @@
+"""prepare's tasks as a job (storekit/executors/base.py): what any executor runs, here or on a node."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from storekit import faults
+from storekit.config import SiteConfig, load_config
+from storekit.errors import StorekitError
+from storekit.executors.base import TaskRunner
+from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
+from storekit.pipeline.finalize import finalize
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.location import resolve_location
+from storekit.pipeline.plan import PrepPlan
+from storekit.pipeline.task import TaskRunner as PrepTaskRunner
+from storekit.pipeline.task import encoder_for
+from storekit.pipeline.workdir import KIND, WorkDir, read_plan
+
+
+class PrepareJob:
+    kind = KIND
+
+    def __init__(self, plan: PrepPlan, work: WorkDir, site: SiteConfig | None) -> None:
+        self.plan = plan
+        self.work = work
+        self.site = site
+
+    @property
+    def dir(self) -> WorkDir:
+        return self.work
+
+    def task_cost(self, index: int) -> int:
+        return self.plan.tasks[index].est_bytes
+
+    def setup_process(self) -> None:
+        # each thread encodes in itself: no tokenizer thread pool on top
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        os.environ["RAYON_NUM_THREADS"] = "1"
+
+    def runner(self, should_stop: Callable[[], bool]) -> TaskRunner:
+        fs, encoder = InputFS(self.site), encoder_for(self.plan)
+        return PrepTaskRunner(
+            self.plan, self.work, fs, encoder, background_commit=True, should_stop=should_stop
+        )
+
+    def finalize(self) -> dict[str, Any]:
+        return finalize_job(self)
+
+
+def load(path: Path, site: SiteConfig | None) -> PrepareJob:
+    """The job of an existing work dir (what `storekit jobs run-task` runs): its plan, read only."""
+    work = WorkDir(path)
+    return PrepareJob(read_plan(work), work, site)
+
+
+def finalize_job(job: PrepareJob) -> dict[str, Any]:
+    """Publish the dataset of a work dir whose tasks ran elsewhere (a Slurm array): under the output
+    lease and the work dir's, every completion record checked, manifest last; then the work dir goes.
+    Nothing is published while a task is not done."""
+    from storekit.pipeline.prepare import SourceHasher  # prepare imports this module
+
+    plan, work = job.plan, job.work
+    meta = work.header().meta
+    force = bool(meta.get("force", False))
+    location = resolve_location(plan.output, job.site or load_config(None), meta.get("tier"))
+    with output_lease(location, work) as lease:
+        settle_leftovers(location)
+        work.clear_tombstones()
+        existing = check_existing(location, plan.plan_id, force=force, work=work)
+        if existing is not None and not force:
+            with work.leased():
+                work.remove()  # finished before (a finalize killed after its commit, then rerun)
+            return {"status": "unchanged", "dataset": location.display, "plan_id": plan.plan_id}
+        with work.leased():
+            _check_all_done(work, len(plan.tasks))
+            digests = SourceHasher(plan, InputFS(job.site))
+            digests.start()
+            manifest = finalize(plan, work, location, force=force, source_digests=digests.result, lease=lease)
+            faults.point("prepare.committed")
+            work.remove()
+    return {
+        "status": "prepared",
+        "dataset": location.display,
+        "plan_id": plan.plan_id,
+        "tokens": manifest.body["stats"]["tokens"],
+        "tasks": len(plan.tasks),
+    }
+
+
+def _check_all_done(work: WorkDir, total: int) -> None:
+    scan = work.scan()
+    missing = [i for i in range(total) if i not in scan.done]
+    if not missing:
+        return
+    failed = [i for i in missing if i in scan.failed]
+    detail = f"{len(failed)} failed (first: task {failed[0]})" if failed else "none failed"
+    raise StorekitError(
+        f"{work.path}: {len(missing)} of {total} tasks are not done ({detail}); nothing was published",
+        hint=f"see `storekit jobs status {work.path}`, run the missing tasks, then finalize again",
+    )

@@ -1,0 +1,109 @@
+"""`storekit jobs status`, `jobs run-task` and `jobs finalize` on a real prepare work dir: a killed
+run's tasks are finished by run-task and published by finalize (as Slurm elements and the afterok job
+would), and the dataset is byte-identical to an uninterrupted local run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from storekit import faults
+from tests.conftest import run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, tree_bytes, write_jsonl
+
+ARGS = [
+    "prepare",
+    "dataset",
+    "-i",
+    "in/a.jsonl",
+    "--tokenizer",
+    TOKENIZER,
+    "--name",
+    "jb",
+    "--json",
+    "--quiet",
+]
+ARGS += ["--workers", "1", "--shard-size", "32KiB", "--task-size", "16KiB"]
+DATASET = "datasets/text/jb/v1"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("jobs")
+    write_jsonl(root / "in" / "a.jsonl", sample_records(limit_bytes=100_000, max_doc=20_000))
+    return root
+
+
+@pytest.mark.slow
+def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
+    try:
+        clean = run_storekit(ARGS, cwd=corpus)
+        assert clean.returncode == 0, clean.stderr
+        baseline = tree_bytes(corpus / "storage" / DATASET)
+        shutil.rmtree(corpus / "storage")
+        killed = run_storekit(ARGS, cwd=corpus, env={faults.ENV: "prepare.task-done@2=kill"})
+        assert killed.returncode == -signal.SIGKILL
+        (work,) = (corpus / "storage" / "scratch").glob("storekit-prepare-jb-v1-*")
+
+        res = run_storekit(["jobs", "status", DATASET, "--json"], cwd=corpus)
+        assert res.returncode == 0, res.stderr
+        (job,) = json.loads(res.stdout)["jobs"]
+        total = job["tasks"]
+        assert total >= 4 and job["kind"] == "prepare" and job["work_dir"] == str(work)
+        assert job["counts"] == {"done": 2, "running": 0, "failed": 0, "pending": total - 2}
+        assert job["complete"] is False
+
+        early = run_storekit(["jobs", "finalize", str(work), "--json"], cwd=corpus)
+        assert early.returncode == 1 and "tasks are not done" in early.stderr
+        assert not (corpus / "storage" / DATASET).exists()  # nothing published with tasks missing
+
+        ran = run_storekit(["jobs", "run-task", str(work), "--tasks", f"0-{total - 1}", "--json"], cwd=corpus)
+        assert ran.returncode == 0, ran.stderr
+        assert json.loads(ran.stdout)["run"] == total - 2 and json.loads(ran.stdout)["skipped"] == 2
+        res = run_storekit(["jobs", "status", str(work), "--json"], cwd=corpus)
+        assert json.loads(res.stdout)["jobs"][0]["complete"] is True
+
+        fin = run_storekit(["jobs", "finalize", str(work), "--json"], cwd=corpus)
+        assert fin.returncode == 0, fin.stderr
+        assert json.loads(fin.stdout)["status"] == "prepared"
+        assert tree_bytes(corpus / "storage" / DATASET) == baseline  # as the uninterrupted local run
+        assert not work.exists()
+        assert json.loads(run_storekit(["jobs", "status", "--json"], cwd=corpus).stdout)["jobs"] == []
+        rerun = run_storekit(ARGS, cwd=corpus)
+        assert rerun.returncode == 0, rerun.stderr
+        assert json.loads(rerun.stdout)["status"] == "unchanged"
+    finally:
+        shutil.rmtree(corpus / "storage", ignore_errors=True)
+
+
+def test_failed_task_is_named_with_its_error(corpus: Path) -> None:
+    bad = corpus / "bad"
+    try:
+        write_jsonl(bad / "in" / "a.jsonl", sample_records(limit_bytes=40_000))
+        with open(bad / "in" / "a.jsonl", "ab") as fh:
+            fh.write(b'{"text": "unterminated\n')
+        res = run_storekit([*ARGS, "--on-error", "fail"], cwd=bad)
+        assert res.returncode == 1, res.stderr
+        status = run_storekit(["jobs", "status", DATASET, "--json"], cwd=bad)
+        (job,) = json.loads(status.stdout)["jobs"]
+        assert job["counts"]["failed"] == 1
+        (failure,) = job["failed"]
+        assert failure["exit_code"] == 1 and "a.jsonl:" in failure["error"]
+        assert failure["task"] == job["tasks"] - 1  # the bad record is the last line
+        human = run_storekit(["jobs", "status", DATASET], cwd=bad)
+        assert f"{job['tasks']} tasks" in human.stdout and "1 failed" in human.stdout
+    finally:
+        shutil.rmtree(bad, ignore_errors=True)
+
+
+def test_unknown_target_and_bad_tasks(tmp_path: Path) -> None:
+    res = run_storekit(["jobs", "status", "datasets/text/nope/v1", "--json"], cwd=tmp_path)
+    assert res.returncode == 3 and json.loads(res.stdout)["error"]["exit_code"] == 3
+    res = run_storekit(["jobs", "run-task", str(tmp_path), "--tasks", "2-1"], cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith("error: --tasks")
+    res = run_storekit(["jobs", "run-task", str(tmp_path), "--tasks", "1"], cwd=tmp_path)
+    assert res.returncode == 3 and "not a job work dir" in res.stderr
