@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
     )
     jobs_app.command("run-task", hidden=True)(run_task_command)
     jobs_app.command("finalize", hidden=True)(finalize_command)
+    jobs_app.command("run-element", hidden=True)(run_element_command)
     app.add_typer(jobs_app)
 
 
@@ -168,3 +169,29 @@ def finalize_command(
         console.print(f"{result['status']}: {result.get('dataset', work_dir)}")
 
     out.result("jobs finalize", result, human)
+
+
+def run_element_command(
+    work_dir: WorkDirArg,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Run this Slurm array element's tasks (what the sbatch script storekit writes execs).
+
+    Which tasks: the submission in the work dir's jobs.json for $SLURM_ARRAY_JOB_ID,
+    element $SLURM_ARRAY_TASK_ID. Workers: $SLURM_CPUS_PER_TASK. On USR1/TERM it
+    discards the task in flight, requeues itself (scontrol requeue) and exits 0.
+    """
+    from storekit.slurm.run import run_element
+
+    out = make_output(json_out, quiet)
+    result = run_element(Path(work_dir), site_config(config))
+
+    def human(console: Console) -> None:
+        state = "requeued" if result.requeued else "done"
+        console.print(
+            f"element {result.element}: {state}, {result.ran} tasks run, {result.skipped} already done"
+        )
+
+    out.result("jobs run-element", result.__dict__, human)

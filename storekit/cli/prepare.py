@@ -22,7 +22,23 @@ from storekit.cli.common import (
     site_config,
 )
 from storekit.cli.output import Output, ProgressHandle
-from storekit.errors import ExitCode
+from storekit.cli.prepare_slurm import (
+    AccountOpt,
+    ConcurrentOpt,
+    ContainerOpt,
+    CpusOpt,
+    ExecutorOpt,
+    ExtraOpt,
+    MemOpt,
+    PartitionOpt,
+    PerElementOpt,
+    QosOpt,
+    SetupOpt,
+    TimeOpt,
+    slurm_options,
+    submit_and_report,
+)
+from storekit.errors import ExitCode, UsageError
 from storekit.interrupts import interrupt_on
 from storekit.units import format_bytes as format_size
 
@@ -48,6 +64,9 @@ Examples:
   # a source tree, one document per file, keeping each file's path
   storekit prepare dataset -i ~/src/linux --format text --kind code \\
       --name linux --tokenizer tok.json --keep-fields path
+  # as a Slurm job array on the cpu partition (prints the sbatch scripts)
+  storekit prepare dataset pipelines/sample.toml --executor slurm \\
+      --slurm-partition cpu --slurm-cpus 8 --slurm-time 2:00:00 --dry-run
 """
 
 
@@ -242,6 +261,18 @@ def prepare_dataset_command(
             help="Input bytes per task. Default: chosen from the corpus size (1-64 MiB).",
         ),
     ] = None,
+    executor: ExecutorOpt = "local",
+    slurm_partition: PartitionOpt = None,
+    slurm_time: TimeOpt = None,
+    slurm_cpus: CpusOpt = None,
+    slurm_mem: MemOpt = None,
+    slurm_tasks_per_element: PerElementOpt = 1,
+    slurm_max_concurrent: ConcurrentOpt = None,
+    slurm_account: AccountOpt = None,
+    slurm_qos: QosOpt = None,
+    slurm_extra: ExtraOpt = None,
+    slurm_container: ContainerOpt = None,
+    slurm_setup: SetupOpt = None,
     force: Annotated[
         bool,
         typer.Option(
@@ -298,6 +329,24 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
+    if executor == "slurm":
+        options = slurm_options(
+            partition=slurm_partition,
+            time=slurm_time,
+            cpus=slurm_cpus,
+            mem=slurm_mem,
+            per_element=slurm_tasks_per_element,
+            max_concurrent=slurm_max_concurrent,
+            account=slurm_account,
+            qos=slurm_qos,
+            extra=slurm_extra,
+            container=slurm_container,
+            setup=slurm_setup,
+        )
+        submit_and_report(out, spec, site, options, config=config, force=force, dry_run=dry_run)
+        return
+    if executor != "local":
+        raise UsageError(f"--executor {executor!r}: expected local or slurm")
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # Slurm preemption stops like Ctrl-C: finished tasks kept
     with _progress(out) as progress:
         outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)

@@ -62,6 +62,7 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
     lease and the work dir's, every completion record checked, manifest last; then the work dir goes.
     Nothing is published while a task is not done."""
     from storekit.pipeline.prepare import SourceHasher  # prepare imports this module
+    from storekit.pipeline.source_digests import recorded_digests
 
     plan, work = job.plan, job.work
     meta = work.header().meta
@@ -77,9 +78,17 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
             return {"status": "unchanged", "dataset": location.display, "plan_id": plan.plan_id}
         with work.leased():
             _check_all_done(work, len(plan.tasks))
-            digests = SourceHasher(plan, InputFS(job.site))
-            digests.start()
-            manifest = finalize(plan, work, location, force=force, source_digests=digests.result, lease=lease)
+            recorded = recorded_digests(plan, work.path)  # hashed by the tasks (Slurm elements)
+            if recorded is not None:
+                manifest = finalize(
+                    plan, work, location, force=force, source_digests=lambda: recorded, lease=lease
+                )
+            else:
+                digests = SourceHasher(plan, InputFS(job.site))
+                digests.start()
+                manifest = finalize(
+                    plan, work, location, force=force, source_digests=digests.result, lease=lease
+                )
             faults.point("prepare.committed")
             work.remove()
     return {

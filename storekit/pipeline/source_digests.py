@@ -1,0 +1,70 @@
+"""Source digests for the manifest, computed by the tasks that read the sources (distributed).
+
+The task holding a source's first piece hashes the whole source once and records the manifest entry
+in the work dir (`sources/NNNNNN.json`, atomically), so a finalize on another node does not re-read
+the corpus. A source without a record (its task ran before this existed, or on the local executor,
+which hashes in a background thread) is hashed by whoever asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from storekit.durable import write_file_atomic
+from storekit.ops import hash_stream
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.plan import PrepPlan
+
+SOURCES = "sources"
+
+
+def owned_sources(plan: PrepPlan, index: int) -> list[int]:
+    """Sources whose first piece is in task `index` (that task hashes them)."""
+    return sorted({p.source for p in plan.tasks[index].pieces if p.start == 0})
+
+
+def record_path(work: Path, source: int) -> Path:
+    return work / SOURCES / f"{source:06d}.json"
+
+
+def read_record(work: Path, source: int) -> dict[str, Any] | None:
+    try:
+        entry: dict[str, Any] = json.loads(record_path(work, source).read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+    return entry
+
+
+def hash_source(plan: PrepPlan, source: int, work: Path, fs: InputFS) -> dict[str, Any]:
+    """The manifest entry of one source: its record, else hashed now and recorded."""
+    entry = read_record(work, source)
+    if entry is not None:
+        return entry
+    src = plan.sources[source]
+    with fs.open(src.url) as fh:
+        digest = hash_stream(fh.read)
+    entry = {
+        "path": src.display,
+        "size": digest.size,
+        "xxh3_128": digest.xxh3_128,
+        "format": src.format,
+        "compression": src.compression,
+    }
+    record = record_path(work, source)
+    record.parent.mkdir(exist_ok=True, mode=0o700)
+    write_file_atomic(record, json.dumps(entry).encode(), mode=0o600)
+    return entry
+
+
+def recorded_digests(plan: PrepPlan, work: Path) -> list[dict[str, Any]] | None:
+    """Every source's recorded entry, or None when any is missing (one listing, then one read each)."""
+    try:
+        names = set((work / SOURCES).iterdir())
+    except FileNotFoundError:
+        return None
+    if len(names) < len(plan.sources):
+        return None
+    entries = [read_record(work, s) for s in range(len(plan.sources))]
+    return None if any(e is None for e in entries) else [e for e in entries if e is not None]

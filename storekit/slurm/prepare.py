@@ -1,0 +1,175 @@
+"""`prepare dataset --executor slurm`: submit the plan as an array + finalize, and what both run.
+
+Submit (the login node): plan as a local run does, refuse node-local paths, write the work dir
+(plan, tokenizer copy), submit; the command returns once Slurm has the jobs. Nothing holds the
+output's lease meanwhile: the finalize job takes it to commit, as a local run does.
+On a node (`on_node`): the tokenizer is the work dir's copy (its xxh3-128 checked), every task first
+checks its sources' size and mtime, and the task holding a source's first piece hashes that source
+for the manifest (sources/NNNNNN.json): the digests are computed by the elements, not by re-reading
+the corpus in finalize (storekit/pipeline/source_digests.py). The finalize job is `storekit jobs
+finalize` (storekit/pipeline/job.py): nothing is published unless every task is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storekit.config import SiteConfig
+from storekit.errors import BusyError, StorekitError, UnreachableError
+from storekit.executors.base import Job, TaskRunner
+from storekit.manifest import Manifest
+from storekit.pipeline.commit import check_existing
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.job import PrepareJob
+from storekit.pipeline.location import DatasetLocation
+from storekit.pipeline.plan import PrepPlan
+from storekit.pipeline.prepare import check_space, make_plan
+from storekit.pipeline.source_digests import hash_source, owned_sources
+from storekit.pipeline.spec import PipelineSpec
+from storekit.pipeline.workdir import WorkDir
+from storekit.slurm import commands
+from storekit.slurm.batches import ClusterLimits, limits_from_config
+from storekit.slurm.script import SlurmOptions
+from storekit.slurm.shared import all_on_this_host, refuse_node_local
+from storekit.slurm.staging import check_sources, copy_tokenizer, with_tokenizer_copy
+from storekit.slurm.submit import EXECUTOR, SubmitPlan, Submitted, plan_submission, submit
+
+
+@dataclass
+class SlurmPrepareOutcome:
+    status: str  # planned | unchanged | submitted
+    plan: PrepPlan
+    location: DatasetLocation
+    work_dir: Path
+    submit_plan: SubmitPlan | None = None
+    submitted: Submitted | None = None
+    manifest: Manifest | None = None
+    tasks_done: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def log_dir_for(work: Path) -> Path:
+    """`logs/<work dir name>/` of the tier whose scratch/ holds the work dir, else `<work dir>/logs`."""
+    if work.parent.name == "scratch" and (work.parent.parent / "logs").is_dir():
+        return work.parent.parent / "logs" / work.name
+    return work / "logs"
+
+
+def submit_prepare(
+    spec: PipelineSpec,
+    site: SiteConfig,
+    *,
+    options: SlurmOptions,
+    config: str | None,
+    force: bool = False,
+    dry_run: bool = False,
+    extra_args: tuple[str, ...] = (),
+) -> SlurmPrepareOutcome:
+    options.check()
+    fs = InputFS(site)
+    plan, location, work, _ = make_plan(spec, site, fs)
+    present = work if work.path.is_dir() else None
+    existing = check_existing(location, plan.plan_id, force=force, work=present)
+    outcome = SlurmPrepareOutcome(status="planned", plan=plan, location=location, work_dir=work.path)
+    limits = _cluster(site, plan, location, work, options, outcome, dry_run)
+    if existing is not None and not force:
+        outcome.status, outcome.manifest = "unchanged", existing
+        return outcome
+    done = work.done_tasks() if present is not None and not force else set()
+    todo = [t.index for t in plan.tasks if t.index not in done]
+    outcome.tasks_done = len(done)
+    name = f"storekit-prepare-{spec.name}-{spec.version}"
+    outcome.submit_plan = plan_submission(
+        work,
+        todo,
+        job_name=name,
+        log_dir=log_dir_for(work.path),
+        options=options,
+        config=config,
+        limits=limits,
+    )
+    if dry_run:
+        return outcome
+    check_space(plan, location, work)
+    with work.leased():
+        _refuse_if_queued(work)
+        meta = {"output": location.display, "tier": spec.tier, "force": force, "executor": EXECUTOR}
+        work.start(plan, fresh=force, meta=meta)
+        copy_tokenizer(plan, work.path)
+        outcome.submitted = submit(work, outcome.submit_plan, extra_args=extra_args)
+    outcome.status = "submitted"
+    return outcome
+
+
+def _cluster(
+    site: SiteConfig,
+    plan: PrepPlan,
+    location: DatasetLocation,
+    work: WorkDir,
+    options: SlurmOptions,
+    outcome: SlurmPrepareOutcome,
+    dry_run: bool,
+) -> ClusterLimits:
+    """The cluster's limits, after refusing node-local paths; a dry run without Slurm uses defaults."""
+    try:
+        limits = limits_from_config(commands.show_config())
+        single_host = all_on_this_host(commands.node_addresses(options.partition))
+    except UnreachableError as exc:
+        if not dry_run:
+            raise
+        outcome.notes.append(f"Slurm not reachable ({exc.message}): Slurm's default limits assumed")
+        return limits_from_config({})
+    paths = [("work dir", str(work.path)), ("tokenizer", plan.tokenizer.file)]
+    paths += [("input", s.url) for s in plan.sources if fs_local(s.url)]
+    out_local = location.local_path()
+    if out_local:
+        paths.append(("output", str(out_local)))
+    refuse_node_local(paths, site, single_host=single_host)
+    return limits
+
+
+def fs_local(url: str) -> bool:
+    return url.startswith("/")
+
+
+def _refuse_if_queued(work: WorkDir) -> None:
+    """One submission of a work dir at a time: its earlier jobs must have left the queue."""
+    ids = [s.job_id for s in work.submissions() if s.executor == EXECUTOR]
+    queued = commands.queued(ids) if ids else []
+    if queued:
+        raise BusyError(
+            f"{work.path} is already submitted: job {queued[0].array_job_id} is {queued[0].state.lower()}",
+            hint=f"see `storekit jobs status {work.path}`; cancel it with scancel before submitting again",
+        )
+
+
+# -- on a node ---------------------------------------------------------------------------------------
+
+
+def on_node(job: Job) -> Job:
+    """prepare's job as an element runs it: the tokenizer copy, sources checked and hashed."""
+    if not isinstance(job, PrepareJob):
+        raise StorekitError(f"not a prepare job: {job.kind}")
+    return _NodePrepareJob(with_tokenizer_copy(job.plan, job.work.path), job.work, job.site)
+
+
+class _NodePrepareJob(PrepareJob):
+    def runner(self, should_stop: Callable[[], bool]) -> TaskRunner:
+        return _CheckedRunner(super().runner(should_stop), self.plan, self.work, InputFS(self.site))
+
+
+class _CheckedRunner:
+    def __init__(self, inner: TaskRunner, plan: PrepPlan, work: WorkDir, fs: InputFS) -> None:
+        self.inner, self.plan, self.work, self.fs = inner, plan, work, fs
+
+    def run(self, index: int, progress: Any, done: Any) -> Any:
+        check_sources(self.plan, index, self.fs)
+        for source in owned_sources(self.plan, index):
+            hash_source(self.plan, source, self.work.path, self.fs)
+        return self.inner.run(index, progress, done)
+
+    def drain(self) -> None:
+        self.inner.drain()

@@ -1,0 +1,104 @@
+"""`storekit jobs run-element WORKDIR`: what one array element does, for any job kind.
+
+It reads which plan tasks it owns from the submission in jobs.json (by `$SLURM_ARRAY_JOB_ID` and
+`$SLURM_ARRAY_TASK_ID`), skips those with a completion record (a requeued element resumes), and runs
+the rest on the local executor with `$SLURM_CPUS_PER_TASK` workers, naming its Slurm log in failure
+records. It takes no lock: tasks only add their own records. On USR1/TERM it requeues itself and
+exits 0 (see element.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storekit import faults
+from storekit.errors import Interrupted, StorekitError
+from storekit.executors.base import Job, load_job
+from storekit.executors.local import LocalExecutor
+from storekit.jobs.workdir import JobDir
+from storekit.slurm.element import element_workers, requeue_self, stop_on_preemption
+from storekit.slurm.submit import element_tasks
+
+# kind -> adapter: what a kind checks on a node before its tasks run (prepare: tokenizer copy, sources)
+NODE_ADAPTERS: dict[str, str] = {"prepare": "storekit.slurm.prepare:on_node"}
+
+
+@dataclass(frozen=True)
+class ElementResult:
+    element: str  # "ARRAYID_INDEX"
+    tasks: list[int]
+    ran: int
+    skipped: int  # already done before this element started (a requeue, a rerun)
+    requeued: bool = False
+
+
+def element_identity(env: Mapping[str, str]) -> tuple[str, int]:
+    array, index = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if not (array.isdigit() and index.isdigit()):
+        raise StorekitError(
+            "jobs run-element runs inside a Slurm array job (no SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID)",
+            hint="it is started by the sbatch script storekit writes; run the command itself for a local run",
+        )
+    return array, int(index)
+
+
+def element_log(env: Mapping[str, str], work: JobDir, array: str, index: int) -> str | None:
+    """The element's log file as the sbatch script names it (%A_%a.out in the submission's log dir)."""
+    for sub in work.submissions():
+        if sub.job_id == array and sub.extra.get("log_dir"):
+            return str(Path(sub.extra["log_dir"]) / f"{array}_{index}.out")
+    return None
+
+
+def run_element(
+    work_path: Path,
+    site: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> ElementResult:
+    env = os.environ if env is None else env
+    stop_on_preemption()
+    work = JobDir(work_path)
+    array, index = element_identity(env)
+    name = f"{array}_{index}"
+    tasks = element_tasks(work, array, index)
+    job = _on_node(load_job(work_path, site))
+    scan = work.scan()
+    todo = [t for t in tasks if t not in scan.done]
+    workers = element_workers(env)
+    node = env.get("SLURMD_NODENAME", "?")
+    say(f"element {name}: {len(todo)} of {len(tasks)} tasks to run, {workers} workers, on {node}")
+    executor = LocalExecutor(log=element_log(env, work, array, index), own_temps_only=True)
+    ran = [0]
+
+    def counted(task: int, record: dict[str, Any]) -> None:
+        ran[0] += 1
+        if task in scan.failed:
+            work.clear_failure(task)  # an earlier attempt's failure: this one succeeded
+        say(f"element {name}: task {task} done")
+        faults.point("slurm.element-task-done")
+
+    try:
+        executor.run(job, todo, workers=workers, progress=lambda d, t, b: None, on_done=counted)
+    except Interrupted:
+        requeued = requeue_self(env)
+        say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
+        return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
+    return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
+
+
+def _on_node(job: Job) -> Job:
+    target = NODE_ADAPTERS.get(job.kind)
+    if target is None:
+        return job
+    import importlib
+
+    module, _, attr = target.partition(":")
+    adapted: Job = getattr(importlib.import_module(module), attr)(job)
+    return adapted

@@ -1,0 +1,167 @@
+"""Submitting a job's tasks to Slurm: one array (elements within the cluster's limits), then a
+finalize job that runs only after every element succeeded (`afterok`).
+
+Works for any job kind on the job layer (storekit/jobs/): the array runs
+`storekit jobs run-element WORKDIR` and the finalize job `storekit jobs finalize WORKDIR`. Both
+scripts are written under the job's log dir, beside the element logs. The submission (array id,
+which tasks each element runs, the finalize id) goes to the work dir's jobs.json, which elements read.
+
+sbatch passes the submitting environment to the job, and Slurm stores it with the script in its
+state directory: variables that look like credentials are removed from what sbatch gets; jobs read
+S3 credentials from a profile (~/.aws) or the tier's options instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from storekit import faults
+from storekit.durable import write_file_atomic
+from storekit.jobs.workdir import JobDir, Submission
+from storekit.slurm import commands
+from storekit.slurm.batches import ClusterLimits, ElementMap, limits_from_config, map_elements
+from storekit.slurm.script import JobScript, SlurmOptions, render
+
+EXECUTOR = "slurm"
+_SECRET_VAR = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|_KEY$|_KEY_ID$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SubmitPlan:
+    """What a submission would do: the scripts and the element map (what --dry-run prints)."""
+
+    job_name: str
+    log_dir: Path
+    elements: ElementMap
+    array_script: str
+    finalize_script: str
+    limits: ClusterLimits
+
+    @property
+    def array_script_path(self) -> Path:
+        return self.log_dir / "array.sbatch"
+
+    @property
+    def finalize_script_path(self) -> Path:
+        return self.log_dir / "finalize.sbatch"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    array_job_id: str
+    finalize_job_id: str
+    plan: SubmitPlan
+
+
+def storekit_argv(command: Sequence[str], config: str | None) -> list[str]:
+    """How a job runs `storekit COMMAND`: with the submitting interpreter (a venv on the shared file
+    system) and the submitter's config file."""
+    argv = [sys.executable, "-m", "storekit", *command]
+    return [*argv, "--config", config] if config else argv
+
+
+def plan_submission(
+    work: JobDir,
+    todo: Sequence[int],
+    *,
+    job_name: str,
+    log_dir: Path,
+    options: SlurmOptions,
+    config: str | None,
+    limits: ClusterLimits | None = None,
+) -> SubmitPlan:
+    """The scripts for `todo`; reads the limits from `scontrol show config` unless given."""
+    options.check()
+    limits = limits or limits_from_config(commands.show_config())
+    elements = map_elements(todo, per_element=options.tasks_per_element, limits=limits)
+    array = JobScript(
+        job_name=job_name,
+        log_dir=str(log_dir),
+        command=storekit_argv(["jobs", "run-element", str(work.path)], config),
+        array=elements.array_spec,
+    )
+    finalize = JobScript(
+        job_name=f"{job_name}-finalize",
+        log_dir=str(log_dir),
+        command=storekit_argv(["jobs", "finalize", str(work.path)], config),
+    )
+    # finalize is one job: it needs neither the array's CPUs nor its concurrency cap
+    fin_options = SlurmOptions(
+        partition=options.partition,
+        time=options.time,
+        mem=options.mem,
+        account=options.account,
+        qos=options.qos,
+        extra=options.extra,
+        container=options.container,
+        setup=options.setup,
+    )
+    return SubmitPlan(
+        job_name=job_name,
+        log_dir=log_dir,
+        elements=elements,
+        array_script=render(array, options),
+        finalize_script=render(finalize, fin_options),
+        limits=limits,
+    )
+
+
+def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) -> Submitted:
+    """Write both scripts, submit the array, then finalize after it; each id is recorded as soon as
+    Slurm gave it, so a failure in between leaves a record `jobs rerun` can complete."""
+    plan.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_file_atomic(plan.array_script_path, plan.array_script.encode(), mode=0o600)
+    write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=0o600)
+    env = job_environment(os.environ)
+    array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
+    em = plan.elements
+    work.record_submission(
+        Submission(
+            executor=EXECUTOR,
+            job_id=array_id,
+            array=em.array_spec,
+            batches=[em.tasks_of(e) for e in range(em.elements)],
+            submitted=time.time(),
+            extra={"role": "array", "log_dir": str(plan.log_dir)},
+        )
+    )
+    faults.point("slurm.array-submitted")
+    after = [f"--dependency=afterok:{array_id}", "--kill-on-invalid-dep=yes", *extra_args]
+    finalize_id = commands.submit(str(plan.finalize_script_path), after, env=env)
+    work.record_submission(
+        Submission(
+            executor=EXECUTOR,
+            job_id=finalize_id,
+            submitted=time.time(),
+            extra={"role": "finalize", "after": array_id, "log_dir": str(plan.log_dir)},
+        )
+    )
+    return Submitted(array_job_id=array_id, finalize_job_id=finalize_id, plan=plan)
+
+
+def job_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The submitting environment without anything that looks like a credential."""
+    return {k: v for k, v in env.items() if not _SECRET_VAR.search(k)}
+
+
+def element_tasks(work: JobDir, array_job_id: str, element: int) -> list[int]:
+    """The plan tasks array element `element` of submission `array_job_id` runs (from jobs.json)."""
+    for sub in work.submissions():
+        if sub.executor == EXECUTOR and sub.job_id == array_job_id:
+            if sub.batches is None:
+                return [element]
+            if not 0 <= element < len(sub.batches):
+                break
+            return list(sub.batches[element])
+    from storekit.errors import StorekitError
+
+    raise StorekitError(
+        f"array element {array_job_id}_{element} is not a submission of {work.path}",
+        hint="the work dir was replaced after submitting; cancel the job (scancel) and submit again",
+    )

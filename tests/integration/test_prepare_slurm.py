@@ -1,0 +1,109 @@
+"""`prepare dataset --executor slurm` on the real Slurm (4 emulated nodes): an array + finalize job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
+
+pytestmark = pytest.mark.slurm
+WAIT_S = 300
+
+
+def squeue_ids(job_ids: list[str]) -> str:
+    proc = subprocess.run(
+        ["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T %R"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def wait_gone(job_ids: list[str]) -> None:
+    """Until Slurm no longer lists the jobs (they finished, failed or were cancelled)."""
+    deadline = time.monotonic() + WAIT_S
+    while queue := squeue_ids(job_ids):
+        if time.monotonic() > deadline:
+            pytest.fail(f"jobs {job_ids} still queued after {WAIT_S}s:\n{queue}")
+        time.sleep(1)
+
+
+def make_site(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "shared"
+    (root / "storage").mkdir(parents=True)
+    cfg = root / "storekit.toml"
+    cfg.write_text('default_tier = "shared"\n[tiers.shared]\nurl = "./storage"\nrole = "parallel"\n')
+    assert run_storekit(["init", "--tier", "shared", "--config", str(cfg)]).returncode == 0
+    corpus = root / "corpus"
+    write_jsonl(corpus / "a.jsonl", sample_records(300_000))
+    write_jsonl(corpus / "b.jsonl", sample_records(200_000, skip=400) + sample_records(20_000))  # dups
+    return cfg, corpus
+
+
+def prepare_args(cfg: Path, corpus: Path, version: str, *extra: str) -> list[str]:
+    return [
+        "prepare", "dataset", "-i", str(corpus), "--tokenizer", TOKENIZER, "--name", "web",
+        "--version", version, "--task-size", "64KiB", "--config", str(cfg), "--json", *extra,
+    ]  # fmt: skip
+
+
+def dataset_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.name != "manifest.json"}
+
+
+def comparable(manifest: dict[str, Any]) -> dict[str, Any]:
+    body = dict(manifest)
+    for key in ("created", "dataset", "timings", "output"):
+        body.pop(key, None)
+    return body
+
+
+def submit(args: list[str]) -> dict[str, Any]:
+    proc = run_storekit(args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    assert doc["status"] == "submitted", doc
+    return doc
+
+
+def test_an_array_over_the_nodes_builds_the_same_bytes_as_a_local_run(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    cfg, corpus = make_site(tmp_path)
+    local = run_storekit(prepare_args(cfg, corpus, "v1", "--workers", "2"))
+    assert local.returncode == 0, local.stderr
+    dry = run_storekit(prepare_args(cfg, corpus, "v2", "--executor", "slurm", "--dry-run"))
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert planned["status"] == "planned" and "exec " in planned["slurm"]["sbatch"]["array"]
+    assert not Path(planned["plan"]["work_dir"]).exists()  # a dry run writes nothing
+
+    doc = submit(prepare_args(cfg, corpus, "v2", "--executor", "slurm", "--slurm-cpus", "1"))
+    slurm = doc["slurm"]
+    assert slurm["elements"] >= 4, slurm
+    script = Path(slurm["array_script"]).read_text()
+    assert "#SBATCH --cpus-per-task=1" in script and "testsecret" not in script
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
+
+    storage = cfg.parent / "storage" / "datasets" / "text" / "web"
+    a, b = storage / "v1", storage / "v2"
+    assert (b / "manifest.json").is_file(), sorted(Path(slurm["log_dir"]).iterdir())
+    assert dataset_files(a) == dataset_files(b)  # every shard byte-identical
+    ma = json.loads((a / "manifest.json").read_bytes())
+    mb = json.loads((b / "manifest.json").read_bytes())
+    assert comparable(ma)["shards"] == comparable(mb)["shards"]
+    assert ma["sources"] == mb["sources"] and ma["stats"] == mb["stats"]
+    assert not Path(doc["plan"]["work_dir"]).exists()  # finalize removed it
+    logs = "".join(p.read_text() for p in Path(slurm["log_dir"]).glob("*.out"))
+    assert "tasks to run" in logs and "sk-node" in logs
+    verify = run_storekit(["dataset", "verify", "datasets/text/web/v2", "--config", str(cfg)])
+    assert verify.returncode == 0, verify.stderr
