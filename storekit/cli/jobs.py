@@ -13,6 +13,7 @@ from rich.table import Table
 
 from storekit.cli.common import (
     ConfigOpt,
+    DryRunOpt,
     JsonOpt,
     QuietOpt,
     TierOpt,
@@ -46,6 +47,21 @@ Examples:
 """
 
 
+RERUN_HELP = """Resubmit only the failed or missing tasks of a Slurm job, then finalize.
+
+TARGET is the job's work dir or the dataset it builds. Refused while elements
+of the job are still queued or running (exit 5). A finalize job left waiting
+on a dependency that can never be satisfied is cancelled. A jsonl or text
+input fixed since the plan is taken as it is now, when no finished task read
+it; other changes need `prepare dataset` again.
+
+\b
+Examples:
+  storekit jobs rerun datasets/text/web/v2
+  storekit jobs rerun /lustre/scratch/storekit-prepare-web-v2-0123abcd4567 --dry-run
+"""
+
+
 def register(app: typer.Typer) -> None:
     jobs_app = noun_app("jobs", "Long-running jobs (prepare dataset, ...): task status and scheduler hooks.")
     E = ExitCode
@@ -55,6 +71,9 @@ def register(app: typer.Typer) -> None:
     jobs_app.command("run-task", hidden=True)(run_task_command)
     jobs_app.command("finalize", hidden=True)(finalize_command)
     jobs_app.command("run-element", hidden=True)(run_element_command)
+    jobs_app.command("rerun", help=RERUN_HELP, epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(
+        rerun_command
+    )
     app.add_typer(jobs_app)
 
 
@@ -72,17 +91,24 @@ def status_command(
 
     out = make_output(json_out, quiet)
     site = site_config(config)
+    from storekit.slurm.status import refine
+
     statuses = [job_status(JobDir(p)) for p in find_job_dirs(target, site, tier, work_dir)]
+    slurm_views = [refine(st) for st in statuses]  # records first, then Slurm's view of open tasks
 
     def human(console: Console) -> None:
         if not statuses:
             console.print("no jobs")
-        for st in statuses:
+        for st, view in zip(statuses, slurm_views, strict=True):
             c = st.counts()
             console.print(
                 f"{st.path} ({st.header.kind}, {st.header.tasks} tasks): {c['done']} done, "
                 f"{c['running']} running, {c['failed']} failed, {c['pending']} pending"
             )
+            if view.get("error"):
+                console.print(f"  Slurm not asked: {view['error']}", markup=False)
+            for fin in view.get("finalize", []):
+                console.print(f"  finalize job {fin['job_id']}: {fin['state']} {fin['reason']}", markup=False)
             if st.failures:
                 table = Table("task", "exit", "host", "error", "log", box=None)
                 for index in st.states["failed"]:
@@ -96,7 +122,8 @@ def status_command(
                     )
                 console.print(table)
 
-    out.result("jobs status", {"jobs": [s.to_dict() for s in statuses]}, human)
+    docs = [{**st.to_dict(), "slurm": view} for st, view in zip(statuses, slurm_views, strict=True)]
+    out.result("jobs status", {"jobs": docs}, human)
 
 
 def run_task_command(
@@ -195,3 +222,41 @@ def run_element_command(
         )
 
     out.result("jobs run-element", result.__dict__, human)
+
+
+def rerun_command(
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="Work dir or dataset.")],
+    work_dir: WorkDirOpt = None,
+    tier: TierOpt = None,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    from storekit.errors import NotFoundError
+    from storekit.jobs.find import find_job_dirs
+    from storekit.slurm.rerun import rerun
+
+    out = make_output(json_out, quiet)
+    site = site_config(config)
+    found = find_job_dirs(target, site, tier, work_dir)
+    if len(found) != 1:
+        raise NotFoundError(f"{target}: {'no job' if not found else f'{len(found)} jobs'} found")
+    outcome = rerun(Path(found[0]), dry_run=dry_run)
+    doc = outcome.to_dict()
+
+    def human(console: Console) -> None:
+        if outcome.cancelled:
+            console.print(f"cancelled finalize job(s) {', '.join(outcome.cancelled)}", markup=False)
+        for src in outcome.refreshed_sources:
+            console.print(f"input {src} changed: the plan now records its new size and mtime", markup=False)
+        if outcome.submitted is None:
+            console.print(f"would resubmit tasks {doc['tasks']} of {doc['work_dir']} (dry run)", markup=False)
+        else:
+            console.print(
+                f"resubmitted tasks {doc['tasks']} as array job {doc['array_job_id']}, "
+                f"finalize job {doc['finalize_job_id']} after it",
+                markup=False,
+            )
+
+    out.result("jobs rerun", doc, human)

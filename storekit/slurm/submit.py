@@ -18,7 +18,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from storekit import faults
@@ -42,6 +42,8 @@ class SubmitPlan:
     array_script: str
     finalize_script: str
     limits: ClusterLimits
+    options: SlurmOptions
+    config: str | None
 
     @property
     def array_script_path(self) -> Path:
@@ -109,6 +111,8 @@ def plan_submission(
         array_script=render(array, options),
         finalize_script=render(finalize, fin_options),
         limits=limits,
+        options=options,
+        config=config,
     )
 
 
@@ -128,7 +132,14 @@ def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) ->
             array=em.array_spec,
             batches=[em.tasks_of(e) for e in range(em.elements)],
             submitted=time.time(),
-            extra={"role": "array", "log_dir": str(plan.log_dir)},
+            extra={
+                "role": "array",
+                "log_dir": str(plan.log_dir),
+                "job_name": plan.job_name,
+                "options": asdict(plan.options),
+                "config": plan.config,
+                "extra_args": list(extra_args),
+            },
         )
     )
     faults.point("slurm.array-submitted")

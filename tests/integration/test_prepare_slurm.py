@@ -107,3 +107,38 @@ def test_an_array_over_the_nodes_builds_the_same_bytes_as_a_local_run(
     assert "tasks to run" in logs and "sk-node" in logs
     verify = run_storekit(["dataset", "verify", "datasets/text/web/v2", "--config", str(cfg)])
     assert verify.returncode == 0, verify.stderr
+
+
+def test_a_failed_task_publishes_nothing_is_named_with_its_log_and_rerun_completes_it(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    cfg, corpus = make_site(tmp_path)
+    bad = corpus / "c.jsonl"
+    good_line = json.dumps({"text": "def fixed():\n    return 1\n"}).encode()
+    bad.write_bytes(b'{"text": "def broken(" \n' + good_line + b"\n")  # line 1: malformed JSON
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1", "--on-error", "fail")
+    slurm = submit(args)["slurm"]
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    assert not (dataset / "manifest.json").exists()  # nothing published
+
+    status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert status.returncode == 0, status.stderr
+    job = json.loads(status.stdout)["jobs"][0]
+    assert job["counts"]["failed"] >= 1 and not job["complete"], job
+    failure = job["failed"][0]
+    assert str(bad) in failure["error"] and failure["exit_code"] == 1
+    assert failure["log"] and Path(failure["log"]).is_file()  # the element's Slurm log
+    assert str(bad) in Path(failure["log"]).read_text()
+    assert job["slurm"]["finalize"][0]["state"] in ("CANCELLED", "PENDING"), job["slurm"]
+
+    bad.write_bytes(good_line + b"\n")  # fixed: no finished task read it, so the plan follows
+    proc = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = json.loads(proc.stdout)
+    assert again["task_count"] == job["counts"]["failed"] + job["counts"]["pending"]
+    assert str(bad) in again["refreshed_sources"]
+    wait_gone([again["array_job_id"], again["finalize_job_id"]])
+    manifest = json.loads((dataset / "manifest.json").read_bytes())
+    assert manifest["stats"]["errors"] == {} or not any(manifest["stats"]["errors"].values())
+    assert run_storekit(["dataset", "verify", "datasets/text/web/v1", "--config", str(cfg)]).returncode == 0

@@ -1,0 +1,137 @@
+"""`storekit jobs rerun`: resubmit only the failed or missing tasks of a Slurm job, then finalize.
+
+Refused while an element of the job is still queued or running (exit 5). A finalize job still
+queued can never run (its array ended with a failure: DependencyNeverSatisfied on clusters without
+kill_invalid_depend) and is cancelled. Failure records of the resubmitted tasks are removed (the
+element logs keep the story). Inputs fixed since the plan: a changed jsonl or text source that no
+finished task read gets its new size and mtime in the plan; any other change needs a new plan
+(rerun `prepare dataset`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from storekit.errors import BusyError, InputError, StorekitError, UsageError
+from storekit.jobs.status import job_status, ranges
+from storekit.jobs.workdir import JobDir
+from storekit.slurm import commands
+from storekit.slurm.script import SlurmOptions
+from storekit.slurm.status import refine, slurm_submissions
+from storekit.slurm.submit import Submitted, plan_submission, submit
+
+RESTATABLE = {"jsonl", "text"}
+
+
+@dataclass
+class RerunOutcome:
+    work_dir: str
+    tasks: list[int]
+    cancelled: list[str] = field(default_factory=list)
+    refreshed_sources: list[str] = field(default_factory=list)
+    submitted: Submitted | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        sub = self.submitted
+        return {
+            "work_dir": self.work_dir,
+            "tasks": ranges(self.tasks),
+            "task_count": len(self.tasks),
+            "cancelled": self.cancelled,
+            "refreshed_sources": self.refreshed_sources,
+            "array_job_id": sub.array_job_id if sub else None,
+            "finalize_job_id": sub.finalize_job_id if sub else None,
+            "elements": sub.plan.elements.elements if sub else 0,
+        }
+
+
+def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
+    work = JobDir(path)
+    st = job_status(work)
+    arrays = slurm_submissions(st.submissions, "array")
+    if not arrays:
+        raise UsageError(
+            f"{path} was not submitted to Slurm", hint="rerun the command that made it (it resumes)"
+        )
+    refine(st)
+    if st.states["running"]:
+        raise BusyError(
+            f"tasks {ranges(st.states['running'])} of {path} are still running",
+            hint="wait for them, or cancel the job with scancel first",
+        )
+    finals = slurm_submissions(st.submissions, "finalize")
+    queued = commands.queued([s.job_id for s in arrays + finals])
+    if any(r.array_index is not None for r in queued):
+        raise BusyError(
+            f"elements of job {queued[0].array_job_id} are still queued", hint="wait, or scancel it"
+        )
+    todo = sorted(st.states["failed"] + st.states["pending"])
+    last = arrays[-1].extra
+    outcome = RerunOutcome(work_dir=str(path), tasks=todo)
+    stuck = [r.job_id for r in queued]
+    options = SlurmOptions(**{k: tuple(v) if k == "extra" else v for k, v in last["options"].items()})
+    plan = plan_submission(
+        work,
+        todo or [],
+        job_name=last["job_name"],
+        log_dir=Path(last["log_dir"]),
+        options=options,
+        config=last.get("config"),
+    ) if todo else None  # fmt: skip
+    if dry_run:
+        outcome.cancelled = stuck
+        return outcome
+    if stuck:
+        commands.cancel(stuck)  # a finalize waiting on an array that failed: it can never run
+        outcome.cancelled = stuck
+    if work.header().kind == "prepare":
+        outcome.refreshed_sources = _refresh_sources(work, set(st.states["done"]))
+    for task in todo:
+        work.clear_failure(task)
+    if plan is None:
+        raise StorekitError(
+            f"every task of {path} is done; nothing to resubmit",
+            hint=f"publish it with `storekit jobs finalize {path}`",
+        )
+    outcome.submitted = submit(work, plan, extra_args=tuple(last.get("extra_args", ())))
+    return outcome
+
+
+def _refresh_sources(work: JobDir, done: set[int]) -> list[str]:
+    """Record fixed inputs' new size and mtime in the plan, where that is sound (see the docstring)."""
+    import os
+
+    from storekit.pipeline.workdir import WorkDir, read_plan
+
+    prep = WorkDir(work.path)
+    plan = read_plan(prep)
+    readers: dict[int, set[int]] = {}
+    for task in plan.tasks:
+        for piece in task.pieces:
+            readers.setdefault(piece.source, set()).add(task.index)
+    sources = list(plan.sources)
+    changed = []
+    for i, src in enumerate(sources):
+        if not src.url.startswith("/"):
+            continue
+        try:
+            st = os.stat(src.url)
+        except FileNotFoundError:
+            raise InputError(f"input {src.display} is gone since it was planned") from None
+        if st.st_size == src.size and st.st_mtime == src.mtime:
+            continue
+        if readers.get(i, set()) & done or src.format not in RESTATABLE or src.compression:
+            raise InputError(
+                f"input {src.display} changed since it was planned, and the plan cannot follow "
+                "(finished tasks read it, or its format is split by rows)",
+                hint="rerun `storekit prepare dataset` with the same options: it plans again",
+            )
+        sources[i] = replace(src, size=st.st_size, mtime=st.st_mtime, data_size=st.st_size)
+        changed.append(src.display)
+    if changed:
+        header = prep.header()
+        new = replace(plan, sources=tuple(sources))
+        prep.write_plan(new.to_json(), kind=header.kind, tasks=header.tasks, meta=header.meta)
+    return changed
