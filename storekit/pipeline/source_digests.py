@@ -29,17 +29,23 @@ def record_path(work: Path, source: int) -> Path:
     return work / SOURCES / f"{source:06d}.json"
 
 
-def read_record(work: Path, source: int) -> dict[str, Any] | None:
+def read_record(plan: PrepPlan, work: Path, source: int) -> dict[str, Any] | None:
+    """The recorded entry, if it was made from the source as the plan now describes it (a record of
+    an input fixed since, and re-planned by `jobs rerun`, is stale: None)."""
     try:
-        entry: dict[str, Any] = json.loads(record_path(work, source).read_bytes())
+        doc = json.loads(record_path(work, source).read_bytes())
     except (FileNotFoundError, ValueError):
         return None
+    src = plan.sources[source]
+    if not isinstance(doc, dict) or [doc.get("size"), doc.get("mtime")] != [src.size, src.mtime]:
+        return None
+    entry: dict[str, Any] = doc["entry"]
     return entry
 
 
 def hash_source(plan: PrepPlan, source: int, work: Path, fs: InputFS) -> dict[str, Any]:
     """The manifest entry of one source: its record, else hashed now and recorded."""
-    entry = read_record(work, source)
+    entry = read_record(plan, work, source)
     if entry is not None:
         return entry
     src = plan.sources[source]
@@ -54,7 +60,8 @@ def hash_source(plan: PrepPlan, source: int, work: Path, fs: InputFS) -> dict[st
     }
     record = record_path(work, source)
     record.parent.mkdir(exist_ok=True, mode=0o700)
-    write_file_atomic(record, json.dumps(entry).encode(), mode=0o600)
+    doc = {"entry": entry, "size": src.size, "mtime": src.mtime}  # what the plan said when hashed
+    write_file_atomic(record, json.dumps(doc).encode(), mode=0o600)
     return entry
 
 
@@ -66,5 +73,5 @@ def recorded_digests(plan: PrepPlan, work: Path) -> list[dict[str, Any]] | None:
         return None
     if len(names) < len(plan.sources):
         return None
-    entries = [read_record(work, s) for s in range(len(plan.sources))]
+    entries = [read_record(plan, work, s) for s in range(len(plan.sources))]
     return None if any(e is None for e in entries) else [e for e in entries if e is not None]
