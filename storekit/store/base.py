@@ -8,6 +8,7 @@ S3 has no atomic rename, so directories are committed there by writing their man
 from __future__ import annotations
 
 import contextlib
+import functools
 import posixpath
 import re
 import uuid
@@ -82,8 +83,6 @@ def temp_name(rel: str) -> str:
 class Store(ABC):
     """A tier's root, seen through fsspec. All paths are relative to the root and validated."""
 
-    capabilities: Capabilities
-
     def __init__(self, tier: TierConfig, fs: fsspec.AbstractFileSystem, root: str) -> None:
         self.tier = tier
         self.fs = fs
@@ -110,6 +109,15 @@ class Store(ABC):
         if not full.startswith(prefix):
             raise PathEscapeError(f"{full} is outside the root of tier {self.name} ({self.display_url})")
         return full[len(prefix) :]
+
+    @functools.cached_property
+    def capabilities(self) -> Capabilities:
+        """What this store can do, probed once per instance (two POSIX tiers may differ)."""
+        return self.probe_capabilities()
+
+    @abstractmethod
+    def probe_capabilities(self) -> Capabilities:
+        """Find out what this store's backend can do, without writing anything."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.display_url}>"
