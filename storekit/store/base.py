@@ -11,6 +11,7 @@ import contextlib
 import functools
 import posixpath
 import re
+import stat
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -29,6 +30,7 @@ from storekit.errors import (
     storage_errors,
 )
 from storekit.paths import clean_rel
+from storekit.store.scan import ScanEntry
 
 XATTR_PREFIX = "user.storekit."
 # metadata keys every backend keeps as given: S3 lower-cases keys and RGW turns '_' into '-'
@@ -147,6 +149,14 @@ class Store(ABC):
             yield entry
             if entry.is_dir and not entry.is_link:
                 yield from self.walk(entry.path)
+
+    def scan(self, rel: str = "") -> Iterator[ScanEntry]:
+        """Every entry below `rel` with what tier planning fingerprints, streamed in walk() order.
+        Here from walk(): no ctime or inode (0), mtime to the backend's precision, no permission bits."""
+        for e in self.walk(rel):
+            kind = stat.S_IFDIR if e.is_dir else stat.S_IFLNK if e.is_link else stat.S_IFREG
+            mtime_ns = round(e.mtime * 1e9) if e.mtime is not None else 0
+            yield ScanEntry(e.path, e.size, mtime_ns, mtime_ns, 0, kind | (e.mode or 0))
 
     @abstractmethod
     def free_space(self) -> int | None:

@@ -20,6 +20,7 @@ from storekit.errors import (
 from storekit.paths import clean_rel, resolves_outside
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
 from storekit.store.probe import posix_capabilities
+from storekit.store.scan import ScanEntry, scan_tree
 
 
 class PosixStore(Store):
@@ -90,6 +91,12 @@ class PosixStore(Store):
                     self._entry(f"{full}/{de.name}" if full != "/" else f"/{de.name}", st, de.is_symlink())
                 )
         return sorted(out, key=lambda e: e.path)
+
+    def scan(self, rel: str = "") -> Iterator[ScanEntry]:
+        rel = clean_rel(rel)
+        full = self.full(rel)
+        with self._errors(rel):
+            yield from scan_tree(full, f"{rel}/" if rel else "")
 
     def free_space(self) -> int | None:
         return free_bytes(self.root)
