@@ -18,7 +18,7 @@ from storekit.errors import BusyError, InputError, StorekitError, UsageError
 from storekit.jobs.status import job_status, ranges
 from storekit.jobs.workdir import JobDir
 from storekit.slurm import commands
-from storekit.slurm.script import SlurmOptions
+from storekit.slurm.script import options_from_dict
 from storekit.slurm.status import refine, slurm_submissions
 from storekit.slurm.submit import Submitted, plan_submission, submit
 
@@ -71,7 +71,7 @@ def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
     last = arrays[-1].extra
     outcome = RerunOutcome(work_dir=str(path), tasks=todo)
     stuck = [r.job_id for r in queued]
-    options = SlurmOptions(**{k: tuple(v) if k == "extra" else v for k, v in last["options"].items()})
+    options = options_from_dict(last["options"])
     plan = plan_submission(
         work,
         todo or [],

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from storekit.errors import UsageError
 
@@ -76,6 +77,13 @@ class SlurmOptions:
                     f"{name} seems to hold a credential: Slurm keeps job scripts in its state directory",
                     hint="give credentials through a profile or the environment of the job, not the script",
                 )
+
+
+def options_from_dict(doc: dict[str, Any]) -> SlurmOptions:
+    """SlurmOptions as recorded in a submission (JSON: tuples came back as lists)."""
+    known = {f.name for f in fields(SlurmOptions)}
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items() if k in known}
+    return SlurmOptions(**values)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -142,3 +142,41 @@ def test_a_failed_task_publishes_nothing_is_named_with_its_log_and_rerun_complet
     manifest = json.loads((dataset / "manifest.json").read_bytes())
     assert manifest["stats"]["errors"] == {} or not any(manifest["stats"]["errors"].values())
     assert run_storekit(["dataset", "verify", "datasets/text/web/v1", "--config", str(cfg)]).returncode == 0
+
+
+def test_a_preempted_element_requeues_itself_resumes_and_finalize_still_runs(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """USR1 (Slurm's notice before the time limit) reaches the exec'd storekit at a fault point:
+    it keeps its finished task, requeues itself, exits 0, and the requeued run skips what is done."""
+    cfg, corpus = make_site(tmp_path)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {"STOREKIT_FAULTS": "slurm.element-task-done=pause", "STOREKIT_FAULT_DIR": str(faults)}
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
+                        "--slurm-tasks-per-element", "1000")  # fmt: skip  # one element runs every task
+    proc = run_storekit(args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    slurm = json.loads(proc.stdout)["slurm"]
+    assert slurm["elements"] == 1 and slurm["tasks"] >= 3
+    reached = faults / "slurm.element-task-done.reached"
+    deadline = time.monotonic() + WAIT_S
+    while not reached.exists():  # the element finished its first task and is held there
+        assert time.monotonic() < deadline, squeue_ids([slurm["array_job_id"]])
+        time.sleep(0.2)
+    signal = subprocess.run(["scancel", "--signal=USR1", "--batch", f"{slurm['array_job_id']}_0"],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert signal.returncode == 0, signal.stderr
+    (faults / "slurm.element-task-done.go").touch()  # later passes (the requeued run) go on
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
+
+    log = (Path(slurm["log_dir"]) / f"{slurm['array_job_id']}_0.out").read_text()
+    assert "requeued job" in log, log
+    runs = [ln for ln in log.splitlines() if "tasks to run" in ln]
+    assert len(runs) == 2, log
+    assert runs[0].split(": ")[1].split(" of ")[0] != runs[1].split(": ")[1].split(" of ")[0]  # skipped done
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    assert (dataset / "manifest.json").is_file()  # finalize ran after the requeued element succeeded
+    local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "1"))
+    assert local.returncode == 0, local.stderr
+    assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
