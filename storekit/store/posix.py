@@ -172,6 +172,7 @@ class PosixStore(Store):
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
         with self._errors(rel):
             st = os.lstat(full)
+        try:
             if stat.S_ISDIR(st.st_mode):
                 if recursive:
                     shutil.rmtree(full)
@@ -179,6 +180,11 @@ class PosixStore(Store):
                     os.rmdir(full)
             else:
                 os.unlink(full)
+        except OSError as exc:
+            # name the entry that could not be removed, not only the tree that was asked for
+            inside = isinstance(exc.filename, str) and exc.filename.startswith(self.root.rstrip("/") + "/")
+            with self._errors(self.rel(exc.filename) if inside else rel):
+                raise
 
     def rename(self, src: str, dst: str) -> None:
         s, d = self.full(src), self.full(dst)
