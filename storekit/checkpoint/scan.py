@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from storekit.checkpoint.profiles import WriterProfile
 from storekit.errors import NotFoundError, StorekitError
 from storekit.layout.spec import AreaSpec
+from storekit.lease import is_lease_name
 from storekit.store import Entry, Store
-from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name, parse_stub
+from storekit.tier.stub import ARCHIVE_SUFFIX, STUB_SUFFIX, Stub, is_stub_name, parse_stub
 
 COMPLETE, INCOMPLETE, IN_PROGRESS = "complete", "incomplete", "in-progress"
 MANIFEST = "manifest.json"
@@ -109,8 +110,10 @@ def scan_run(
     beside_globs, temp_globs = tuple(beside), tuple(temp)
     for entry in entries:
         name = entry.name
-        if is_stub_name(name) and not entry.is_dir:
-            scan.beside.append(entry.path)  # a moved unit's stub: storekit's own, whatever the layout says
+        if not entry.is_dir and (is_stub_name(name) or is_lease_name(name) or name.endswith(ARCHIVE_SUFFIX)):
+            # storekit's own, whatever the layout says: a moved unit's stub, a unit's archive manifest
+            # (a drain's destination), the lease of a run moving a unit
+            scan.beside.append(entry.path)
             continue
         marked = _marker_owner(name, profiles)
         if marked is not None:

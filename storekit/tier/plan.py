@@ -19,14 +19,14 @@ from typing import Any
 import xxhash
 
 from storekit.config import SiteConfig, mask_url
-from storekit.errors import ConfigError, MismatchError, StorekitError
+from storekit.errors import ConfigError, MismatchError, NotFoundError, StorekitError
 from storekit.layout.spec import load_layout
 from storekit.store import Store, open_store
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import FileStat, Fingerprint, fingerprint_of
-from storekit.tier.policy import Policy, ResolvedPolicy, resolve_policy
+from storekit.tier.policy import ADHOC, Policy, ResolvedPolicy, resolve_policy
 from storekit.tier.select import Choice, Usage, select
-from storekit.tier.stub import stub_rel
+from storekit.tier.stub import is_stub_name, stub_rel
 
 __all__ = ["FileStat", "Fingerprint", "PlanUnit", "TierPlan", "build_plan", "fingerprint_of"]
 
@@ -142,6 +142,8 @@ def build_plan(site: SiteConfig, request: PlanRequest, *, now: float | None = No
     store.probe()
     spec = load_layout(store.tier.layout)
     area = area_of(spec, p.area)
+    if p.source == ADHOC:
+        _check_named(store, p)
     units = discover(store, spec, area, scope=p.paths, now=now)
     selection = select(p, units, now=now, usage=_usage(store) if p.high_watermark is not None else None)
     plan_units = tuple(_plan_unit(store, resolved, c) for c in selection.chosen)
@@ -157,6 +159,20 @@ def build_plan(site: SiteConfig, request: PlanRequest, *, now: float | None = No
         passed=tuple(x.to_dict() for x in selection.passed),
         note=selection.note,
     )
+
+
+def _check_named(store: Store, p: Policy) -> None:
+    """A path named on the command line must exist (a recall's unit: as a stub)."""
+    for path in p.paths:
+        if p.action != "recall":
+            if not store.exists(path):
+                raise NotFoundError(f"{store.name}:{path}: no such unit, run or area on this tier")
+        elif not store.exists(stub_rel(path)) and not (store.exists(path) and _has_stubs(store, path)):
+            raise NotFoundError(f"{store.name}:{path}: no stub here or below it (nothing archived to recall)")
+
+
+def _has_stubs(store: Store, path: str) -> bool:
+    return any(is_stub_name(e.name) for e in store.walk(path))
 
 
 def _usage(store: Store) -> Usage | None:

@@ -25,6 +25,7 @@ ACTIONS = ("drain", "archive", "recall", "purge")
 DEFAULT_FROM_ROLE = {"drain": "burst", "archive": "parallel", "purge": "parallel", "recall": "archive"}
 DEFAULT_TO_ROLE = {"drain": "parallel", "archive": "archive", "purge": "archive", "recall": "parallel"}
 PER_STUB = "(each stub's tier)"
+ADHOC = "command line"  # the source of a policy made from --archive PATH / --drain / --recall PATH
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _PERCENT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 _KEYS = {
@@ -230,8 +231,8 @@ def _by_role(site: SiteConfig, role: str, p: Policy, key: str) -> str:
 
 def adhoc_policy(action: str, *, paths: tuple[str, ...] = (), area: str = "checkpoints") -> Policy:
     """What `--archive PATH` / `--drain` / `--recall PATH` mean without a named policy."""
-    return Policy(name=f"{action}-path" if paths else action, source="command line", action=action,
-                  area=area, paths=paths)  # fmt: skip
+    name = f"{action}-path" if paths else action
+    return Policy(name=name, source=ADHOC, action=action, area=area, paths=paths)
 
 
 def merged_policies(

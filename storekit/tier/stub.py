@@ -16,6 +16,7 @@ from typing import Any
 from storekit.errors import MismatchError
 
 STUB_SUFFIX = ".storekit-stub"
+ARCHIVE_SUFFIX = ".storekit-archive.json"  # the mover's manifest of a unit, beside it where it went
 STUB_KIND = "storekit-stub"
 STUB_SCHEMA = 1
 STUB_MAX_BYTES = 64 * 1024  # a stub is small; anything bigger is not one
