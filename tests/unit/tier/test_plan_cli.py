@@ -13,7 +13,7 @@ import pytest
 from storekit.tier.apply import apply_plan
 from storekit.tier.plan import PlanUnit, body_digest, load_plan
 from storekit.tier.stub import Stub, render_stub
-from tests.unit.tier.conftest import Ran, dcp_unit, make_site, tree_state
+from tests.unit.tier.conftest import DAY, Ran, aged, dcp_unit, make_site, tree_state
 
 ARCHIVED = Stub(
     unit="step_000050",
@@ -241,3 +241,45 @@ def test_usage_errors_are_one_line_with_their_exit_code(
     doc = ran.json()
     if code:
         assert words in only_error_line(ran) and doc["error"]["exit_code"] == code  # type: ignore[index]
+
+
+def test_one_drain_per_node_a_second_is_busy(site_dir: Path) -> None:
+    from storekit.config import load_config
+    from storekit.errors import BusyError
+    from storekit.lease import Lease
+    from storekit.tier.apply import DRAIN_LOCK
+    from storekit.tier.plan import PlanRequest, build_plan
+    from storekit.tier.policy import adhoc_policy
+
+    site = load_config(str(site_dir / "storekit.toml"))
+    plan = build_plan(site, PlanRequest(adhoc_policy("drain")))
+    assert [u.src_path for u in plan.units] == ["checkpoints/run_001/step_000300"]
+    handed: list[str] = []
+
+    def recorder(unit: PlanUnit, *, site: object) -> None:
+        handed.append(unit.src_path)
+
+    with Lease(site_dir / "nvme" / DRAIN_LOCK, purpose="another drain"), pytest.raises(BusyError):
+        apply_plan(plan, site, mover=recorder)
+    assert handed == []
+    apply_plan(plan, site, mover=recorder)
+    assert handed == ["checkpoints/run_001/step_000300"]
+    assert not (site_dir / "nvme" / DRAIN_LOCK).exists()  # released
+
+
+def test_committed_datasets_are_units_and_uncommitted_ones_are_not(
+    site_dir: Path, sk: Callable[..., Ran]
+) -> None:
+    base = site_dir / "lustre/datasets/text/web"
+    for version, committed in (("v1", True), ("v2", False)):
+        (base / version).mkdir(parents=True)
+        (base / version / "train-00000.bin").write_bytes(b"t" * 64)
+        if committed:
+            (base / version / "manifest.json").write_text("{}")
+        aged(base / version, 3 * DAY)
+    doc = sk(site_dir, "tier", "--archive", "datasets/text", "--dry-run", "--json").json()
+    assert [(u["src_path"], u["unit_kind"], u["files"], u["free_source"]) for u in doc["units"]] == [  # type: ignore[attr-defined]
+        ("datasets/text/web/v1", "dataset", 2, True)
+    ]
+    why = "incomplete: never moved as if whole (no manifest.json: not committed)"
+    assert doc["passed"] == [{"path": "datasets/text/web/v2", "state": "incomplete", "reason": why}]
