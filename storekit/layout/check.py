@@ -270,6 +270,13 @@ def check_layout(spec: LayoutSpec, store: Store, *, now: float | None = None) ->
             continue
         if spec.area(name) is not None:
             continue
+        if is_lease_name(name) and not top_entry.is_dir:  # e.g. a node's `storekit tier --drain`
+            local = store.local_path(name) if store.capabilities.directories else None
+            if local is not None and binding_lease(Path(local)) is not None:
+                report.in_progress.append(name)
+            else:
+                report.findings.append(Finding("incomplete", name, "the lease of a run that is gone (stale)"))
+            continue
         if spec.is_temp_name(name):
             report.findings.append(Finding("incomplete", name, "leftover of an interrupted write"))
         else:

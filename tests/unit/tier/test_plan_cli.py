@@ -246,7 +246,10 @@ def test_usage_errors_are_one_line_with_their_exit_code(
 def test_one_drain_per_node_a_second_is_busy(site_dir: Path) -> None:
     from storekit.config import load_config
     from storekit.errors import BusyError
+    from storekit.layout.check import check_layout
+    from storekit.layout.spec import load_layout
     from storekit.lease import Lease
+    from storekit.store import open_store
     from storekit.tier.apply import DRAIN_LOCK
     from storekit.tier.plan import PlanRequest, build_plan
     from storekit.tier.policy import adhoc_policy
@@ -259,8 +262,11 @@ def test_one_drain_per_node_a_second_is_busy(site_dir: Path) -> None:
     def recorder(unit: PlanUnit, *, site: object) -> None:
         handed.append(unit.src_path)
 
-    with Lease(site_dir / "nvme" / DRAIN_LOCK, purpose="another drain"), pytest.raises(BusyError):
-        apply_plan(plan, site, mover=recorder)
+    with Lease(site_dir / "nvme" / DRAIN_LOCK, purpose="another drain"):
+        with pytest.raises(BusyError):
+            apply_plan(plan, site, mover=recorder)
+        report = check_layout(load_layout("llm-cluster"), open_store(site.tier("nvme")))
+        assert report.findings == [] and report.in_progress == [DRAIN_LOCK]  # a drain runs: not a finding
     assert handed == []
     apply_plan(plan, site, mover=recorder)
     assert handed == ["checkpoints/run_001/step_000300"]
