@@ -18,7 +18,7 @@ from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
-from storekit.tier.stub import is_stub_name, parse_stub, unit_rel_of
+from storekit.tier.stub import TIER_JOURNAL_DIR, is_stub_name, parse_stub, unit_rel_of
 from storekit.units import format_bytes, format_duration
 
 RULES = {
@@ -268,8 +268,8 @@ def check_layout(spec: LayoutSpec, store: Store, *, now: float | None = None) ->
                 Finding("symlink-escape", name, f"symlink resolves to {escaped}, outside the tier root")
             )
             continue
-        if spec.area(name) is not None:
-            continue
+        if spec.area(name) is not None or (name == TIER_JOURNAL_DIR and top_entry.is_dir):
+            continue  # the tier mover's journals are storekit's own
         if is_lease_name(name) and not top_entry.is_dir:  # e.g. a node's `storekit tier --drain`
             local = store.local_path(name) if store.capabilities.directories else None
             if local is not None and binding_lease(Path(local)) is not None:

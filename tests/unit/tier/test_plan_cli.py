@@ -28,6 +28,8 @@ ARCHIVED = Stub(
     manifest_xxh3="0123456789abcdef0123456789abcdef",
     bytes=4096,
     files=3,
+    dirs=1,
+    unit_id="00112233aabbccdd",
     at="2026-11-01T00:00:00Z",
 )
 POLICIES = '[policies.old-runs]\naction = "archive"\nolder_than = "1d"\nkeep_last = 1\n'

@@ -38,6 +38,8 @@ def test_a_stub_round_trips_and_holds_no_url() -> None:
         ({"action": "copy"}, "s: action: expected one of archive, drain"),
         ({"surprise": 1}, "s: surprise: unknown key"),
         ({"bytes": True}, "s: bytes: unexpected value True"),
+        ({"dirs": -1}, "s: dirs: negative"),
+        ({"unit_id": "x"}, "s: unit_id: expected 16 lowercase hex digits"),
     ],
 )
 def test_a_bad_stub_is_one_line_naming_the_key(change: dict[str, object], words: str) -> None:
@@ -62,6 +64,8 @@ def test_layout_check_knows_stubs_of_checkpoints_and_datasets(tmp_path: Path) ->
     versions.mkdir(parents=True)
     ds = replace(ARCHIVED, unit="v1", unit_kind="dataset", writer=None, step=None, to_path="datasets/x/v1")
     (versions / "v1.storekit-stub").write_bytes(render_stub(ds))
+    (tmp_path / "lustre/.storekit-tier-journal").mkdir()  # the mover's journals: storekit's own
+    (run / "step_000100.storekit-archive.json").write_text("{}")  # a drained unit's manifest beside it
     later = time.time() + 86400
     assert check_layout(spec, store, now=later).findings == []
 
