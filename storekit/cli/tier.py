@@ -265,7 +265,14 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
 
 def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> None:
     mover = load_mover() if plan.units else None
-    results = apply_plan(plan, site, mover=mover) if mover is not None else []
+    total = len(plan.units)
+
+    def log(r: UnitResult) -> None:  # one line per unit on stderr: Slurm logs show how far a drain got
+        out.info(f"[{len(done) + 1}/{total}] {r.status} {r.action} {r.path}" + (f": {r.reason}" if r.reason else ""))
+        done.append(r)
+
+    done: list[UnitResult] = []
+    results = apply_plan(plan, site, mover=mover, on_unit=log) if mover is not None else []
     code = exit_code_of(results)
     full = {**doc, "dry_run": False, "results": [r.to_dict() for r in results], "exit_code": code}
 
