@@ -268,7 +268,8 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
     total = len(plan.units)
 
     def log(r: UnitResult) -> None:  # one line per unit on stderr: Slurm logs show how far a drain got
-        out.info(f"[{len(done) + 1}/{total}] {r.status} {r.action} {r.path}" + (f": {r.reason}" if r.reason else ""))
+        why = f": {r.reason}" if r.reason else ""
+        out.info(f"[{len(done) + 1}/{total}] {r.status} {r.action} {r.path}{why}")
         done.append(r)
 
     done: list[UnitResult] = []
