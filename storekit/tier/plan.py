@@ -211,6 +211,10 @@ def _plan_unit(store: Store, resolved: ResolvedPolicy, choice: Choice) -> PlanUn
             stats=stamp,
         )
     stamp = fingerprint_of(store, c.path)
+    reason = choice.reason
+    if p.action == "purge":
+        how = "read back right before" if p.verify_max_age_s is None else "verified within verify_max_age"
+        reason += f"; freed only if its copy on {resolved.to_tier} is verified ({how})"
     return PlanUnit(
         action=p.action,
         unit_kind=c.unit_kind,
@@ -222,7 +226,7 @@ def _plan_unit(store: Store, resolved: ResolvedPolicy, choice: Choice) -> PlanUn
         files=stamp.file_count,
         fingerprint=stamp.digest,
         free_source=choice.free_source,
-        reason=choice.reason,
+        reason=reason,
         keep_reason=choice.keep_reason,
         verify_max_age_s=p.verify_max_age_s,
         writer=c.writer,

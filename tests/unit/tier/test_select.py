@@ -70,6 +70,8 @@ def test_never_freed_and_never_moved(tmp_path: Path) -> None:
         "run_001/step_000300",
     }
     assert all(u.free_source for u in purge.units)
+    tail = "freed only if its copy on vault is verified (read back right before)"
+    assert all(u.reason.endswith(tail) for u in purge.units)
 
 
 def test_a_pointer_moved_back_keeps_what_it_names(tmp_path: Path) -> None:
