@@ -52,8 +52,9 @@ def register(app: typer.Typer) -> None:
     jobs_app.command("status", help=STATUS_HELP, epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND))(
         status_command
     )
-    jobs_app.command("run-task", hidden=True)(run_task_command)
-    jobs_app.command("finalize", hidden=True)(finalize_command)
+    run_codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    jobs_app.command("run-task", hidden=True, epilog=run_codes)(run_task_command)
+    jobs_app.command("finalize", hidden=True, epilog=run_codes)(finalize_command)
     app.add_typer(jobs_app)
 
 
@@ -116,6 +117,11 @@ def run_task_command(
     Reads the plan, never rewrites it, takes no lock: tasks already done are
     skipped, each finished task's record appears whole, a failed task leaves a
     failure record. Exit: the first failed task's code; 130 when stopped.
+
+    \b
+    Examples:
+      storekit jobs run-task /lustre/scratch/storekit-prepare-web-v2-0123 \
+          --tasks 3,4,7-9
     """
     from storekit.interrupts import interrupt_on
     from storekit.jobs.run import run_tasks
@@ -154,6 +160,10 @@ def finalize_command(
     prepare: checks every completion record, writes the shards and the manifest
     last, publishes the dataset and removes the work dir; publishes nothing
     while a task is not done (exit 1, naming the failed ones).
+
+    \b
+    Examples:
+      storekit jobs finalize /lustre/scratch/storekit-prepare-web-v2-0123abcd4567
     """
     from storekit.executors.base import load_job
 
