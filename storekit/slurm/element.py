@@ -15,7 +15,7 @@ import signal
 from collections.abc import Mapping
 
 from storekit.errors import Interrupted, StorekitError
-from storekit.executors.local import default_workers
+from storekit.executors.base import default_workers
 from storekit.interrupts import interrupt_on
 from storekit.slurm import commands
 

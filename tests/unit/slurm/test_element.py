@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from storekit.errors import StorekitError
-from storekit.executors.local import default_workers
+from storekit.executors.base import default_workers
 from storekit.slurm.element import element_workers, own_job_id, requeue_self
 
 
