@@ -120,7 +120,7 @@ def run_task_command(
 
     \b
     Examples:
-      storekit jobs run-task /lustre/scratch/storekit-prepare-web-v2-0123 \
+      storekit jobs run-task /lustre/scratch/storekit-prepare-web-v2-0123 \\
           --tasks 3,4,7-9
     """
     from storekit.interrupts import interrupt_on
