@@ -58,6 +58,10 @@ COMMANDS = [
     ["ckpt", "adopt", "run_001/step_000100", "--dry-run"],
     ["ckpt", "prune", "run_001", "--keep-last", "1"],
     ["ckpt", "prune", "run_001", "--keep-last", "1", "--dry-run"],
+    ["jobs", "status"],
+    ["jobs", "status", "datasets/code/sample/v1"],
+    ["jobs", "run-task", "work", "--tasks", "0"],
+    ["jobs", "finalize", "work"],
 ]
 
 
