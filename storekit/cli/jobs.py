@@ -58,7 +58,7 @@ it; other changes need `prepare dataset` again.
 \b
 Examples:
   storekit jobs rerun datasets/text/web/v2
-  storekit jobs rerun /lustre/scratch/storekit-prepare-web-v2-0123abcd4567 --dry-run
+  storekit jobs rerun datasets/text/web/v2 --dry-run --json
 """
 
 
@@ -68,9 +68,10 @@ def register(app: typer.Typer) -> None:
     jobs_app.command("status", help=STATUS_HELP, epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND))(
         status_command
     )
-    jobs_app.command("run-task", hidden=True)(run_task_command)
-    jobs_app.command("finalize", hidden=True)(finalize_command)
-    jobs_app.command("run-element", hidden=True)(run_element_command)
+    run_codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
+    jobs_app.command("run-task", hidden=True, epilog=run_codes)(run_task_command)
+    jobs_app.command("finalize", hidden=True, epilog=run_codes)(finalize_command)
+    jobs_app.command("run-element", hidden=True, epilog=run_codes)(run_element_command)
     jobs_app.command("rerun", help=RERUN_HELP, epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(
         rerun_command
     )
@@ -144,6 +145,11 @@ def run_task_command(
     Reads the plan, never rewrites it, takes no lock: tasks already done are
     skipped, each finished task's record appears whole, a failed task leaves a
     failure record. Exit: the first failed task's code; 130 when stopped.
+
+    \b
+    Examples:
+      storekit jobs run-task /lustre/scratch/storekit-prepare-web-v2-0123 \\
+          --tasks 3,4,7-9
     """
     from storekit.interrupts import interrupt_on
     from storekit.jobs.run import run_tasks
@@ -182,6 +188,10 @@ def finalize_command(
     prepare: checks every completion record, writes the shards and the manifest
     last, publishes the dataset and removes the work dir; publishes nothing
     while a task is not done (exit 1, naming the failed ones).
+
+    \b
+    Examples:
+      storekit jobs finalize /lustre/scratch/storekit-prepare-web-v2-0123abcd4567
     """
     from storekit.executors.base import load_job
 
@@ -209,6 +219,11 @@ def run_element_command(
     Which tasks: the submission in the work dir's jobs.json for $SLURM_ARRAY_JOB_ID,
     element $SLURM_ARRAY_TASK_ID. Workers: $SLURM_CPUS_PER_TASK. On USR1/TERM it
     discards the task in flight, requeues itself (scontrol requeue) and exits 0.
+
+    \b
+    Examples:
+      # the last line of the array script storekit writes
+      storekit jobs run-element /lustre/scratch/storekit-prepare-web-v2-0123
     """
     from storekit.slurm.run import run_element
 

@@ -138,9 +138,11 @@ def run_on_threads(
                 runner.run(index, locked_progress, locked_done)
             runner.drain()
         except BaseException as exc:
+            # commits still running in the background touch temp dirs: let them end before
+            # anyone removes temps (a rename racing a removal could publish a partial task)
+            with contextlib.suppress(BaseException):
+                runner.drain()
             if isinstance(exc, Stopped):
-                with contextlib.suppress(Exception):
-                    runner.drain()
                 return
             with contextlib.suppress(Exception):
                 exc.task_index = index  # type: ignore[attr-defined]  # for the worker's report

@@ -61,6 +61,12 @@ COMMANDS = [
     ["tier", "--archive", "checkpoints/run_001", "--dry-run"],
     ["tier", "--drain"],
     ["tier", "--recall", "checkpoints/run_001", "--dry-run"],
+    ["jobs", "status"],
+    ["jobs", "status", "datasets/code/sample/v1"],
+    ["jobs", "run-task", "work", "--tasks", "0"],
+    ["jobs", "finalize", "work"],
+    ["jobs", "run-element", "work"],
+    ["jobs", "rerun", "datasets/code/sample/v1", "--dry-run"],
 ]
 
 

@@ -61,9 +61,17 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert early.returncode == 1 and "tasks are not done" in early.stderr
         assert not (corpus / "storage" / DATASET).exists()  # nothing published with tasks missing
 
-        ran = run_storekit(["jobs", "run-task", str(work), "--tasks", f"0-{total - 1}", "--json"], cwd=corpus)
+        every = ["jobs", "run-task", str(work), "--tasks", f"0-{total - 1}", "--json"]
+        # Slurm's preemption notice right after one more task: it stays, the one in flight goes
+        usr1 = {faults.ENV: "prepare.task-done@1=usr1"}
+        stopped = run_storekit([*every, "--workers", "1"], cwd=corpus, env=usr1)
+        assert stopped.returncode == 130, stopped.stderr
+        kept = len(list(work.glob("tasks/[0-9]*")))
+        assert 3 <= kept < total
+        assert not list(work.glob("tasks/.*storekit-tmp-*"))  # the task in flight was discarded
+        ran = run_storekit(every, cwd=corpus)
         assert ran.returncode == 0, ran.stderr
-        assert json.loads(ran.stdout)["run"] == total - 2 and json.loads(ran.stdout)["skipped"] == 2
+        assert json.loads(ran.stdout)["run"] == total - kept and json.loads(ran.stdout)["skipped"] == kept
         res = run_storekit(["jobs", "status", str(work), "--json"], cwd=corpus)
         assert json.loads(res.stdout)["jobs"][0]["complete"] is True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,14 @@ def test_own_temps_only_spares_other_runs(tmp_path: Path) -> None:
     assert job_status(work).running == {1: "pid 4242 on node17"}  # another node: the scheduler knows
     work.remove_temps()
     assert not theirs.exists()
+
+
+def test_a_live_run_on_this_host_is_running(tmp_path: Path) -> None:
+    work = echo_job.make(tmp_path / "job", [1, 1, 1])
+    work.new_task_dir(2)
+    st = job_status(work)
+    assert st.states == {"done": [], "running": [2], "failed": [], "pending": [0, 1]}
+    assert st.to_dict()["running"] == [{"task": 2, "by": f"pid {os.getpid()} on {socket.gethostname()}"}]
 
 
 def test_submissions_accumulate(tmp_path: Path) -> None:

@@ -1,0 +1,34 @@
+"""Executors, job kinds and bench phase runners are found by name; unknown names are usage errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storekit.bench.runner import PhaseRunner
+from storekit.errors import ExitCode, NotFoundError, UsageError
+from storekit.executors.base import get_executor, load_job, phase_runner
+from storekit.executors.local import LocalExecutor
+from storekit.jobs.workdir import JobDir
+
+
+def test_local_is_registered_for_tasks_and_bench_phases() -> None:
+    assert isinstance(get_executor("local"), LocalExecutor)
+    assert isinstance(phase_runner("local", "posix"), PhaseRunner)
+
+
+def test_unknown_executor_names_the_known_ones() -> None:
+    with pytest.raises(UsageError, match=r"unknown executor 'nope' \(known: .*local") as info:
+        get_executor("nope")
+    assert info.value.exit_code == ExitCode.USAGE
+
+
+def test_unknown_job_kind_is_refused(tmp_path: Path) -> None:
+    work = JobDir(tmp_path / "job")
+    work.create()
+    work.write_plan(b"{}", kind="no-such-kind", tasks=1)
+    with pytest.raises(UsageError, match="unknown job kind 'no-such-kind'"):
+        load_job(work.path, None)
+    with pytest.raises(NotFoundError):
+        load_job(tmp_path, None)
