@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storekit.pipeline.task import HASH_DTYPE
+from storekit.pipeline.taskparts import HASH_DTYPE
 
 BUCKET_ENTRIES = 4_000_000
 _SPACE = 1 << 64
