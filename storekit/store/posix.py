@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob as globmod
 import os
 import shutil
 import stat
@@ -83,6 +84,16 @@ class PosixStore(Store):
         with self._errors(rel):
             st = os.lstat(full)
         return self._entry(full, st, stat.S_ISLNK(st.st_mode))
+
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        out = []
+        with self._errors(pattern):
+            for path in globmod.glob(full, recursive=True, include_hidden=True):
+                st = os.lstat(path)
+                if not stat.S_ISDIR(st.st_mode):  # like list(): a link is an entry, never followed
+                    out.append(self._entry(path, st, stat.S_ISLNK(st.st_mode)))
+        return sorted(out, key=lambda e: e.path)
 
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)

@@ -93,6 +93,13 @@ class S3Store(Store):
     def _not_a_directory(self, rel: str) -> NotFoundError:
         return NotFoundError(f"{self.display_url}/{rel}: not a directory")
 
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        with self._errors(pattern):
+            infos = self.fs.glob(full, detail=True)
+        files = [self._entry(i) for name, i in infos.items() if i.get("type") != "directory"]
+        return sorted((e for e in files if not e.path.endswith("/")), key=lambda e: e.path)
+
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)
         with self._errors(rel):
@@ -113,10 +120,10 @@ class S3Store(Store):
             raise self._not_a_directory(rel)
         yield from sorted(entries, key=lambda e: e.path.split("/"))
 
-    def open_read(self, rel: str) -> IO[bytes]:
+    def open_read(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
         """A streaming reader pinned to the object's ETag: if the object is replaced while being read,
         reading raises a retryable error (exit 5) instead of returning bytes of two versions."""
-        fh = super().open_read(rel)
+        fh = super().open_read(rel, block_size=block_size)
         details = getattr(fh, "details", None) or {}
         if details.get("type") == "directory":  # s3fs would read a prefix as an empty file
             fh.close()
