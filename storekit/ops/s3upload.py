@@ -335,9 +335,9 @@ def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple
 
 
 def _object_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
-    from storekit.store import _encode_meta, check_metadata
+    from storekit.store import encode_s3_metadata
 
-    return {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
+    return encode_s3_metadata(metadata)
 
 
 def _pread_exact(path: str, fd: int, offset: int, length: int) -> bytes:

@@ -167,14 +167,14 @@ class S3Store(Store):
     def get_metadata(self, rel: str) -> dict[str, str]:
         with self._errors(rel):
             head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel))
-        return {k: _decode_meta(v) for k, v in head.get("Metadata", {}).items()}
+        return decode_s3_metadata(head.get("Metadata", {}))
 
     def _key(self, rel: str) -> str:
         return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
-        meta = {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
+        meta = encode_s3_metadata(metadata)
         kwargs: dict[str, Any] = {"block_size": S3_BLOCK_SIZE}
         if meta:
             kwargs["Metadata"] = meta
@@ -247,14 +247,24 @@ def _make_inert(fh: Any) -> None:
 _RFC2047_PREFIX, _RFC2047_SUFFIX = "=?UTF-8?B?", "?="
 
 
-def _encode_meta(value: str) -> str:
+def encode_s3_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """User metadata checked (`check_metadata`) and encoded for S3 headers: what every PUT sends."""
+    return {k: _encode_value(v) for k, v in check_metadata(metadata).items()}
+
+
+def decode_s3_metadata(headers: Mapping[str, str]) -> dict[str, str]:
+    """User metadata as `encode_s3_metadata` was given it, from a HEAD's `Metadata`."""
+    return {k: _decode_value(v) for k, v in headers.items()}
+
+
+def _encode_value(value: str) -> str:
     plain = value.isascii() and value.isprintable() and value == value.strip()
     if plain and not value.startswith("=?"):
         return value
     return _RFC2047_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + _RFC2047_SUFFIX
 
 
-def _decode_meta(value: str) -> str:
+def _decode_value(value: str) -> str:
     if value.startswith(_RFC2047_PREFIX) and value.endswith(_RFC2047_SUFFIX):
         with contextlib.suppress(ValueError):
             return base64.b64decode(value[len(_RFC2047_PREFIX) : -len(_RFC2047_SUFFIX)]).decode("utf-8")
