@@ -14,7 +14,7 @@ from typing import Any
 from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
-from storekit.tomlkeys import get_str, get_table, parse_toml, reject_unknown
+from storekit.tomlkeys import get_regex, get_str, get_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -179,11 +179,7 @@ def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:
     if not isinstance(raw, dict):
         raise ConfigError(source, key, "expected an inline table { name = ..., pattern = ... }")
     reject_unknown(raw, {"name", "pattern", "committed_by"}, source, key)
-    pattern_text = get_str(raw, "pattern", source, f"{key}.pattern")
-    try:
-        pattern = re.compile(pattern_text)
-    except re.error as exc:
-        raise ConfigError(source, f"{key}.pattern", f"not a valid regular expression: {exc}") from None
+    pattern = get_regex(raw, "pattern", source, f"{key}.pattern")
     committed_by = raw.get("committed_by")
     if committed_by is not None:
         committed_by = _component(committed_by, source, f"{key}.committed_by")
