@@ -115,12 +115,6 @@ def run_storekit(
     return Ran(proc.returncode, out, err)
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[[Sequence[str]], Ran]:
-    """`cli(args)`: the in-process runner bound to this test's output capture."""
-    return lambda args: run_cli(args, capsys)
-
-
 def _need(what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI but not available (scripts/test.sh should start it)")
