@@ -11,7 +11,7 @@ import contextlib
 import ctypes
 import mmap
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def drop_caches() -> tuple[bool, str]:
     return True, ""
 
 
-def _each_open(paths: Iterable[str]) -> Iterator[int]:
+def _each_open(paths: Iterable[str]) -> Generator[int, None, None]:
     """A read-only descriptor of each path that opens (the others are skipped), closed after its turn."""
     for path in paths:
         try:
