@@ -12,6 +12,7 @@ from storekit.store.registry import SCHEMES, open_store
 from storekit.store.s3 import (
     S3_BLOCK_SIZE,
     S3_DEFAULT_CONFIG,
+    S3_MAX_PARTS,
     S3Store,
     decode_s3_metadata,
     encode_s3_metadata,
@@ -22,6 +23,7 @@ from storekit.store.scan import ScanEntry, scan_tree
 __all__ = [
     "S3_BLOCK_SIZE",
     "S3_DEFAULT_CONFIG",
+    "S3_MAX_PARTS",
     "SCHEMES",
     "TMP_MARK",
     "XATTR_PREFIX",
