@@ -102,8 +102,8 @@ def bytes_to_unicode() -> dict[int, str]:
 
 # byte-level symbol -> the character of its byte (then latin-1 gives the byte); any other character
 # below 256 -> U+FFFD, which latin-1 cannot encode, so a token outside the alphabet is refused
-_TO_LATIN1 = {ord(c): chr(b) for b, c in bytes_to_unicode().items()} | {
-    c: "\ufffd" for c in range(256) if chr(c) not in bytes_to_unicode().values()
+_TO_LATIN1: dict[int, str] = {c: "\ufffd" for c in range(256)} | {
+    ord(c): chr(b) for b, c in bytes_to_unicode().items()
 }
 
 
