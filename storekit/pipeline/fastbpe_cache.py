@@ -49,7 +49,7 @@ def compiler_digest() -> str:
 
 
 def cache_root() -> Path:
-    from storekit.bench.native import cache_dir
+    from storekit.cbuild import cache_dir
 
     return cache_dir() / "fastbpe"
 
