@@ -25,7 +25,7 @@ from storekit.config import TierConfig
 from storekit.durable import TMP_MARK, fsync_dir, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3delete import delete_keys
+from storekit.ops.s3delete import check_unversioned, delete_keys
 from storekit.ops.s3readback import readback_digest
 from storekit.ops.s3transfer import (
     DownloadItem,
@@ -49,6 +49,9 @@ class Destination(Protocol):
     def copy(
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
     ) -> dict[str, str]: ...
+
+    def precheck(self) -> None:
+        """Before anything is planned: can this destination hold a committed copy at all?"""
 
     def commit(self, manifest: bytes) -> None: ...
 
@@ -99,6 +102,8 @@ class S3Destination:
         config: TransferConfig | None,
     ) -> None:
         self.engine = S3Transfer.for_tier(tier, config=config, journal=journal)
+        if tier.name:  # every message names the tier, not just its endpoint
+            self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
         bucket, prefix = tier_bucket_prefix(tier)
         self.base = f"{prefix}/{unit_rel}".strip("/")
         self.manifest_key = f"{self.base}{MANIFEST_SUFFIX}"
@@ -107,6 +112,9 @@ class S3Destination:
 
     def key(self, rel: str) -> str:
         return _join(self.base, rel)
+
+    def precheck(self) -> None:
+        check_unversioned(self.engine)  # a versioned bucket keeps every "freed" byte forever
 
     def close(self) -> None:
         self.engine.close()
@@ -218,6 +226,9 @@ class PosixDestination:
         self.manifest_url = self.manifest_path.as_uri()
 
     def close(self) -> None:
+        pass
+
+    def precheck(self) -> None:
         pass
 
     def copy(

@@ -142,6 +142,11 @@ def _move(
                     hint=f"run `storekit tier --recall {src}` to finish the recall first",
                 )
             entries = walk_unit(src)
+            dest_check: Destination = make()
+            try:
+                dest_check.precheck()
+            finally:
+                dest_check.close()
             journal.advance(
                 "planned",
                 action=action,
