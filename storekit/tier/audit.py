@@ -128,7 +128,10 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
     if lease is not None:
         report.left.append(f"{journal.path}: in use by {lease.describe()}")
         return
-    if state_index(journal.state) >= state_index("committed"):
+    temp = Path(str(doc.get("temp", ""))) if action == "recall" else None
+    renamed = temp is not None and journal.state == "verified" and not os.path.lexists(temp)
+    if state_index(journal.state) >= state_index("committed") or renamed:
+        # a recall killed right after its rename: the unit is back whole, only the stub is left to go
         report.left.append(f"{journal.path}: {action} committed; rerun it to finish")
         return
     if dry_run:
@@ -137,7 +140,8 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
     if action != "recall" and not doc.get("dest"):
         pass  # killed before anything was copied
     elif action == "recall":
-        remove_partial(Path(str(doc.get("temp", unit.parent / f".{unit.name}{TMP_MARK}recall-{journal.id}"))))
+        if temp is not None and temp.name:
+            remove_partial(temp)
     else:
         dest = _dest_of(journal, site)
         try:
@@ -146,6 +150,7 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
             dest.discard(_files_of(doc))
         finally:
             dest.close()
+    journal.purge_temps()
     log_action(journal.dir, "gc.rolled-back", journal.id, state=journal.state, unit=str(unit))
     journal.finish()
     report.rolled_back.append(str(journal.path))

@@ -34,10 +34,11 @@ from storekit.lease import Lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, remove_partial
-from storekit.tier.stub import Stub, read_stub, stub_path, write_stub
+from storekit.tier.stub import STUB_SUFFIX, Stub, read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitmanifest import (
     FILE,
+    MANIFEST_SUFFIX,
     UnitEntry,
     UnitManifest,
     fingerprint,
@@ -128,6 +129,7 @@ def _move(
         raise NotFoundError(f"{src}: no such unit")
     with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
         purge_tombstones(src.parent)  # a free that a kill interrupted
+        _purge_own_temps(src)
         resumed = journal.load()
         if not resumed:
             stub = read_stub(stub_path(src))
@@ -246,6 +248,14 @@ def _resume(
     return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=True)
 
 
+def _purge_own_temps(unit: Path) -> None:
+    """Temps of the stub's or a sibling manifest's atomic write that a crash left (we hold the lease)."""
+    prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, MANIFEST_SUFFIX))
+    for name in os.listdir(unit.parent):
+        if name.startswith(prefixes):
+            remove_partial(unit.parent / name)
+
+
 def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -> list[UnitEntry]:
     """The unit's entries, if its fingerprint is the planned one; else roll back and raise."""
     entries = walk_unit(src) if os.path.lexists(src) else []
@@ -349,6 +359,7 @@ def recall_unit(
     spath = stub_path(unit)
     with Lease(sibling_lease_path(unit), purpose=f"recall of {unit}"):
         purge_tombstones(unit.parent)
+        _purge_own_temps(unit)
         stub = read_stub(spath)
         journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
         resumed = journal.load()

@@ -24,7 +24,7 @@ from typing import Any
 import xxhash
 
 from storekit import faults
-from storekit.durable import fsync_dir, write_file_atomic
+from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
 from storekit.errors import MismatchError
 
 STATES = ("planned", "copying", "copied", "verified", "committed", "stubbed", "freed")
@@ -51,7 +51,8 @@ class UnitJournal:
         self.doc: dict[str, Any] = {}
 
     def load(self) -> bool:
-        """Read the journal; False when there is none (a first run)."""
+        """Read the journal (under the unit's lease); False when there is none (a first run)."""
+        self.purge_temps()
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -64,6 +65,16 @@ class UnitJournal:
             raise MismatchError(f"{self.path}: damaged unit journal ({exc})", hint="see `tier gc`") from None
         self.doc = doc
         return True
+
+    def purge_temps(self) -> None:
+        """Temp files of this journal's atomic writes that a kill left (only its lease holder or
+        `tier gc` of an abandoned move calls this: nobody else writes them)."""
+        prefix = f".{self.id}."
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self.dir):
+                if name.startswith(prefix) and TMP_MARK in name:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.dir / name).unlink()
 
     @property
     def state(self) -> str:

@@ -46,6 +46,21 @@ def make_unit(unit: Path, *, big: int = 0, seed: int = 0) -> None:
     os.utime(unit, ns=(T0 - 7, T0 - 7))
 
 
+def make_small_unit(unit: Path, *, big: int, seed: int = 0) -> None:
+    """Fewer files (each costs requests against a gateway): one multipart-sized, one small, one
+    empty file, an empty dir, a symlink."""
+    rng = random.Random(seed)
+    (unit / "model").mkdir(parents=True)
+    (unit / "empty_dir").mkdir()
+    (unit / "big.bin").write_bytes(rng.randbytes(big))
+    (unit / "model/rank0.pt").write_bytes(rng.randbytes(3000))
+    (unit / "empty.bin").write_bytes(b"")
+    os.chmod(unit / "model/rank0.pt", 0o600)
+    os.symlink("model/rank0.pt", unit / "link")
+    for i, path in enumerate(sorted(unit.rglob("*"), key=lambda p: -len(p.parts))):
+        os.utime(path, ns=(T0 + i, T0 + i), follow_symlinks=False)
+
+
 Snapshot = dict[str, tuple[object, ...]]
 
 

@@ -52,18 +52,19 @@ def _whole_somewhere(burst: Path, parallel: Path, unit: str, before: dict[str, t
         assert snapshot(dst) == before
 
 
+@pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
 @pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt"])
 @pytest.mark.parametrize("phase", ["drain", "recall"])
-def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str) -> None:
+def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> None:
     tmp_path = memory_dir(tmp_path)
     try:
-        _every_point(tmp_path, phase, unit)
+        _every_point(tmp_path, phase, unit, gc_first)
     finally:
         if tmp_path.is_relative_to("/dev/shm"):
             shutil.rmtree(tmp_path)
 
 
-def _every_point(tmp_path: Path, phase: str, unit: str) -> int:
+def _every_point(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> int:
     *_, probe = _setup(tmp_path / "probe", phase, unit)
     total = count_points(probe)
     assert total >= (12 if unit == UNIT else 8)
@@ -72,7 +73,7 @@ def _every_point(tmp_path: Path, phase: str, unit: str) -> int:
         before = snapshot(burst / unit) if phase == "drain" else snapshot(parallel / unit)
         assert run_killed(op, f"*@{n}=kill"), f"point {n} of {total} was not reached"
         _whole_somewhere(burst, parallel, unit, before)
-        if n % 2:
+        if gc_first:
             gc(journal, roots=[burst, parallel])  # an abandoned run cleaned up before the rerun
             _whole_somewhere(burst, parallel, unit, before)
         op()
