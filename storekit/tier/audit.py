@@ -24,7 +24,8 @@ from storekit.lease import binding_lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import source_of_stub
-from storekit.tier.stub import STUB_SUFFIX, is_stub_name, read_stub
+from storekit.tier.stub import STUB_SUFFIX, is_stub_name
+from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
 from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
 
@@ -61,24 +62,24 @@ def find_stubs(paths: Iterable[Path]) -> Iterator[Path]:
 
 
 def verify_stub(
-    stub_file: Path, *, site: SiteConfig | None, sample: float = 1.0, seed: int | None = None
+    stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None
 ) -> VerifyResult:
     """Re-read the archived unit a stub names; problems listed (never raised) except a damaged stub."""
     stub = read_stub(stub_file)
     if stub is None:
         raise NotFoundError(f"{stub_file}: no such stub")
-    result = VerifyResult(stub=str(stub_file), url=stub.url)
     source = source_of_stub(stub, site)
+    result = VerifyResult(stub=str(stub_file), url=source.url)
     try:
         data = source.manifest()
         if data is None:
-            result.problems.append(f"{stub.manifest}: archive manifest missing (the archive is gone)")
+            result.problems.append(f"{source.manifest_url}: archive manifest missing (the archive is gone)")
             return result
-        if manifest_digest(data) != stub.manifest_xxh3_128:
-            result.problems.append(f"{stub.manifest}: manifest digest differs from the stub's")
+        if manifest_digest(data) != stub.manifest_xxh3:
+            result.problems.append(f"{source.manifest_url}: manifest digest differs from the stub's")
             return result
         try:
-            manifest = parse_manifest(data, stub.manifest)
+            manifest = parse_manifest(data, source.manifest_url)
         except MismatchError as exc:
             result.problems.append(str(exc))
             return result

@@ -21,20 +21,22 @@ the manifest, restores modes and mtimes, renames into place, then removes the st
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
-import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from storekit import faults
-from storekit.config import SiteConfig, TierConfig
+from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
 from storekit.errors import MismatchError, NotFoundError, StorekitError
 from storekit.lease import Lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, remove_partial
-from storekit.tier.stub import STUB_SUFFIX, Stub, read_stub, stub_path, write_stub
+from storekit.tier.stub import STUB_SUFFIX, Stub
+from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitmanifest import (
     FILE,
@@ -68,6 +70,22 @@ class UnitResult:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UnitInfo:
+    """What the stub says about the unit besides where it went (from the plan's scan)."""
+
+    unit_kind: str = "checkpoint"  # checkpoint | dataset
+    writer: str | None = None
+    step: int | None = None
+
+
+def tier_root(tier: TierConfig) -> Path:
+    """The local directory of a POSIX tier."""
+    if tier.scheme != "file":
+        raise StorekitError(f"tier {tier.name} is not a POSIX tier ({mask_url(tier.url)})")
+    return Path(unquote(urlsplit(tier.url).path))
+
+
 def archive_unit(
     src_root: Path,
     unit_rel: str,
@@ -76,32 +94,41 @@ def archive_unit(
     journal_dir: Path,
     free_source: bool = True,
     transfer: TransferConfig | None = None,
+    info: UnitInfo | None = None,
+    dst_rel: str | None = None,
 ) -> UnitResult:
-    """Copy the unit at `src_root/unit_rel` to the S3 tier `dst` (same relative path), verify every
-    byte, commit the manifest, then (if `free_source`) leave a stub and free the source."""
+    """Copy the unit at `src_root/unit_rel` to the S3 tier `dst` (at `dst_rel`, default the same
+    relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
+    free the source."""
+    to_path = dst_rel or unit_rel
     bucket, prefix = tier_bucket_prefix(dst)
-    dest_url = f"s3://{bucket}/{prefix}/{unit_rel}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
+    dest_url = f"s3://{bucket}/{prefix}/{to_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
     journal = UnitJournal(journal_dir, unit_id("archive", str(src_root / unit_rel), dest_url))
 
     def make() -> Destination:
         uploads = FileUploadJournal(journal.uploads_path)
-        return S3Destination(dst, unit_rel, journal=uploads, config=transfer)
+        return S3Destination(dst, to_path, journal=uploads, config=transfer)
 
-    return _move("archive", src_root, unit_rel, journal, make, dest_url, dst.name, free_source)
+    return _move(
+        "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info
+    )
 
 
 def drain_unit(
     src_root: Path,
     unit_rel: str,
-    dst_root: Path,
+    dst: TierConfig,
     *,
     journal_dir: Path,
     free_source: bool = True,
-    tier_name: str = "",
+    info: UnitInfo | None = None,
+    dst_rel: str | None = None,
 ) -> UnitResult:
-    """Copy the unit to `dst_root/unit_rel` on another POSIX tier (temp sibling, read back,
-    renamed into place, manifest beside it), then (if `free_source`) stub and free the source."""
-    dest = dst_root / unit_rel
+    """Copy the unit to the POSIX tier `dst` (at `dst_rel`, default the same relative path; a temp
+    sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
+    free the source."""
+    to_path = dst_rel or unit_rel
+    dest = tier_root(dst) / to_path
     journal = UnitJournal(journal_dir, unit_id("drain", str(src_root / unit_rel), dest.as_uri()))
 
     def make() -> Destination:
@@ -111,7 +138,9 @@ def drain_unit(
         os.path.lexists(dest) or os.path.lexists(PosixDestination(dest, temp_tag="").manifest_path)
     ):
         raise StorekitError(f"{dest}: already exists on the destination; refusing to drain over it")
-    return _move("drain", src_root, unit_rel, journal, make, dest.as_uri(), tier_name, free_source)
+    return _move(
+        "drain", src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
+    )
 
 
 def _move(
@@ -121,8 +150,9 @@ def _move(
     journal: UnitJournal,
     make: Any,
     dest_url: str,
-    tier_name: str,
+    to: tuple[str, str],  # (tier name, path on it)
     free_source: bool,
+    info: UnitInfo | None,
 ) -> UnitResult:
     src = src_root / unit_rel
     if not src.parent.is_dir():
@@ -135,7 +165,7 @@ def _move(
             stub = read_stub(stub_path(src))
             present = os.path.lexists(src)
             if stub is not None and not present:
-                return _result(action, unit_rel, stub.url, stub, "already-moved", resumed=False, freed=True)
+                return _result(action, unit_rel, dest_url, stub, "already-moved", resumed=False, freed=True)
             if not present:
                 raise NotFoundError(f"{src}: no such unit")
             if stub is not None:
@@ -155,13 +185,15 @@ def _move(
                 source=str(src),
                 unit=unit_rel,
                 dest=dest_url,
-                tier=tier_name,
+                tier=to[0],
+                to_path=to[1],
                 free_source=free_source,
+                info=dataclasses.asdict(info or UnitInfo()),
                 fingerprint=fingerprint(entries),
             )
         dest: Destination = make()
         try:
-            return _resume(action, src, unit_rel, journal, dest, tier_name, resumed)
+            return _resume(action, src, unit_rel, journal, dest, resumed)
         finally:
             dest.close()
 
@@ -172,7 +204,6 @@ def _resume(
     unit_rel: str,
     journal: UnitJournal,
     dest: Destination,
-    tier_name: str,
     resumed: bool,
 ) -> UnitResult:
     uid = journal.id
@@ -223,17 +254,22 @@ def _resume(
             journal.finish()
             return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=False)
         _unchanged(src, journal, dest, "committed")
+        info = UnitInfo(**journal.doc.get("info", {}))
         stub = Stub(
             unit=src.name,
+            unit_kind=info.unit_kind,
+            is_file=os.path.isfile(src) and not os.path.islink(src),
+            writer=info.writer,
+            step=info.step,
             action=action,
-            tier=tier_name,
-            url=dest.url,
-            manifest=dest.manifest_url,
-            manifest_xxh3_128=digest,
-            files=len(manifest.files),
+            to_tier=str(journal.doc["tier"]),
+            to_path=str(journal.doc["to_path"]),
+            manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
+            manifest_xxh3=digest,
             bytes=manifest.total_bytes,
+            files=len(manifest.files),
+            at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             dirs=manifest.dirs,
-            moved_at=time.time(),
             unit_id=uid,
         )
         write_stub(src, stub)
@@ -320,30 +356,19 @@ def _result(
         files=stub.files,
         bytes=stub.bytes,
         dest_url=url,
-        manifest_xxh3_128=stub.manifest_xxh3_128,
+        manifest_xxh3_128=stub.manifest_xxh3,
         resumed=resumed,
         freed=freed,
     )
 
 
 # -- recall ----------------------------------------------------------------------------------------
-def source_of_stub(
-    stub: Stub, site: SiteConfig | None, *, transfer: TransferConfig | None = None
-) -> Destination:
-    """Where a stub says the unit is, as a Destination to fetch from (S3 options from `site`)."""
-    if stub.url.startswith("s3://"):
-        from storekit.places import s3_options_for
-
-        bucket, _, key = stub.url[len("s3://") :].partition("/")
-        tier = TierConfig(
-            name=stub.tier, url=f"s3://{bucket}", role="archive", options=s3_options_for(stub.url, site)
-        )
-        return S3Destination(tier, key, journal=None, config=transfer)
-    if stub.url.startswith("file://"):
-        from urllib.parse import unquote, urlsplit
-
-        return PosixDestination(Path(unquote(urlsplit(stub.url).path)), temp_tag="unused")
-    raise MismatchError(f"stub names {stub.url!r}: neither an s3:// nor a file:// place")
+def source_of_stub(stub: Stub, site: SiteConfig, *, transfer: TransferConfig | None = None) -> Destination:
+    """Where a stub says the unit is (its tier, by name, from the site config), to fetch from."""
+    tier = site.tier(stub.to_tier)
+    if tier.scheme == "s3":
+        return S3Destination(tier, stub.to_path, journal=None, config=transfer)
+    return PosixDestination(tier_root(tier) / stub.to_path, temp_tag="unused")
 
 
 def recall_unit(
@@ -351,7 +376,7 @@ def recall_unit(
     unit_rel: str,
     *,
     journal_dir: Path,
-    site: SiteConfig | None = None,
+    site: SiteConfig,
     transfer: TransferConfig | None = None,
 ) -> UnitResult:
     """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was."""
@@ -401,23 +426,23 @@ def _recall(
         data = source.manifest()
         if data is None:
             raise NotFoundError(
-                f"{stub.manifest}: the archive named by {stub_path(unit)} is gone; nothing was changed",
+                f"{source.manifest_url}: the archive named by {stub_path(unit)} is gone; nothing was changed",
                 hint="restore it from a backup, or remove the stub if the unit is no longer wanted",
             )
-        if manifest_digest(data) != stub.manifest_xxh3_128:
+        if manifest_digest(data) != stub.manifest_xxh3:
             raise MismatchError(
-                f"{stub.manifest}: xxh3-128 {manifest_digest(data)} is not the stub's "
-                f"{stub.manifest_xxh3_128}"
+                f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} "
+                f"is not the stub's {stub.manifest_xxh3}"
             )
         journal.save_manifest(data)
-        manifest = parse_manifest(data, stub.manifest)
+        manifest = parse_manifest(data, source.manifest_url)
         remove_partial(temp)
-        log_action(jdir, "recall.copy", uid, unit=unit_rel, source=stub.url)
+        log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
         materialize(
             manifest.entries, temp, source.fetch
         )  # every file checked against the manifest in the pass
         fsync_dir(unit.parent)
-        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3_128)
+        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3)
     manifest, data = _saved_manifest(journal)
     if journal.state == "copied":
         _check_tree(temp, manifest)
@@ -447,7 +472,7 @@ def _recall(
         files=len(manifest.files),
         bytes=manifest.total_bytes,
         dest_url=unit.as_uri(),
-        manifest_xxh3_128=stub.manifest_xxh3_128,
+        manifest_xxh3_128=stub.manifest_xxh3,
         resumed=resumed,
         freed=True,
     )

@@ -1,90 +1,138 @@
-"""The stub a moved unit leaves beside its old place: where it went and its manifest's digest.
+"""The stub a unit leaves where it was: `<unit>.storekit-stub`, naming the tier and manifest it went to.
 
-`runs/r1/step_100` archived leaves the file `runs/r1/step_100.storekit-stub` (JSON, written
-atomically before the source is freed). `layout check` and `ckpt list` read it; `recall` follows it.
+The stub holds no URL and no credentials: `to_tier` resolves through the site config, so a stub can be
+read by anyone who may list the run. It is written atomically by the mover after the unit's copy is
+committed, and removed last by a recall. `layout check`, `ckpt list` and `tier --recall` read it here.
 """
 
 from __future__ import annotations
 
-import builtins
 import json
-import os
+import posixpath
+import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Any
 
-from storekit.durable import fsync_dir, write_file_atomic
 from storekit.errors import MismatchError
 
 STUB_SUFFIX = ".storekit-stub"
+ARCHIVE_SUFFIX = ".storekit-archive.json"  # the mover's manifest of a unit, beside it where it went
 STUB_KIND = "storekit-stub"
-STUB_VERSION = 1
+STUB_SCHEMA = 1
+STUB_MAX_BYTES = 64 * 1024  # a stub is small; anything bigger is not one
+UNIT_KINDS = ("checkpoint", "dataset")
+ACTIONS = ("archive", "drain")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
 class StubError(MismatchError):
-    """A stub that cannot be read as one (damaged, edited, another version): exit 4."""
+    """A `*.storekit-stub` that cannot be read: names the file and the key (exit 4)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Stub:
     unit: str  # the unit's name (last path component)
-    action: str  # "archive" | "drain"
-    tier: str  # the destination tier's name ("" when it was given as a bare URL or path)
-    url: str  # where the unit's files are: s3://bucket/prefix/run/step_100 or file:///...
-    manifest: str  # where its archive manifest is (present = the copy is complete)
-    manifest_xxh3_128: str
-    files: int
+    unit_kind: str  # checkpoint | dataset
+    is_file: bool
+    writer: str | None
+    step: int | None
+    action: str  # archive | drain
+    to_tier: str  # tier name in storekit.toml
+    to_path: str  # the unit's path on that tier
+    manifest: str  # the archive manifest's path on that tier
+    manifest_xxh3: str  # xxh3-128 hex of the manifest's bytes
     bytes: int
-    dirs: int
-    moved_at: float
-    unit_id: str  # the unit journal's id (its action log lines carry it)
+    files: int
+    at: str  # ISO 8601 UTC of the commit
+    dirs: int  # directories in the unit, its root included
+    unit_id: str  # the mover's journal id (its action-log lines carry it)
 
-    def to_json(self) -> builtins.bytes:
-        doc = {"kind": STUB_KIND, "version": STUB_VERSION, **asdict(self)}
-        return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
-
-
-def stub_path(unit_path: str | os.PathLike[str]) -> Path:
-    path = Path(unit_path)
-    return path.parent / f"{path.name}{STUB_SUFFIX}"
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": STUB_SCHEMA, "kind": STUB_KIND, **asdict(self)}
 
 
 def is_stub_name(name: str) -> bool:
-    return name.endswith(STUB_SUFFIX) and not name.startswith(".")
+    return name.endswith(STUB_SUFFIX) and len(name) > len(STUB_SUFFIX)
 
 
-def unit_name_of_stub(name: str) -> str:
-    return name[: -len(STUB_SUFFIX)]
+def stub_rel(unit_rel: str) -> str:
+    """Where the stub of the unit at `unit_rel` lives: beside it, named after it."""
+    return unit_rel.rstrip("/") + STUB_SUFFIX
 
 
-def write_stub(unit_path: str | os.PathLike[str], stub: Stub) -> Path:
-    path = stub_path(unit_path)
-    write_file_atomic(path, stub.to_json(), mode=0o644)
-    fsync_dir(path.parent)
-    return path
+def unit_rel_of(stub_path: str) -> str:
+    """The unit path a stub stands for (`run_001/step_5.storekit-stub` -> `run_001/step_5`)."""
+    if not is_stub_name(posixpath.basename(stub_path)):
+        raise ValueError(f"{stub_path} is not a stub name")
+    return stub_path[: -len(STUB_SUFFIX)]
 
 
-def read_stub(path: str | os.PathLike[str]) -> Stub | None:
-    """The stub at `path` (None when there is none); StubError (exit 4) when it is not a valid one."""
+def render_stub(stub: Stub) -> bytes:
+    _validate(stub.to_dict(), "<stub>")
+    return (json.dumps(stub.to_dict(), indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+
+def parse_stub(data: bytes, source: str) -> Stub:
+    """A stub's bytes as a `Stub`; anything else is a one-line StubError naming `source` and the key."""
+    if len(data) > STUB_MAX_BYTES:
+        raise StubError(f"{source}: not a storekit stub ({len(data)} bytes; a stub is under 64 KiB)")
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        doc = json.loads(data)
-        if doc.get("kind") != STUB_KIND or doc.get("version") != STUB_VERSION:
-            raise ValueError(f"not a {STUB_KIND} of version {STUB_VERSION}")
-        return Stub(
-            unit=str(doc["unit"]),
-            action=str(doc["action"]),
-            tier=str(doc["tier"]),
-            url=str(doc["url"]),
-            manifest=str(doc["manifest"]),
-            manifest_xxh3_128=str(doc["manifest_xxh3_128"]),
-            files=int(doc["files"]),
-            bytes=int(doc["bytes"]),
-            dirs=int(doc["dirs"]),
-            moved_at=float(doc["moved_at"]),
-            unit_id=str(doc["unit_id"]),
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StubError(f"{source}: not a storekit stub (not JSON: {exc})") from None
+    if not isinstance(doc, dict):
+        raise StubError(f"{source}: not a storekit stub (expected a JSON object)")
+    _validate(doc, source)
+    return Stub(**{k: doc[k] for k in _FIELDS})
+
+
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "unit": (str,),
+    "unit_kind": (str,),
+    "is_file": (bool,),
+    "writer": (str, type(None)),
+    "step": (int, type(None)),
+    "action": (str,),
+    "to_tier": (str,),
+    "to_path": (str,),
+    "manifest": (str,),
+    "manifest_xxh3": (str,),
+    "bytes": (int,),
+    "files": (int,),
+    "at": (str,),
+    "dirs": (int,),
+    "unit_id": (str,),
+}
+
+
+def _validate(doc: dict[str, Any], source: str) -> None:
+    if doc.get("kind") != STUB_KIND:
+        raise StubError(f"{source}: kind: expected {STUB_KIND!r}, got {doc.get('kind')!r}")
+    if doc.get("schema_version") != STUB_SCHEMA:
+        raise StubError(
+            f"{source}: schema_version: {doc.get('schema_version')!r} is not {STUB_SCHEMA}",
+            hint="a newer storekit wrote it; upgrade storekit",
         )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise StubError(f"{path}: not a valid storekit stub ({exc})") from None
+    for key, types in _FIELDS.items():
+        if key not in doc:
+            raise StubError(f"{source}: {key}: missing")
+        value = doc[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise StubError(f"{source}: {key}: unexpected value {value!r}")
+    unknown = sorted(set(doc) - set(_FIELDS) - {"kind", "schema_version"})
+    if unknown:
+        raise StubError(f"{source}: {unknown[0]}: unknown key")
+    if doc["unit_kind"] not in UNIT_KINDS:
+        raise StubError(f"{source}: unit_kind: expected one of {', '.join(UNIT_KINDS)}")
+    if doc["action"] not in ACTIONS:
+        raise StubError(f"{source}: action: expected one of {', '.join(ACTIONS)}")
+    if not _HEX32.match(doc["manifest_xxh3"]):
+        raise StubError(f"{source}: manifest_xxh3: expected 32 lowercase hex digits (xxh3-128)")
+    for key in ("to_path", "manifest"):
+        path = doc[key]
+        if not path or path.startswith("/") or ".." in path.split("/") or "://" in path:
+            raise StubError(f"{source}: {key}: {path!r} is not a path relative to the tier root")
+    if doc["bytes"] < 0 or doc["files"] < 0:
+        raise StubError(f"{source}: bytes/files: negative")
+    if "/" in doc["unit"] or not doc["unit"]:
+        raise StubError(f"{source}: unit: {doc['unit']!r} is not one path component")

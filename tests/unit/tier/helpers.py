@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storekit import faults
+from storekit.config import SiteConfig, TierConfig
 from storekit.durable import TMP_MARK, is_tombstone
 
 MiB = 1024 * 1024
@@ -134,6 +135,15 @@ def count_points(fn: Callable[[], object]) -> int:
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     return int(text)
+
+
+def posix_site(burst: Path, parallel: Path) -> SiteConfig:
+    """A site with a node-local burst tier and a parallel file system tier at these directories."""
+    tiers = {
+        "burst": TierConfig(name="burst", url=burst.as_uri(), role="burst"),
+        "parallel": TierConfig(name="parallel", url=parallel.as_uri(), role="parallel"),
+    }
+    return SiteConfig(source="<test>", tiers=tiers, default_tier="parallel")
 
 
 def memory_dir(tmp_path: Path) -> Path:

@@ -13,8 +13,16 @@ import pytest
 
 from storekit.tier.audit import gc
 from storekit.tier.mover import drain_unit, recall_unit
-from storekit.tier.stub import read_stub, stub_path
-from tests.unit.tier.helpers import count_points, leftovers, make_unit, memory_dir, run_killed, snapshot
+from storekit.tier.stubfile import read_stub, stub_path
+from tests.unit.tier.helpers import (
+    count_points,
+    leftovers,
+    make_unit,
+    memory_dir,
+    posix_site,
+    run_killed,
+    snapshot,
+)
 
 UNIT = "checkpoints/run_001/step_100"
 
@@ -28,13 +36,14 @@ def _setup(base: Path, phase: str, unit: str) -> tuple[Path, Path, Path, Callabl
     else:
         make_unit(burst / unit, seed=7)
     parallel.mkdir()
+    site = posix_site(burst, parallel)
     if phase == "recall":
-        drain_unit(burst, unit, parallel, journal_dir=journal)
+        drain_unit(burst, unit, site.tier("parallel"), journal_dir=journal)
 
     def op() -> object:
         if phase == "drain":
-            return drain_unit(burst, unit, parallel, journal_dir=journal)
-        return recall_unit(burst, unit, journal_dir=journal)
+            return drain_unit(burst, unit, site.tier("parallel"), journal_dir=journal)
+        return recall_unit(burst, unit, journal_dir=journal, site=site)
 
     return burst, parallel, journal, op
 
@@ -74,7 +83,9 @@ def _every_point(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> int:
         assert run_killed(op, f"*@{n}=kill"), f"point {n} of {total} was not reached"
         _whole_somewhere(burst, parallel, unit, before)
         if gc_first:
-            gc(journal, roots=[burst, parallel])  # an abandoned run cleaned up before the rerun
+            gc(
+                journal, roots=[burst, parallel], site=posix_site(burst, parallel)
+            )  # an abandoned run cleaned up before the rerun
             _whole_somewhere(burst, parallel, unit, before)
         op()
         if phase == "drain":
@@ -82,7 +93,7 @@ def _every_point(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> int:
         else:
             assert snapshot(burst / unit) == before and not stub_path(burst / unit).exists()
         assert snapshot(parallel / unit) == before
-        report = gc(journal, roots=[burst, parallel])
+        report = gc(journal, roots=[burst, parallel], site=posix_site(burst, parallel))
         assert report.left == []
         assert leftovers(tmp_path / f"k{n}") == [], n
         assert sorted(os.listdir(journal)) == ["actions.log"]

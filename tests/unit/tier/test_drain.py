@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from storekit.config import SiteConfig
 from storekit.errors import NotFoundError, StorekitError
 from storekit.tier.audit import gc, verify_stub
-from storekit.tier.mover import UnitChanged, drain_unit, recall_unit
-from storekit.tier.stub import read_stub, stub_path
+from storekit.tier.mover import UnitChanged, UnitResult, drain_unit, recall_unit
+from storekit.tier.stubfile import read_stub, stub_path
 from storekit.tier.unitjournal import read_log
-from tests.unit.tier.helpers import leftovers, make_unit, snapshot
+from tests.unit.tier.helpers import leftovers, make_unit, posix_site, snapshot
 
 UNIT = "checkpoints/run_001/step_100"
 
@@ -26,21 +28,34 @@ def tiers(tmp_path: Path) -> tuple[Path, Path, Path]:
     return burst, parallel, journal
 
 
+def _site(tiers: tuple[Path, Path, Path]) -> SiteConfig:
+    return posix_site(tiers[0], tiers[1])
+
+
+def drain(tiers: tuple[Path, Path, Path], unit: str = UNIT, **kw: Any) -> UnitResult:
+    return drain_unit(tiers[0], unit, _site(tiers).tier("parallel"), journal_dir=tiers[2], **kw)
+
+
+def recall(tiers: tuple[Path, Path, Path], unit: str = UNIT) -> UnitResult:
+    return recall_unit(tiers[0], unit, journal_dir=tiers[2], site=_site(tiers))
+
+
 def test_drain_then_recall_is_exact(tiers: tuple[Path, Path, Path]) -> None:
     burst, parallel, journal = tiers
     before = snapshot(burst / UNIT)
-    result = drain_unit(burst, UNIT, parallel, journal_dir=journal, tier_name="parallel")
+    result = drain(tiers)
     assert (result.state, result.freed, result.files) == ("done", True, 7)
     assert not (burst / UNIT).exists()
     assert snapshot(parallel / UNIT) == before  # bytes, modes, mtimes, links, empty file and dir
     stub = read_stub(stub_path(burst / UNIT))
-    assert stub is not None and stub.url == (parallel / UNIT).as_uri() and stub.tier == "parallel"
-    assert (stub.files, stub.bytes, stub.manifest_xxh3_128) == (7, result.bytes, result.manifest_xxh3_128)
+    assert stub is not None and (stub.to_tier, stub.to_path) == ("parallel", UNIT)
+    assert stub.manifest == f"{UNIT}.storekit-archive.json" and (stub.is_file, stub.dirs) == (False, 5)
+    assert (stub.files, stub.bytes, stub.manifest_xxh3) == (7, result.bytes, result.manifest_xxh3_128)
     manifest = json.loads((parallel / "checkpoints/run_001/step_100.storekit-archive.json").read_bytes())
     assert {e["path"] for e in manifest["entries"]} == set(before)
-    assert verify_stub(stub_path(burst / UNIT), site=None).problems == []
+    assert verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems == []
 
-    back = recall_unit(burst, UNIT, journal_dir=journal)
+    back = recall(tiers)
     assert (back.state, back.freed) == ("done", True)
     assert snapshot(burst / UNIT) == before
     assert not stub_path(burst / UNIT).exists()
@@ -58,9 +73,9 @@ def test_drain_then_recall_is_exact(tiers: tuple[Path, Path, Path]) -> None:
 
 
 def test_copy_only_keeps_the_source_and_writes_no_stub(tiers: tuple[Path, Path, Path]) -> None:
-    burst, parallel, journal = tiers
+    burst, parallel, _journal = tiers
     before = snapshot(burst / UNIT)
-    result = drain_unit(burst, UNIT, parallel, journal_dir=journal, free_source=False)
+    result = drain(tiers, free_source=False)
     assert not result.freed
     assert snapshot(burst / UNIT) == before == snapshot(parallel / UNIT)
     assert not stub_path(burst / UNIT).exists()
@@ -76,7 +91,7 @@ def test_a_unit_changed_after_planning_is_rolled_back_not_freed(tiers: tuple[Pat
             fh.write(b"more")
 
     with faults.at("tier.copying", touch), pytest.raises(UnitChanged, match="changed since it was planned"):
-        drain_unit(burst, UNIT, parallel, journal_dir=journal)
+        drain(tiers)
     assert (burst / UNIT / "model/rank1.pt").stat().st_size == 65_540
     assert os.listdir(parallel / "checkpoints/run_001") == []  # the partial copy is gone
     assert not stub_path(burst / UNIT).exists() and os.listdir(journal) == ["actions.log"]
@@ -85,49 +100,51 @@ def test_a_unit_changed_after_planning_is_rolled_back_not_freed(tiers: tuple[Pat
 def test_a_file_written_during_its_copy_fails_the_unit(tiers: tuple[Path, Path, Path]) -> None:
     from storekit import faults
 
-    burst, parallel, journal = tiers
+    burst, _parallel, _journal = tiers
 
     def grow() -> None:
         with open(burst / UNIT / "model/rank0.pt", "ab") as fh:
             fh.write(b"x")
 
     with faults.at("tier.file-copied", grow), pytest.raises(StorekitError, match="changed"):
-        drain_unit(burst, UNIT, parallel, journal_dir=journal)
+        drain(tiers)
     assert (burst / UNIT).is_dir() and not stub_path(burst / UNIT).exists()
 
 
 def test_refusals(tiers: tuple[Path, Path, Path]) -> None:
-    burst, parallel, journal = tiers
+    _burst, parallel, _journal = tiers
     with pytest.raises(NotFoundError, match="no such unit"):
-        drain_unit(burst, "checkpoints/run_001/step_999", parallel, journal_dir=journal)
+        drain(tiers, "checkpoints/run_001/step_999")
     (parallel / UNIT).mkdir(parents=True)
     with pytest.raises(StorekitError, match="already exists on the destination"):
-        drain_unit(burst, UNIT, parallel, journal_dir=journal)
+        drain(tiers)
     with pytest.raises(NotFoundError, match="no such stub"):
-        recall_unit(burst, "checkpoints/run_001/step_999", journal_dir=journal)
+        recall(tiers, "checkpoints/run_001/step_999")
 
 
 def test_a_stub_whose_copy_is_gone_is_exit_3_and_changes_nothing(tiers: tuple[Path, Path, Path]) -> None:
     burst, parallel, journal = tiers
-    drain_unit(burst, UNIT, parallel, journal_dir=journal)
+    drain(tiers)
     (parallel / "checkpoints/run_001/step_100.storekit-archive.json").unlink()
     stub_before = stub_path(burst / UNIT).read_bytes()
     with pytest.raises(NotFoundError, match="is gone") as info:
-        recall_unit(burst, UNIT, journal_dir=journal)
+        recall(tiers)
     assert info.value.exit_code == 3
     assert stub_path(burst / UNIT).read_bytes() == stub_before
-    report = gc(journal, roots=[burst])
+    report = gc(journal, roots=[burst], site=_site(tiers))
     assert report.rolled_back and leftovers(burst) == []
-    assert verify_stub(stub_path(burst / UNIT), site=None).problems[0].endswith("(the archive is gone)")
+    assert (
+        verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems[0].endswith("(the archive is gone)")
+    )
 
 
 def test_verify_finds_a_flipped_bit(tiers: tuple[Path, Path, Path]) -> None:
-    burst, parallel, journal = tiers
-    drain_unit(burst, UNIT, parallel, journal_dir=journal)
+    burst, parallel, _journal = tiers
+    drain(tiers)
     victim = parallel / UNIT / "optim/shard/state.bin"
     os.chmod(victim, 0o644)
     data = bytearray(victim.read_bytes())
     data[100] ^= 1
     victim.write_bytes(bytes(data))
-    problems = verify_stub(stub_path(burst / UNIT), site=None).problems
+    problems = verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems
     assert len(problems) == 1 and "optim/shard/state.bin: expected 1234 bytes" in problems[0]
