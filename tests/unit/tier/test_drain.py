@@ -148,3 +148,33 @@ def test_verify_finds_a_flipped_bit(tiers: tuple[Path, Path, Path]) -> None:
     victim.write_bytes(bytes(data))
     problems = verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems
     assert len(problems) == 1 and "optim/shard/state.bin: expected 1234 bytes" in problems[0]
+
+
+def test_move_unit_carries_out_plan_units(
+    tiers: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from storekit.tier.moveunit import JOURNAL_DIR, move_unit
+
+    burst, parallel, _ = tiers
+    monkeypatch.delenv("STOREKIT_TIER_JOURNAL", raising=False)
+    before = snapshot(burst / UNIT)
+    common = {"unit_kind": "checkpoint", "writer": "storekit", "step": 100, "free_source": True}
+    out = move_unit(
+        SimpleNamespace(
+            action="drain", src_tier="burst", src_path=UNIT, dst_tier="parallel", dst_path=UNIT, **common
+        ),
+        site=_site(tiers),
+    )
+    assert (out.status, out.exit_code) == ("done", 0) and out.bytes > 0
+    stub = read_stub(stub_path(burst / UNIT))
+    assert stub is not None and (stub.writer, stub.step, stub.unit_kind) == ("storekit", 100, "checkpoint")
+    assert (parallel / JOURNAL_DIR / "actions.log").exists()  # the journal is on the shared tier
+    back = move_unit(
+        SimpleNamespace(
+            action="recall", src_tier="parallel", src_path=UNIT, dst_tier="burst", dst_path=UNIT, **common
+        ),
+        site=_site(tiers),
+    )
+    assert back.status == "done" and snapshot(burst / UNIT) == before
