@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.errors import ExitCode, NotFoundError, StorekitError
 from storekit.ops.s3delete import list_keys
@@ -19,6 +20,7 @@ from storekit.tier.audit import gc, verify_stub
 from storekit.tier.mover import archive_unit, recall_unit
 from storekit.tier.stubfile import read_stub, stub_path
 from storekit.tier.unitjournal import read_log
+from tests.integration.s3_helpers import PrivateGateway, wait_for
 from tests.unit.tier.helpers import (
     MiB,
     count_points,
@@ -224,3 +226,89 @@ def _every_point(base: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Tr
         )
         shutil.rmtree(base / f"k{n}")
     return total
+
+
+def _private_tier(s3_tier: TierConfig, endpoint: str) -> TierConfig:
+    return TierConfig(
+        name="archive", url=s3_tier.url, role="archive", options={**s3_tier.options, "endpoint_url": endpoint}
+    )
+
+
+def test_gateway_restart_mid_archive_is_ridden_out(tmp_path: Path, s3_tier: TierConfig) -> None:
+    """The gateway dies after the 2nd file is copied; a request meets the dead gateway and is
+    retried; the gateway comes back and the same run completes. Ordered by pause points, not sleeps."""
+    root, journal, events = tmp_path / "lustre", tmp_path / "journal", tmp_path / "events"
+    events.mkdir()
+    make_small_unit(root / RUN / "step_1", big=5 * MiB + 1, seed=9)
+    before = snapshot(root / RUN / "step_1")
+    gw = PrivateGateway(tmp_path)
+    gw.start()
+    tier = _private_tier(s3_tier, gw.endpoint)
+    try:
+        pid = _fork_with_faults(
+            lambda: archive_unit(root, f"{RUN}/step_1", tier, journal_dir=journal, transfer=SMALL),
+            "tier.file-copied@2=pause,transfer.retry=pause",
+            events,
+        )
+        wait_for("file 2 copied", (events / "tier.file-copied.reached").exists)
+        gw.stop()
+        (events / "tier.file-copied.go").touch()
+        wait_for("a refused request to be retried", (events / "transfer.retry.reached").exists)
+        gw.start()
+        (events / "transfer.retry.go").touch()
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        site = SiteConfig(source="<test>", tiers={"archive": tier}, default_tier="archive")
+        assert not os.path.lexists(root / RUN / "step_1")
+        assert verify_stub(stub_path(root / RUN / "step_1"), site=site).problems == []
+        recall_unit(root, f"{RUN}/step_1", journal_dir=journal, site=site, transfer=SMALL)
+        assert snapshot(root / RUN / "step_1") == before
+    finally:
+        gw.stop()
+
+
+def test_gateway_down_past_the_budget_is_exit_5_and_a_rerun_completes(
+    tmp_path: Path, s3_tier: TierConfig
+) -> None:
+    from storekit.ops.retry import RetryPolicy
+
+    root, journal = tmp_path / "lustre", tmp_path / "journal"
+    make_small_unit(root / RUN / "step_1", big=5 * MiB + 1, seed=10)
+    before = snapshot(root / RUN / "step_1")
+    gw = PrivateGateway(tmp_path)
+    gw.start()
+    tier = _private_tier(s3_tier, gw.endpoint)
+    short = TransferConfig(
+        min_part_size=5 * MiB, threads=2, max_in_flight_bytes=16 * MiB, retry=RetryPolicy(budget_s=1.0)
+    )
+    try:
+        with faults.at("tier.file-copied", gw.stop), pytest.raises(StorekitError) as info:
+            archive_unit(root, f"{RUN}/step_1", tier, journal_dir=journal, transfer=short)
+        assert info.value.exit_code == ExitCode.RETRYABLE
+        assert gw.endpoint in str(info.value) and "tier archive" in str(info.value)
+        assert s3_tier.options["secret"] not in str(info.value)
+        assert snapshot(root / RUN / "step_1") == before  # nothing freed
+        gw.start()
+        result = archive_unit(root, f"{RUN}/step_1", tier, journal_dir=journal, transfer=SMALL)
+        assert result.resumed and result.freed
+    finally:
+        gw.stop()
+
+
+def _fork_with_faults(fn: Callable[[], object], spec: str, events: Path) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.environ[faults.ENV] = spec
+            os.environ[faults.DIR_ENV] = str(events)
+            faults.reset()
+            fn()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 3
+        finally:
+            os._exit(code)
+    return pid
