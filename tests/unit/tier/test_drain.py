@@ -178,3 +178,18 @@ def test_move_unit_carries_out_plan_units(
         site=_site(tiers),
     )
     assert back.status == "done" and snapshot(burst / UNIT) == before
+
+
+def test_a_unit_changed_after_its_commit_is_kept_and_loses_its_stub(tiers: tuple[Path, Path, Path]) -> None:
+    from storekit import faults
+
+    burst, parallel, journal = tiers
+
+    def touch() -> None:
+        os.utime(burst / UNIT / "manifest.json")
+
+    with faults.at("tier.stubbed", touch), pytest.raises(UnitChanged, match="source was kept, not freed"):
+        drain(tiers)
+    assert (burst / UNIT / "manifest.json").exists() and not stub_path(burst / UNIT).exists()
+    assert (parallel / "checkpoints/run_001/step_100.storekit-archive.json").exists()  # the copy is committed
+    assert os.listdir(journal) == ["actions.log"]
