@@ -29,7 +29,12 @@ UNIT = "checkpoints/run_001/step_100"
 
 def _setup(base: Path, phase: str, unit: str) -> tuple[Path, Path, Path, Callable[[], object]]:
     burst, parallel, journal = base / "burst", base / "parallel", base / "journal"
-    if unit.endswith(".pt"):
+    if unit.startswith("datasets/"):  # a dataset version: many small shards and its manifest
+        for i in range(24):
+            (burst / unit / "shards").mkdir(parents=True, exist_ok=True)
+            (burst / unit / "shards" / f"part_{i:05d}.bin").write_bytes(bytes([i]) * (100 + i))
+        (burst / unit / "manifest.json").write_text('{"kind": "dataset"}\n')
+    elif unit.endswith(".pt"):
         (burst / unit).parent.mkdir(parents=True)
         (burst / unit).write_bytes(b"x" * 5000)
         os.utime(burst / unit, ns=(1, 1_700_000_000_000_000_001))
@@ -62,7 +67,7 @@ def _whole_somewhere(burst: Path, parallel: Path, unit: str, before: dict[str, t
 
 
 @pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
-@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt"])
+@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
 @pytest.mark.parametrize("phase", ["drain", "recall"])
 def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> None:
     tmp_path = memory_dir(tmp_path)
