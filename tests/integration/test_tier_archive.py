@@ -179,7 +179,7 @@ def test_sigkill_at_every_point_then_rerun(
     base = memory_dir(tmp_path)
     try:
         total = _every_point(base, s3_tier, site, engine, phase)
-        assert total >= 20
+        assert total >= (20 if phase == "archive" else 12)
     finally:
         if base != tmp_path:
             shutil.rmtree(base)
