@@ -17,12 +17,14 @@ from storekit.errors import MismatchError
 
 STUB_SUFFIX = ".storekit-stub"
 ARCHIVE_SUFFIX = ".storekit-archive.json"  # the mover's manifest of a unit, beside it where it went
+TIER_JOURNAL_DIR = ".storekit-tier-journal"  # the mover's unit journals, in a shared tier's root
 STUB_KIND = "storekit-stub"
 STUB_SCHEMA = 1
 STUB_MAX_BYTES = 64 * 1024  # a stub is small; anything bigger is not one
 UNIT_KINDS = ("checkpoint", "dataset")
 ACTIONS = ("archive", "drain")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX16 = re.compile(r"^[0-9a-f]{16}$")
 
 
 class StubError(MismatchError):
@@ -43,9 +45,9 @@ class Stub:
     manifest_xxh3: str  # xxh3-128 hex of the manifest's bytes
     bytes: int
     files: int
+    dirs: int  # directories of the unit, its root included (0 for a unit that is one file)
+    unit_id: str  # the mover's journal id (16 hex): action-log lines carry it
     at: str  # ISO 8601 UTC of the commit
-    dirs: int  # directories in the unit, its root included
-    unit_id: str  # the mover's journal id (its action-log lines carry it)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": STUB_SCHEMA, "kind": STUB_KIND, **asdict(self)}
@@ -99,9 +101,9 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "manifest_xxh3": (str,),
     "bytes": (int,),
     "files": (int,),
-    "at": (str,),
     "dirs": (int,),
     "unit_id": (str,),
+    "at": (str,),
 }
 
 
@@ -132,7 +134,10 @@ def _validate(doc: dict[str, Any], source: str) -> None:
         path = doc[key]
         if not path or path.startswith("/") or ".." in path.split("/") or "://" in path:
             raise StubError(f"{source}: {key}: {path!r} is not a path relative to the tier root")
-    if doc["bytes"] < 0 or doc["files"] < 0:
-        raise StubError(f"{source}: bytes/files: negative")
+    for key in ("bytes", "files", "dirs"):
+        if doc[key] < 0:
+            raise StubError(f"{source}: {key}: negative")
+    if not _HEX16.match(doc["unit_id"]):
+        raise StubError(f"{source}: unit_id: expected 16 lowercase hex digits (the mover's journal id)")
     if "/" in doc["unit"] or not doc["unit"]:
         raise StubError(f"{source}: unit: {doc['unit']!r} is not one path component")
