@@ -498,3 +498,10 @@ def _check_tree(root: Path, manifest: UnitManifest) -> None:
         same = same and (w.type == "symlink" or g.mode == w.mode) and (w.type != FILE or g.size == w.size)
         if not same:
             raise MismatchError(f"{root}/{path}: not restored as the manifest says ({g} vs {w})")
+
+
+def move_unit(unit: Any, *, site: SiteConfig) -> Any:
+    """A plan unit's move (`tier --apply` loads this name): see storekit.tier.moveunit."""
+    from storekit.tier.moveunit import move_unit as move
+
+    return move(unit, site=site)
