@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import xxhash
 
 from storekit.errors import NotFoundError, storage_errors
-from storekit.store import Store
+from storekit.store import ScanEntry, Store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,18 +67,29 @@ class Fingerprint:
 
 
 def fingerprint_of(store: Store, rel: str) -> Fingerprint:
-    """The fingerprint of the unit at `rel` (a directory or a single file); NotFoundError if gone."""
+    """The fingerprint of the unit at `rel` (a directory or a single file); NotFoundError if gone.
+
+    Directories are read with the store's streaming scanner (`Store.scan`): one listing per
+    directory on POSIX, one paginated listing on S3 (no ctime or inode there: 0 and mtime).
+    """
     local = store.local_path(rel)
-    if local is None:
-        return Fingerprint(tuple(sorted(_remote(store, rel), key=lambda f: f.rel)))
-    with storage_errors(local):
-        try:
-            top = os.lstat(local)
-        except FileNotFoundError:
-            raise NotFoundError(f"{store.display_url}/{rel}: no such unit") from None
+    if local is not None:
+        with storage_errors(local):
+            try:
+                top = os.lstat(local)
+            except FileNotFoundError:
+                raise NotFoundError(f"{store.display_url}/{rel}: no such unit") from None
         if not stat.S_ISDIR(top.st_mode):
             return Fingerprint((_stat("", top),))
-        return Fingerprint(tuple(sorted(_local(local, ""), key=lambda f: f.rel)))
+    else:
+        entry = store.info(rel)  # NotFoundError when gone
+        if not entry.is_dir:
+            mtime = 0 if entry.mtime is None else round(entry.mtime * 1e9)
+            return Fingerprint((FileStat(rel="", size=entry.size, mtime_ns=mtime, ctime_ns=0, inode=0,
+                                         mode=entry.mode or 0),))  # fmt: skip
+    cut = len(rel.rstrip("/")) + 1
+    files = (_scanned(e, e.rel[cut:]) for e in store.scan(rel))
+    return Fingerprint(tuple(sorted(files, key=lambda f: f.rel)))
 
 
 def _stat(rel: str, st: os.stat_result) -> FileStat:
@@ -95,36 +105,14 @@ def _stat(rel: str, st: os.stat_result) -> FileStat:
     )
 
 
-def _local(top: str, prefix: str) -> Iterator[FileStat]:
-    with os.scandir(os.path.join(top, prefix) if prefix else top) as it:
-        for entry in it:
-            rel = f"{prefix}/{entry.name}" if prefix else entry.name
-            st = entry.stat(follow_symlinks=False)
-            yield _stat(rel, st)
-            if stat.S_ISDIR(st.st_mode):
-                yield from _local(top, rel)
-
-
-def _remote(store: Store, rel: str) -> Iterator[FileStat]:
-    top = store.info(rel)  # NotFoundError when gone
-    if not top.is_dir:
-        yield FileStat(
-            rel="", size=top.size, mtime_ns=_ns(top.mtime), ctime_ns=0, inode=0, mode=top.mode or 0
-        )
-        return
-    prefix = rel.rstrip("/") + "/"
-    for e in store.walk(rel):
-        yield FileStat(
-            rel=e.path[len(prefix) :],
-            size=0 if e.is_dir else e.size,
-            mtime_ns=_ns(e.mtime),
-            ctime_ns=0,
-            inode=0,
-            mode=e.mode or 0,
-            is_dir=e.is_dir,
-            is_link=e.is_link,
-        )
-
-
-def _ns(mtime: float | None) -> int:
-    return 0 if mtime is None else round(mtime * 1e9)
+def _scanned(e: ScanEntry, rel: str) -> FileStat:
+    return FileStat(
+        rel=rel,
+        size=0 if e.is_dir else e.size,  # a directory's st_size says nothing about its files
+        mtime_ns=e.mtime_ns,
+        ctime_ns=e.ctime_ns,
+        inode=e.inode,
+        mode=stat.S_IMODE(e.mode),
+        is_dir=e.is_dir,
+        is_link=e.is_link,
+    )
