@@ -7,6 +7,7 @@ import errno
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Iterator, Mapping
 from typing import IO
 
@@ -172,13 +173,19 @@ class PosixStore(Store):
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
         with self._errors(rel):
             st = os.lstat(full)
+        try:
             if stat.S_ISDIR(st.st_mode):
                 if recursive:
-                    shutil.rmtree(full)
+                    _rmtree(full)
                 else:
                     os.rmdir(full)
             else:
                 os.unlink(full)
+        except OSError as exc:
+            # name the entry that could not be removed, not only the tree that was asked for
+            inside = isinstance(exc.filename, str) and exc.filename.startswith(self.root.rstrip("/") + "/")
+            with self._errors(self.rel(exc.filename) if inside else rel):
+                raise
 
     def rename(self, src: str, dst: str) -> None:
         s, d = self.full(src), self.full(dst)
@@ -186,6 +193,21 @@ class PosixStore(Store):
             os.makedirs(os.path.dirname(d), exist_ok=True)
             os.rename(s, d)
             fsync_dir(os.path.dirname(d))
+
+
+def _rmtree(path: str) -> None:
+    """shutil.rmtree, but its first failure names the full path of the entry (rmtree's own error
+    names it relative to its directory)."""
+
+    def named(_func: object, failed: str, exc: BaseException) -> None:
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror, failed) from exc
+        raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=named)
+    else:
+        shutil.rmtree(path, onerror=lambda func, failed, info: named(func, failed, info[1]))
 
 
 def _missing_dirs(root: str, final: str) -> list[str]:
