@@ -32,6 +32,14 @@ def get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: s
     return value
 
 
+def get_bool(raw: Mapping[str, Any], name: str, source: str, key: str, default: bool) -> bool:
+    """raw[name] as a boolean; `default` when absent."""
+    value = raw.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(source, key, "expected true or false")
+    return value
+
+
 def get_regex(raw: Mapping[str, Any], name: str, source: str, key: str) -> re.Pattern[str]:
     """raw[name] (required) compiled as a regular expression."""
     text = get_str(raw, name, source, key)

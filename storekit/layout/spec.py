@@ -15,7 +15,7 @@ from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
 from storekit.tier.policy import Policy, parse_policies
-from storekit.tomlkeys import get_regex, get_str, get_table, parse_toml, reject_unknown
+from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -151,9 +151,7 @@ def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterPro
                 f"{key}.create[{i}]",
                 f"{c!r} does not match the first level's pattern {levels[0].pattern.pattern!r}",
             )
-    read_only = body.get("read_only", False)
-    if not isinstance(read_only, bool):
-        raise ConfigError(source, f"{key}.read_only", "expected true or false")
+    read_only = get_bool(body, "read_only", source, f"{key}.read_only", False)
     return AreaSpec(
         name=name,
         description=get_str(body, "description", source, f"{key}.description", default=""),
