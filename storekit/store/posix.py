@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob as globmod
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Iterator, Mapping
 from typing import IO
 
@@ -14,23 +16,20 @@ from storekit.diskspace import free_bytes
 from storekit.durable import fsync_dir
 from storekit.errors import (
     PathEscapeError,
+    StorekitError,
     UnreachableError,
 )
 from storekit.paths import clean_rel, resolves_outside
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
+from storekit.store.probe import posix_capabilities
+from storekit.store.scan import ScanEntry, scan_tree
 
 
 class PosixStore(Store):
     """A POSIX directory tree: local disk, NFS, Lustre or CephFS mounts."""
 
-    capabilities = Capabilities(
-        atomic_rename=True,
-        directories=True,
-        posix_modes=True,
-        free_space=True,
-        user_metadata=True,
-        striping=bool(shutil.which("lfs")),
-    )
+    def probe_capabilities(self) -> Capabilities:
+        return posix_capabilities(self.root)
 
     def full(self, rel: str) -> str:
         path = super().full(rel)
@@ -84,6 +83,16 @@ class PosixStore(Store):
             st = os.lstat(full)
         return self._entry(full, st, stat.S_ISLNK(st.st_mode))
 
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        out = []
+        with self._errors(pattern):
+            for path in globmod.glob(full, recursive=True, include_hidden=True):
+                st = os.lstat(path)
+                if not stat.S_ISDIR(st.st_mode):  # like list(): a link is an entry, never followed
+                    out.append(self._entry(path, st, stat.S_ISLNK(st.st_mode)))
+        return sorted(out, key=lambda e: e.path)
+
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)
         out = []
@@ -94,6 +103,12 @@ class PosixStore(Store):
                     self._entry(f"{full}/{de.name}" if full != "/" else f"/{de.name}", st, de.is_symlink())
                 )
         return sorted(out, key=lambda e: e.path)
+
+    def scan(self, rel: str = "") -> Iterator[ScanEntry]:
+        rel = clean_rel(rel)
+        full = self.full(rel)
+        with self._errors(rel):
+            yield from scan_tree(full, f"{rel}/" if rel else "")
 
     def free_space(self) -> int | None:
         return free_bytes(self.root)
@@ -116,6 +131,8 @@ class PosixStore(Store):
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
         meta = check_metadata(metadata)
+        if meta and not self.capabilities.user_metadata:
+            raise self._no_xattrs(rel, meta)
         final = self.full(rel)
         tmp = self.full(temp_name(clean_rel(rel)))
         created = _missing_dirs(self.root, final)
@@ -129,7 +146,8 @@ class PosixStore(Store):
                 os.fsync(fh.fileno())
                 fh.close()
                 for key, value in meta.items():
-                    _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8"))
+                    if not _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8")):
+                        raise self._no_xattrs(rel, meta)  # a mount below the root without them
                 os.replace(tmp, final)
                 fsync_dir(os.path.dirname(final))
         except BaseException:
@@ -140,6 +158,14 @@ class PosixStore(Store):
                 with contextlib.suppress(OSError):
                     os.rmdir(path)
             raise
+
+    def _no_xattrs(self, rel: str, meta: Mapping[str, str]) -> StorekitError:
+        # refusing beats writing the file without the metadata the caller relies on
+        return StorekitError(
+            f"tier {self.name}: {self.display_url}/{rel} is on a file system without user xattrs, "
+            f"so its metadata ({', '.join(sorted(meta))}) cannot be kept",
+            hint="check store.capabilities.user_metadata and keep the metadata elsewhere (a manifest)",
+        )
 
     def makedirs(self, rel: str, mode: int | None = None) -> None:
         full = self.full(rel)
@@ -158,13 +184,19 @@ class PosixStore(Store):
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
         with self._errors(rel):
             st = os.lstat(full)
+        try:
             if stat.S_ISDIR(st.st_mode):
                 if recursive:
-                    shutil.rmtree(full)
+                    _rmtree(full)
                 else:
                     os.rmdir(full)
             else:
                 os.unlink(full)
+        except OSError as exc:
+            # name the entry that could not be removed, not only the tree that was asked for
+            inside = isinstance(exc.filename, str) and exc.filename.startswith(self.root.rstrip("/") + "/")
+            with self._errors(self.rel(exc.filename) if inside else rel):
+                raise
 
     def rename(self, src: str, dst: str) -> None:
         s, d = self.full(src), self.full(dst)
@@ -172,6 +204,21 @@ class PosixStore(Store):
             os.makedirs(os.path.dirname(d), exist_ok=True)
             os.rename(s, d)
             fsync_dir(os.path.dirname(d))
+
+
+def _rmtree(path: str) -> None:
+    """shutil.rmtree, but its first failure names the full path of the entry (rmtree's own error
+    names it relative to its directory)."""
+
+    def named(_func: object, failed: str, exc: BaseException) -> None:
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror, failed) from exc
+        raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=named)
+    else:
+        shutil.rmtree(path, onerror=lambda func, failed, info: named(func, failed, info[1]))
 
 
 def _missing_dirs(root: str, final: str) -> list[str]:
@@ -184,9 +231,12 @@ def _missing_dirs(root: str, final: str) -> list[str]:
     return missing
 
 
-def _set_xattr(path: str, name: str, value: bytes) -> None:
+def _set_xattr(path: str, name: str, value: bytes) -> bool:
+    """False where the file system has no user xattrs."""
     try:
         os.setxattr(path, name, value)
     except OSError as exc:
         if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
             raise
+        return False
+    return True

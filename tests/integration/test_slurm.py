@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_storekit
+
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).parents[2]
@@ -113,10 +115,7 @@ def test_sbatch_array_runs_storekit_on_a_shared_tier(slurm_cluster: None, tmp_pa
     assert sorted(p.name for p in (shared / "storage").iterdir()) == [
         "checkpoints", "datasets", "logs", "models", "scratch",
     ]  # fmt: skip
-    check = subprocess.run(
-        [sys.executable, "-m", "storekit", "layout", "check", "--json", "--config", str(cfg)],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    check = run_storekit(["layout", "check", "--json", "--config", str(cfg)], env=env, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
