@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
-from storekit.tomlkeys import get_str, get_table, parse_toml, reject_unknown
+from storekit.tier.policy import Policy, parse_policies
+from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -63,6 +64,7 @@ class LayoutSpec:
     root_mode: int
     temp_patterns: tuple[str, ...]
     areas: tuple[AreaSpec, ...]
+    policies: dict[str, Policy] = field(default_factory=dict)  # [policies.NAME]: the layout's tier rules
 
     def area(self, name: str) -> AreaSpec | None:
         return next((a for a in self.areas if a.name == name), None)
@@ -78,7 +80,7 @@ def load_layout(name_or_path: str) -> LayoutSpec:
 
 def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
     raw = parse_toml(data, source)
-    reject_unknown(raw, {"layout", "areas", "writers"}, source, "")
+    reject_unknown(raw, {"layout", "areas", "writers", "policies"}, source, "")
     head = get_table(raw, "layout", source, "layout")
     reject_unknown(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")
     areas_raw = get_table(raw, "areas", source, "areas")
@@ -96,7 +98,20 @@ def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
         root_mode=_mode(head.get("root_mode", "0755"), source, "layout.root_mode"),
         temp_patterns=tuple(patterns),
         areas=areas,
+        policies=_area_policies(parse_policies(raw.get("policies"), source), areas, source),
     )
+
+
+def _area_policies(
+    policies: dict[str, Policy], areas: tuple[AreaSpec, ...], source: str
+) -> dict[str, Policy]:
+    names = {a.name for a in areas}
+    for p in policies.values():
+        if p.area not in names:
+            raise ConfigError(
+                source, p.key("area"), f"names no area of this layout ({', '.join(sorted(names))})"
+            )
+    return policies
 
 
 def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterProfile]) -> AreaSpec:
@@ -136,9 +151,7 @@ def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterPro
                 f"{key}.create[{i}]",
                 f"{c!r} does not match the first level's pattern {levels[0].pattern.pattern!r}",
             )
-    read_only = body.get("read_only", False)
-    if not isinstance(read_only, bool):
-        raise ConfigError(source, f"{key}.read_only", "expected true or false")
+    read_only = get_bool(body, "read_only", source, f"{key}.read_only", False)
     return AreaSpec(
         name=name,
         description=get_str(body, "description", source, f"{key}.description", default=""),
@@ -179,11 +192,7 @@ def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:
     if not isinstance(raw, dict):
         raise ConfigError(source, key, "expected an inline table { name = ..., pattern = ... }")
     reject_unknown(raw, {"name", "pattern", "committed_by"}, source, key)
-    pattern_text = get_str(raw, "pattern", source, f"{key}.pattern")
-    try:
-        pattern = re.compile(pattern_text)
-    except re.error as exc:
-        raise ConfigError(source, f"{key}.pattern", f"not a valid regular expression: {exc}") from None
+    pattern = get_regex(raw, "pattern", source, f"{key}.pattern")
     committed_by = raw.get("committed_by")
     if committed_by is not None:
         committed_by = _component(committed_by, source, f"{key}.committed_by")

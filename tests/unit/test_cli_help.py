@@ -18,7 +18,7 @@ from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.errors import EXIT_CODE_TABLE
-from tests.conftest import run_storekit
+from tests.conftest import Ran, run_storekit
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = get_command(app)
@@ -28,6 +28,8 @@ def leaves(
     group: click.Command, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     if isinstance(group, click.Group):
+        if path and group.invoke_without_command:
+            yield path, group  # a group that acts on its own (`storekit tier --archive ...`)
         for name, sub in group.commands.items():
             yield from leaves(sub, (*path, name))
     else:
@@ -103,7 +105,7 @@ def test_a_typo_suggests_the_command_once() -> None:
     assert result.output.count("Did you mean 'status'?") == 1, result.output
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str) -> Ran:
     return run_storekit(args, timeout=60)
 
 

@@ -18,8 +18,7 @@ from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.config import mask_url, redact_urls, url_has_credentials
-from tests.conftest import s3_options
-from tests.unit.pipeline.helpers import run_cli
+from tests.conftest import run_cli, s3_options
 
 KEY = "AKIDLEAKY77"
 SECRET = "SeCrEtLeAk9x"
@@ -62,12 +61,17 @@ COMMANDS = [
     ["jobs", "status", "datasets/code/sample/v1"],
     ["jobs", "run-task", "work", "--tasks", "0"],
     ["jobs", "finalize", "work"],
+    ["tier", "--archive", "checkpoints/run_001", "--dry-run"],
+    ["tier", "--drain"],
+    ["tier", "--recall", "checkpoints/run_001", "--dry-run"],
 ]
 
 
 def leaf_commands(command: click.Command, path: tuple[str, ...] = ()) -> set[str]:
     if isinstance(command, click.Group):
-        return {leaf for name, sub in command.commands.items() for leaf in leaf_commands(sub, (*path, name))}
+        own = {" ".join(path)} if path and command.invoke_without_command else set()
+        subs = command.commands.items()
+        return own | {leaf for name, sub in subs for leaf in leaf_commands(sub, (*path, name))}
     return {" ".join(path)}
 
 
