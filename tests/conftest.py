@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,8 +79,9 @@ def run_cli(args: Sequence[str], capsys: Any = None) -> Ran:
     except SystemExit as exc:
         code = int(exc.code or 0)
     finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
+        if threading.current_thread() is threading.main_thread():  # a task thread installs none
+            for s, h in saved.items():
+                signal.signal(s, h)
     if capsys is not None:
         captured = capsys.readouterr()
         return Ran(code, captured.out, captured.err)

@@ -71,6 +71,18 @@ class InFlight:
     pid: int
     host: str
 
+    def may_be_alive(self, here: str) -> bool:
+        """False only when its run is known dead: on this host, and its pid is gone."""
+        if self.host != here:
+            return True  # another node's run: only its scheduler knows
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process: alive
+        return True
+
 
 @dataclass(frozen=True)
 class TaskScan:
@@ -269,6 +281,17 @@ class JobDir:
             for name in _names(parent):
                 if (mark in name) if own else (TMP_MARK in name):
                     remove_path(parent / name)
+
+    def remove_dead_temps(self) -> int:
+        """Temp dirs of runs on this host that died (SIGKILL, out of memory): a rerun's tasks take
+        no lock, so this is what clears them. Tombstone first: a run wrongly thought dead (a pid
+        in another namespace) then fails its commit cleanly instead of renaming a half-removed dir."""
+        here = socket.gethostname()
+        dead = [f for f in self.scan().in_flight if not f.may_be_alive(here)]
+        with io_errors(self.tasks):
+            for flying in dead:
+                remove_tree(self.tasks / flying.name)
+        return len(dead)
 
     # -- submissions (submitting process only) ---------------------------------------------------
     def record_submission(self, sub: Submission) -> None:

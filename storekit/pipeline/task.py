@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,16 +202,20 @@ class TaskRunner:
             done(index, summary)
 
     def _reap(self) -> None:
-        finished = [f for f in self._pending if f.done()]
-        self._pending = [f for f in self._pending if not f.done()]
-        for future in finished:
-            future.result()  # re-raises a failed commit here, in the caller's thread
+        # one look per future: one finishing between two looks would lose its error
+        finished = {f: f.done() for f in self._pending}
+        self._pending = [f for f, done in finished.items() if not done]
+        for future, done in finished.items():
+            if done:
+                future.result()  # re-raises a failed commit here, in the caller's thread
 
     def drain(self) -> None:
-        """Wait for background commits; raise the first failure."""
-        for future in self._pending:
+        """Wait for every background commit, then raise the first failure: after a failure the
+        next commits may still be renaming, and the caller removes temp dirs once this returns."""
+        pending, self._pending = self._pending, []
+        wait(pending)
+        for future in pending:
             future.result()
-        self._pending = []
 
     def _run(self, index: int, tmp: Path, progress: ProgressFn) -> TaskStats:
         """The fused loop: each document passes validate, length filter, hash, dedup, encode, split
