@@ -1,0 +1,83 @@
+"""What an array element checks before it trusts the plan: the tokenizer copy and the sources.
+
+The submitter copies the tokenizer into the work dir (a shared file system) so every node loads the
+same bytes, even if the original is on a node's disk or is replaced meanwhile; an element loads that
+copy only when its xxh3-128 is the plan's. At task start each source the task reads must still have
+the size and mtime the plan recorded: a corpus changed under a running job would make shards that
+match neither version.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import xxhash
+
+from storekit.durable import write_file_atomic
+from storekit.errors import InputError, MismatchError
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.plan import PrepPlan
+from storekit.pipeline.tokenizer import read_tokenizer_json
+
+TOKENIZER_COPY = "tokenizer.json"
+
+
+def copy_tokenizer(plan: PrepPlan, work_path: Path) -> Path:
+    """Write the plan's tokenizer (uncompressed) into the work dir, atomically; checked on the way."""
+    text = read_tokenizer_json(plan.tokenizer.file).encode("utf-8")
+    if xxhash.xxh3_128_hexdigest(text) != plan.tokenizer.xxh3_128:
+        raise MismatchError(
+            f"tokenizer {plan.tokenizer.file} changed since it was planned (xxh3-128 differs)",
+            hint="rerun the command to plan again with the current tokenizer",
+        )
+    target = work_path / TOKENIZER_COPY
+    write_file_atomic(target, text, mode=0o600)
+    return target
+
+
+def with_tokenizer_copy(plan: PrepPlan, work_path: Path) -> PrepPlan:
+    """The plan as an element uses it: the tokenizer loaded from the work dir copy, after its xxh3-128
+    matched the plan's (exit 4 otherwise)."""
+    copy = work_path / TOKENIZER_COPY
+    try:
+        data = copy.read_bytes()
+    except FileNotFoundError:
+        raise MismatchError(
+            f"{copy} is missing: the work dir has no tokenizer copy",
+            hint="resubmit with `storekit jobs rerun`",
+        ) from None
+    if xxhash.xxh3_128_hexdigest(data) != plan.tokenizer.xxh3_128:
+        raise MismatchError(
+            f"{copy}: xxh3-128 differs from the plan's tokenizer {plan.tokenizer.xxh3_128}",
+            hint="the copy was damaged or replaced; remove the work dir and submit again",
+        )
+    return replace(plan, tokenizer=replace(plan.tokenizer, file=str(copy)))
+
+
+def check_sources(plan: PrepPlan, task: int, fs: InputFS) -> None:
+    """Every source task `task` reads has the size and mtime of the plan (exit 1 naming the file)."""
+    wanted = {piece.source for piece in plan.tasks[task].pieces}
+    for index in sorted(wanted):
+        src = plan.sources[index]
+        size, mtime = _stat(src.url, src.display, fs)
+        if size != src.size or (src.mtime is not None and mtime is not None and mtime != src.mtime):
+            raise InputError(
+                f"input {src.display} changed since it was planned (size {src.size} -> {size}"
+                f"{'' if mtime == src.mtime else ', mtime changed'})",
+                hint="restore the file, or plan again: cancel the job and rerun prepare without it",
+            )
+
+
+def _stat(url: str, display: str, fs: InputFS) -> tuple[int, float | None]:
+    local = fs.local_path(url)
+    try:
+        if local is not None:
+            st = os.stat(local)
+            return st.st_size, st.st_mtime
+        info = fs.s3(url).info(url)
+    except FileNotFoundError:
+        raise InputError(f"input {display} is gone since it was planned") from None
+    mtime = info.get("LastModified")
+    return int(info["size"]), mtime.timestamp() if hasattr(mtime, "timestamp") else None

@@ -1,0 +1,30 @@
+"""An element's CPUs come from Slurm; requeueing outside a job is refused."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from storekit.errors import StorekitError
+from storekit.executors.local import default_workers
+from storekit.slurm.element import element_workers, own_job_id, requeue_self
+
+
+def test_workers_follow_slurm_cpus_per_task_not_the_host() -> None:
+    assert element_workers({"SLURM_CPUS_PER_TASK": "3"}) == 3
+    assert element_workers({}) == default_workers()
+    assert element_workers({"SLURM_CPUS_PER_TASK": "0"}) == default_workers()
+
+
+def test_requeue_needs_a_job_and_then_ignores_further_stop_signals() -> None:
+    assert own_job_id({"SLURM_JOB_ID": "42"}) == "42"
+    old = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        with pytest.raises(StorekitError, match="not inside a Slurm job"):
+            requeue_self({})
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

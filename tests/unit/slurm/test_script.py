@@ -1,0 +1,91 @@
+"""The sbatch script: the admins' options, an exec'd storekit, no secret, stable bytes."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from storekit.errors import ExitCode, StorekitError
+from storekit.slurm.script import JobScript, SlurmOptions, render
+
+COMMAND = [
+    "/venv/bin/python",
+    "-m",
+    "storekit",
+    "jobs",
+    "run-element",
+    "/shared/work dir",
+    "--submission",
+    "0",
+]
+
+
+def test_every_option_becomes_its_sbatch_line_and_storekit_is_execed() -> None:
+    opts = SlurmOptions(
+        partition="cpu",
+        time="2:00:00",
+        cpus_per_task=8,
+        mem="16G",
+        max_concurrent=50,
+        account="proj1",
+        qos="low",
+        extra=("--constraint=skylake", "--exclusive"),
+        container="apptainer exec /images/sk.sif",
+        setup="module load python/3.11",
+    )
+    text = render(
+        JobScript(job_name="storekit-web", log_dir="/shared/logs", command=COMMAND, array="0-41"), opts
+    )
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for want in ("--job-name=storekit-web", "--array=0-41%50", "--output=/shared/logs/%A_%a.out",
+                 "--partition=cpu", "--time=2:00:00", "--cpus-per-task=8", "--mem=16G", "--account=proj1",
+                 "--qos=low", "--constraint=skylake", "--exclusive", "--requeue", "--signal=B:USR1@90",
+                 "--open-mode=append"):  # fmt: skip
+        assert f"#SBATCH {want}" in lines, want
+    # every #SBATCH line comes before the first command (sbatch stops reading them there)
+    first_command = next(i for i, ln in enumerate(lines) if ln and not ln.startswith("#"))
+    assert all(not ln.startswith("#SBATCH") for ln in lines[first_command:])
+    assert lines[-2] == "module load python/3.11"
+    assert lines[-1] == (
+        "exec apptainer exec /images/sk.sif /venv/bin/python -m storekit jobs run-element "
+        "'/shared/work dir' --submission 0"
+    )
+    # the same inputs give the same bytes (a resubmission can compare)
+    assert text == render(JobScript(job_name="storekit-web", log_dir="/shared/logs", command=COMMAND,
+                                    array="0-41"), opts)  # fmt: skip
+
+
+def test_a_single_job_logs_by_job_id_and_defaults_add_no_lines() -> None:
+    text = render(JobScript(job_name="fin", log_dir="/l", command=["storekit"]), SlurmOptions())
+    assert "#SBATCH --output=/l/%j.out" in text
+    assert "--array" not in text and "--partition" not in text and "--mem" not in text
+    assert text.endswith("exec storekit\n")
+
+
+def test_the_script_parses_in_bash() -> None:
+    text = render(JobScript(job_name="x", log_dir="/l", command=COMMAND, array="0-3"),
+                  SlurmOptions(setup="export A=1"))  # fmt: skip
+    proc = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("opts", "words"),
+    [
+        (SlurmOptions(time="two hours"), "--slurm-time"),
+        (SlurmOptions(mem="lots"), "--slurm-mem"),
+        (SlurmOptions(partition="cpu;rm -rf /"), "--slurm-partition"),
+        (SlurmOptions(cpus_per_task=0), "--slurm-cpus"),
+        (SlurmOptions(extra=("constraint=x",)), "--slurm-extra"),
+        (SlurmOptions(extra=("--a\n--b",)), "--slurm-extra"),
+        (SlurmOptions(setup="export AWS_SECRET_ACCESS_KEY=abc"), "credential"),
+        (SlurmOptions(setup="echo a\necho b"), "one line"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_written(opts: SlurmOptions, words: str) -> None:
+    with pytest.raises(StorekitError) as info:
+        opts.check()
+    assert info.value.exit_code == ExitCode.USAGE
+    assert words in info.value.message
