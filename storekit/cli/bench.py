@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -370,7 +371,13 @@ def io(
 ) -> None:
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
-    from storekit.bench.cluster.launch import check_nodes, launch, refuse_unsupported, srun_command
+    from storekit.bench.cluster.launch import (
+        check_nodes,
+        launch,
+        processes_per_node,
+        refuse_unsupported,
+        srun_command,
+    )
     from storekit.bench.cluster.suite import ClusterSuite
     from storekit.bench.patterns import build_plan, peak_bytes
     from storekit.bench.plan import space_needed
@@ -421,7 +428,8 @@ def io(
     )
     if slurm:
         refuse_unsupported(spec.target.kind)
-        check_nodes(slurm)  # no srun, no controller, too few nodes: refused before anything is written
+        slurm = replace(slurm, processes_per_node=processes_per_node(spec))
+        cpus = check_nodes(slurm)  # no srun, no controller, too few nodes: refused before any write
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
     if not dry_run:  # what our killed predecessors left counts as free space again
@@ -440,7 +448,7 @@ def io(
             "would_reclaim": scratch.reclaimable(),
         }
         if slurm:
-            data["launch"] = {"executor": "slurm", "srun": srun_command(slurm, "COORDINATOR:PORT")}
+            data["launch"] = {"executor": "slurm", "srun": srun_command(slurm, "COORDINATOR:PORT", cpus)}
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
     with contextlib.ExitStack() as stack:

@@ -26,16 +26,18 @@ from dataclasses import dataclass
 
 from storekit.bench.cluster.coordinator import Cluster
 from storekit.bench.cluster.wire import TOKEN_ENV
+from storekit.bench.spec import BenchSpec
 from storekit.errors import UnreachableError, UsageError
+from storekit.slurm.commands import run_slurm
 
 CONNECT_AFTER_START_S = 300.0  # once srun runs, its agents start within this (python import, NFS)
-SLURM_CMD_TIMEOUT_S = 30.0
 SRUN_EXIT_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class SlurmOptions:
     nodes: int
+    processes_per_node: int = 1  # the most workers one node runs at once: CPUs each agent asks for
     partition: str | None = None
     time_limit: str | None = None
     account: str | None = None
@@ -46,10 +48,12 @@ def in_allocation() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
-def srun_command(opts: SlurmOptions, connect: str) -> list[str]:
-    """The srun line that starts one agent per node (no secret in it)."""
+def srun_command(opts: SlurmOptions, connect: str, cpus: int | None = None) -> list[str]:
+    """The srun line that starts one agent per node (no secret in it). `cpus`: what each agent asks
+    for, so its workers are not all bound to the one CPU a task gets by default."""
     argv = ["srun", f"--nodes={opts.nodes}", f"--ntasks={opts.nodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=1", "--job-name=storekit-bench-io"]  # fmt: skip
+    argv += [f"--cpus-per-task={cpus}"] if cpus else []
     if not in_allocation():
         argv += [f"--partition={opts.partition}"] if opts.partition else []
         argv += [f"--time={opts.time_limit}"] if opts.time_limit else []
@@ -57,37 +61,33 @@ def srun_command(opts: SlurmOptions, connect: str) -> list[str]:
     return [*argv, sys.executable, "-m", "storekit", "bench", "agent", "--connect", connect]
 
 
-def _slurm(*args: str) -> subprocess.CompletedProcess[str]:
-    if shutil.which(args[0]) is None:
-        raise UnreachableError(
-            f"{args[0]} not found: bench io --executor slurm needs the Slurm client commands on PATH",
-            hint="run it on a login node of the cluster, or use --executor local",
-        )
-    try:
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=SLURM_CMD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise UnreachableError(f"{args[0]} did not answer in {SLURM_CMD_TIMEOUT_S:.0f} s") from None
-
-
 def check_nodes(opts: SlurmOptions) -> int:
-    """Refuse what cannot run before starting anything: no srun, no controller, too few nodes."""
+    """Refuse what cannot run before starting anything: no srun, no controller, too few nodes.
+    Returns the CPUs each agent asks for: one per worker, at most what the smallest node has."""
     if shutil.which("srun") is None:
-        _slurm("srun")
+        run_slurm(["srun"])  # the one wording (and exit 5) for a missing Slurm client
     if in_allocation():
         have = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
         where = f"this allocation (job {os.environ.get('SLURM_JOB_ID')})"
+        node_cpus = [int(os.environ.get("SLURM_CPUS_ON_NODE") or 1)]
     else:
-        proc = _slurm(
-            "sinfo", "-h", "-N", "-o", "%N", *([f"--partition={opts.partition}"] if opts.partition else [])
-        )
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-            raise UnreachableError(f"Slurm is not reachable: {last}", hint="check slurmctld (scontrol ping)")
-        have = len(set(proc.stdout.split()))
-        where = f"partition {opts.partition}" if opts.partition else "the cluster"
+        nodes = partition_nodes(run_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%c"]), opts.partition)
+        have, node_cpus = len(nodes), list(nodes.values())
+        where = f"partition {opts.partition}" if opts.partition else "the default partition"
     if opts.nodes > have:
         raise UsageError(f"--nodes {opts.nodes}: {where} has {have} node(s)")
-    return have
+    return max(1, min([opts.processes_per_node, *node_cpus]))
+
+
+def partition_nodes(sinfo: str, partition: str | None) -> dict[str, int]:
+    """Node name -> CPUs of `partition` (None: the default one, marked `*` by sinfo) from
+    `%N|%P|%c` lines."""
+    nodes = {}
+    for line in sinfo.split():
+        name, part, cpus = [*line.split("|"), "", ""][:3]
+        if (part.rstrip("*") == partition) if partition else part.endswith("*"):
+            nodes[name] = int(cpus) if cpus.isdigit() else 1
+    return nodes
 
 
 def coordinator_address(override: str | None) -> str:
@@ -129,14 +129,22 @@ class _Tail:
 @contextlib.contextmanager
 def launch(opts: SlurmOptions, info: Callable[[str], None]) -> Iterator[Cluster]:
     """Start the agents, accept them, measure clocks; on leaving, shut them down and reap srun."""
-    check_nodes(opts)
+    cpus = check_nodes(opts)
     token = secrets.token_hex(16)
     listener = socket.create_server(("0.0.0.0", 0), backlog=max(opts.nodes, 16))
     connect = f"{coordinator_address(opts.coordinator_address)}:{listener.getsockname()[1]}"
-    argv = srun_command(opts, connect)
+    argv = srun_command(opts, connect, cpus)
     info(f"starting {opts.nodes} agents: {' '.join(argv)}")
-    proc = subprocess.Popen(argv, env={**os.environ, TOKEN_ENV: token}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    # its own session: Ctrl-C reaches only us, and we stop the agents in order (abort, then cleanup)
+    proc = subprocess.Popen(
+        argv,
+        env={**os.environ, TOKEN_ENV: token},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     tail = _Tail(proc.stdout)
     cluster: Cluster | None = None
@@ -171,6 +179,14 @@ def _reap(proc: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def processes_per_node(spec: BenchSpec) -> int:
+    """The most worker processes one node runs in any phase of this spec."""
+    most = max(spec.workers)
+    if "checkpoint" in spec.patterns:
+        most = max(most, spec.ranks // spec.nodes)
+    return most
 
 
 def refuse_unsupported(kind: str) -> None:
