@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, run_storekit
+from tests.conftest import IN_CI, run_storekit, storekit_env
+from tests.integration.test_slurm import wait_for
 
 pytestmark = pytest.mark.slurm
 NODES = 2
@@ -161,3 +164,33 @@ def test_controller_down_is_one_line_exit_5(slurm_nodes: list[str], tmp_path: Pa
     assert "Unable to contact slurm controller" in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
     assert list(target.iterdir()) == []
+
+
+def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
+    slurm_nodes: list[str], tmp_path: Path
+) -> None:
+    """What an admin writes in a batch script: no --nodes, the allocation's nodes are used."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    out = tmp_path / "bench.json"
+    command = [sys.executable, "-m", "storekit", "bench", "io", "--executor", "slurm",
+               "--target", str(target), "--pattern", "shards", *SMALL, "--json"]  # fmt: skip
+    wrap = f"{shlex.join(command)} > {shlex.quote(str(out))}"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", f"--nodes={NODES}", "--time=5", f"--output={tmp_path}/slurm-%j.out",
+         "--wrap", wrap],
+        env=storekit_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    try:
+        wait_for(job)
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    log = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+    doc = json.loads(out.read_text())
+    names = sorted(n["node"] for n in doc["environment"]["nodes"])
+    assert len(names) == NODES and set(names) <= set(slurm_nodes), log
+    assert all(len(ph["nodes"]) == NODES for p in doc["results"] for ph in p["phases"])
+    assert doc["parameters"]["nodes"] == NODES and leftovers(target) == []
+    assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in log  # a step of the allocation, not a new job

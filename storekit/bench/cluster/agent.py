@@ -128,12 +128,12 @@ class Agent:
         faults.point(f"bench.agent{self.rank}.setup")
         if not os.path.exists(os.path.join(self.run_root, OWNER_FILE)):
             raise StorekitError(
-                f"node {self.node} does not see the run directory {self.run_root}: the target is not "
-                "shared by the nodes (a node-local path?)"
+                f"the run directory {self.run_root} is not visible there: the target is not shared by "
+                "the nodes (a node-local path?)"
             )
         free = free_bytes(self.run_root)
         if free is not None and free < int(msg["space_needed"]):
-            raise NoSpaceError(f"node {self.node}: {self.run_root} has {free} bytes free, the run needs "
+            raise NoSpaceError(f"{self.run_root} has {free} bytes free, the run needs "
                                f"{msg['space_needed']}")  # fmt: skip
         environment = env.capture(self.target, uring.available())
         info: dict[str, Any] = {"node": self.node, "free_bytes": free, "environment": environment}
@@ -192,9 +192,9 @@ class Agent:
         errors = [payload for status, payload in outcomes.values() if status == "error"]
         if errors:
             cls, message = errors[0]
-            raise (cls or StorekitError)(f"node {self.node}: {message}")
+            raise (cls or StorekitError)(message)
         if any(status != "ok" for status, _ in outcomes.values()):
-            raise StorekitError(f"node {self.node}: a worker stopped before finishing")
+            raise StorekitError("a worker stopped before finishing")
         payload = [dict(r, node=self.node) for _, (_, r) in sorted(outcomes.items())]
         self.send("results", phase=msg["phase"], results=payload)
 
@@ -239,7 +239,7 @@ class Agent:
                     worker, status, payload = results.get(timeout=1.0)
                     outcomes[worker] = (status, payload)
                     continue
-                raise StorekitError(f"node {self.node}: worker {dead[0].name} died (exit {dead[0].exitcode})")
+                raise StorekitError(f"worker {dead[0].name} died (exit {dead[0].exitcode})")
             if time.monotonic() - self.last_sent >= HEARTBEAT_S:
                 self.send("alive")
         return outcomes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from storekit.bench import native
 from storekit.bench.cluster.coordinator import Cluster
 from storekit.bench.plan import DATA_OPS, BenchPlan, PhasePlan
 from storekit.bench.scratch import PosixScratch
@@ -42,6 +43,10 @@ class ClusterSuite(Suite):
             self._warn_once(f"direct: false ({why}); buffered I/O is measured")
         else:
             self.honesty["direct"] = {"requested": True, "effective": True, "reason": None}
+        timers = [n["environment"].get("small_file_timer") or {} for n in nodes]
+        python = next((t for t in timers if t.get("timer") == "python"), None)
+        if python is not None:
+            self._warn_once(native.python_timing_note(python.get("reason") or ""))
         skew = max(abs(n["clock"].get("offset_ns", 0)) for n in nodes)
         self.honesty["clocks"] = {
             "method": "NTP-style ping at the handshake; node timestamps moved onto the coordinator's clock",
