@@ -125,7 +125,7 @@ def test_one_node_failing_stops_every_node(
     if action == "eio":  # the healthy node heard the abort and stopped its workers itself
         assert "aborted by the coordinator" in proc.stderr, proc.stderr
     assert leftovers(target) == []
-    connect = proc.stderr.split("--connect ", 1)[1].split()[0]
+    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]  # rich may wrap it
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
     assert f"--connect {connect}" not in ps  # no node's agent (all on this host) outlived the command
 
@@ -193,4 +193,5 @@ def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
     assert len(names) == NODES and set(names) <= set(slurm_nodes), log
     assert all(len(ph["nodes"]) == NODES for p in doc["results"] for ph in p["phases"])
     assert doc["parameters"]["nodes"] == NODES and leftovers(target) == []
-    assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in log  # a step of the allocation, not a new job
+    # a step of the allocation, not a new job (rich may wrap the line)
+    assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in " ".join(log.split())

@@ -165,6 +165,7 @@ def launch(opts: SlurmOptions, info: Callable[[str], None]) -> Iterator[Cluster]
         if cluster is not None:
             cluster.cleanup = cluster.shutdown()
         _reap(proc)
+        tail.thread.join(timeout=5)  # the agents' last words reach our stderr before we exit
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:
