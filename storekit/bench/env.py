@@ -14,6 +14,7 @@ from typing import Any
 from storekit import __version__
 from storekit.bench.spec import TargetSpec
 from storekit.config import mask_url
+from storekit.mounts import mount_of
 
 MEMORY_BACKED = ("tmpfs", "ramfs", "devtmpfs")
 
@@ -23,38 +24,6 @@ def ram_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 0
-
-
-def _unescape(field: str) -> str:
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> dict[str, Any] | None:
-    """The mount holding `path` (longest mount point prefix of its real path)."""
-    real = os.path.realpath(path)
-    best: dict[str, Any] | None = None
-    try:
-        with open(mountinfo) as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if len(fields) < 6 or len(rest) < 2:
-            continue
-        point = _unescape(fields[4])
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= len(best["mount_point"])):
-            best = {
-                "mount_point": point,
-                "fs_type": rest[0],
-                "source": _unescape(rest[1]),
-                "mount_options": fields[5],
-                "super_options": rest[2] if len(rest) > 2 else "",
-                "dev": fields[2],
-            }
-    return best
 
 
 def block_device(dev: str) -> dict[str, Any] | None:

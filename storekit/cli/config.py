@@ -3,6 +3,7 @@ can be reached. Credentials are masked in every output."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import typer
@@ -20,6 +21,8 @@ from storekit.cli.common import (
 )
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.errors import ExitCode, StorekitError
+from storekit.ops.s3delete import bucket_versioning, check_unversioned
+from storekit.ops.s3transfer import S3Transfer, TransferConfig
 from storekit.store import open_store
 
 config_app = noun_app(None, "Show the site config (storekit.toml) and check that its tiers can be reached.")
@@ -84,7 +87,9 @@ def _render_show(c: Console, source: str, default: str, tiers: list[dict[str, An
         c.print(line.rstrip(), markup=False)
 
 
-@config_app.command("check", epilog=exit_codes(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.RETRYABLE))
+@config_app.command(
+    "check", epilog=exit_codes(ExitCode.ERROR, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.RETRYABLE)
+)
 def check(
     tier: TierOpt = None,
     json: JsonOpt = False,
@@ -96,8 +101,14 @@ def check(
     A POSIX tier is reachable when its root or the root's parent exists (the mount is there); an S3
     tier when its endpoint answers and the bucket exists. Read-only: it creates nothing.
 
+    For each reachable tier it shows what that tier's storage can do, probed there: atomic rename,
+    directories, permission bits, free space, user metadata (xattrs on POSIX), Lustre striping.
+    For S3 it shows the bucket's versioning; an archive tier's bucket must never have had it
+    (deletes there keep the bytes), otherwise exit 1.
+
     Exit 0 when all are reachable, 5 when a tier cannot be reached (retry later or fix the mount or
-    endpoint), 3 when a bucket does not exist, 2 for a malformed config.
+    endpoint), 3 when a bucket does not exist, 1 for a versioned archive bucket, 2 for a malformed
+    config.
 
     \b
     Examples:
@@ -109,12 +120,18 @@ def check(
     results: list[dict[str, Any]] = []
     failures: list[StorekitError] = []
     for t in _selected(cfg, tier):
+        doc: dict[str, Any] = {"name": t.name, "url": mask_url(t.url), "reachable": False, "error": None}
         try:
-            open_store(t).probe()
-            results.append({"name": t.name, "url": mask_url(t.url), "reachable": True, "error": None})
+            store = open_store(t)
+            store.probe()
+            doc["reachable"] = True
+            doc["capabilities"] = dataclasses.asdict(store.capabilities)
+            if t.scheme == "s3":
+                doc["versioning"] = _versioning(t)
         except StorekitError as exc:
             failures.append(exc)
-            results.append({"name": t.name, "url": mask_url(t.url), "reachable": False, "error": exc.message})
+            doc["error"] = exc.message
+        results.append(doc)
     out.result("config check", {"source": cfg.source, "tiers": results}, lambda c: _render_check(c, results))
     if failures:
         first = failures[0]  # its class sets the exit code: 5 unreachable, 3 missing bucket
@@ -124,7 +141,25 @@ def check(
         raise first
 
 
+def _versioning(tier: TierConfig) -> str | None:
+    """The bucket's versioning; an archive tier must have none (deletes there would keep the bytes)."""
+    with S3Transfer.for_tier(tier, config=TransferConfig(threads=1)) as engine:
+        if tier.role == "archive":
+            check_unversioned(engine)
+            return None
+        return bucket_versioning(engine)
+
+
 def _render_check(c: Console, results: list[dict[str, Any]]) -> None:
     for r in results:
         state = "reachable" if r["reachable"] else f"NOT reachable: {r['error']}"
+        if r["reachable"] and r["error"]:
+            state = f"reachable, but {r['error']}"
         c.print(f"tier {r['name']} ({r['url']}): {state}", markup=False)
+        caps = r.get("capabilities")
+        if caps:
+            has = [name for name, on in caps.items() if on] or ["none"]
+            lacks = [name for name, on in caps.items() if not on] or ["none"]
+            c.print(f"  can: {' '.join(has)}; cannot: {' '.join(lacks)}", markup=False)
+        if "versioning" in r:
+            c.print(f"  bucket versioning: {r['versioning'] or 'never enabled'}", markup=False)

@@ -95,14 +95,20 @@ def _still_listed(engine: S3Transfer, keys: Sequence[str]) -> list[str]:
     return sorted(set(found))
 
 
-def check_unversioned(engine: S3Transfer) -> None:
-    """Refuse a versioned bucket: deletes there only add delete markers and the bytes stay."""
+def bucket_versioning(engine: S3Transfer) -> str | None:
+    """The bucket's versioning status: "Enabled", "Suspended", or None where it was never enabled."""
     resp = engine.call(
         f"versioning of bucket {engine.bucket}",
         lambda: engine.client.get_bucket_versioning(Bucket=engine.bucket),
     )
     status = resp.get("Status")
-    if status in ("Enabled", "Suspended"):
+    return str(status) if status else None
+
+
+def check_unversioned(engine: S3Transfer) -> None:
+    """Refuse a versioned bucket: deletes there only add delete markers and the bytes stay."""
+    status = bucket_versioning(engine)
+    if status is not None:
         raise StorekitError(
             f"bucket {engine.bucket} at {engine.endpoint} has versioning {status}: "
             "deletes would keep old versions, so the archive cannot free or replace anything",

@@ -1,7 +1,8 @@
 """Stores: one rooted view of a tier over fsspec, with the operations every command needs.
 
-base (Store, Entry, Capabilities), posix (PosixStore), s3 (S3Store) and registry (which store a URL
-scheme gets: open_store). Everything is importable from `storekit.store` as before.
+base (Store, Entry, Capabilities), posix (PosixStore), s3 (S3Store), registry (which store a URL
+scheme gets: open_store), probe (what a POSIX directory's file system can do) and scan (the streaming
+tree scanner: scan_tree, ScanEntry). Everything is importable from `storekit.store` as before.
 """
 
 from storekit.durable import TMP_MARK
@@ -11,6 +12,7 @@ from storekit.store.registry import SCHEMES, open_store
 from storekit.store.s3 import S3_BLOCK_SIZE, S3_DEFAULT_CONFIG, S3Store, s3_filesystem
 from storekit.store.s3 import _decode_meta as _decode_meta  # S3 metadata encoding: ops/ shares it
 from storekit.store.s3 import _encode_meta as _encode_meta
+from storekit.store.scan import ScanEntry, scan_tree
 
 __all__ = [
     "S3_BLOCK_SIZE",
@@ -22,9 +24,11 @@ __all__ = [
     "Entry",
     "PosixStore",
     "S3Store",
+    "ScanEntry",
     "Store",
     "check_metadata",
     "open_store",
     "s3_filesystem",
+    "scan_tree",
     "temp_name",
 ]

@@ -8,8 +8,10 @@ S3 has no atomic rename, so directories are committed there by writing their man
 from __future__ import annotations
 
 import contextlib
+import functools
 import posixpath
 import re
+import stat
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -28,6 +30,7 @@ from storekit.errors import (
     storage_errors,
 )
 from storekit.paths import clean_rel
+from storekit.store.scan import ScanEntry
 
 XATTR_PREFIX = "user.storekit."
 # metadata keys every backend keeps as given: S3 lower-cases keys and RGW turns '_' into '-'
@@ -82,8 +85,6 @@ def temp_name(rel: str) -> str:
 class Store(ABC):
     """A tier's root, seen through fsspec. All paths are relative to the root and validated."""
 
-    capabilities: Capabilities
-
     def __init__(self, tier: TierConfig, fs: fsspec.AbstractFileSystem, root: str) -> None:
         self.tier = tier
         self.fs = fs
@@ -110,6 +111,15 @@ class Store(ABC):
         if not full.startswith(prefix):
             raise PathEscapeError(f"{full} is outside the root of tier {self.name} ({self.display_url})")
         return full[len(prefix) :]
+
+    @functools.cached_property
+    def capabilities(self) -> Capabilities:
+        """What this store can do, probed once per instance (two POSIX tiers may differ)."""
+        return self.probe_capabilities()
+
+    @abstractmethod
+    def probe_capabilities(self) -> Capabilities:
+        """Find out what this store's backend can do, without writing anything."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.display_url}>"
@@ -139,6 +149,14 @@ class Store(ABC):
             yield entry
             if entry.is_dir and not entry.is_link:
                 yield from self.walk(entry.path)
+
+    def scan(self, rel: str = "") -> Iterator[ScanEntry]:
+        """Every entry below `rel` with what tier planning fingerprints, streamed in walk() order.
+        Here from walk(): no ctime or inode (0), mtime to the backend's precision, no permission bits."""
+        for e in self.walk(rel):
+            kind = stat.S_IFDIR if e.is_dir else stat.S_IFLNK if e.is_link else stat.S_IFREG
+            mtime_ns = round(e.mtime * 1e9) if e.mtime is not None else 0
+            yield ScanEntry(e.path, e.size, mtime_ns, mtime_ns, 0, kind | (e.mode or 0))
 
     @abstractmethod
     def free_space(self) -> int | None:

@@ -14,23 +14,20 @@ from storekit.diskspace import free_bytes
 from storekit.durable import fsync_dir
 from storekit.errors import (
     PathEscapeError,
+    StorekitError,
     UnreachableError,
 )
 from storekit.paths import clean_rel, resolves_outside
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
+from storekit.store.probe import posix_capabilities
+from storekit.store.scan import ScanEntry, scan_tree
 
 
 class PosixStore(Store):
     """A POSIX directory tree: local disk, NFS, Lustre or CephFS mounts."""
 
-    capabilities = Capabilities(
-        atomic_rename=True,
-        directories=True,
-        posix_modes=True,
-        free_space=True,
-        user_metadata=True,
-        striping=bool(shutil.which("lfs")),
-    )
+    def probe_capabilities(self) -> Capabilities:
+        return posix_capabilities(self.root)
 
     def full(self, rel: str) -> str:
         path = super().full(rel)
@@ -95,6 +92,12 @@ class PosixStore(Store):
                 )
         return sorted(out, key=lambda e: e.path)
 
+    def scan(self, rel: str = "") -> Iterator[ScanEntry]:
+        rel = clean_rel(rel)
+        full = self.full(rel)
+        with self._errors(rel):
+            yield from scan_tree(full, f"{rel}/" if rel else "")
+
     def free_space(self) -> int | None:
         return free_bytes(self.root)
 
@@ -116,6 +119,8 @@ class PosixStore(Store):
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
         meta = check_metadata(metadata)
+        if meta and not self.capabilities.user_metadata:
+            raise self._no_xattrs(rel, meta)
         final = self.full(rel)
         tmp = self.full(temp_name(clean_rel(rel)))
         created = _missing_dirs(self.root, final)
@@ -129,7 +134,8 @@ class PosixStore(Store):
                 os.fsync(fh.fileno())
                 fh.close()
                 for key, value in meta.items():
-                    _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8"))
+                    if not _set_xattr(tmp, XATTR_PREFIX + key, value.encode("utf-8")):
+                        raise self._no_xattrs(rel, meta)  # a mount below the root without them
                 os.replace(tmp, final)
                 fsync_dir(os.path.dirname(final))
         except BaseException:
@@ -140,6 +146,14 @@ class PosixStore(Store):
                 with contextlib.suppress(OSError):
                     os.rmdir(path)
             raise
+
+    def _no_xattrs(self, rel: str, meta: Mapping[str, str]) -> StorekitError:
+        # refusing beats writing the file without the metadata the caller relies on
+        return StorekitError(
+            f"tier {self.name}: {self.display_url}/{rel} is on a file system without user xattrs, "
+            f"so its metadata ({', '.join(sorted(meta))}) cannot be kept",
+            hint="check store.capabilities.user_metadata and keep the metadata elsewhere (a manifest)",
+        )
 
     def makedirs(self, rel: str, mode: int | None = None) -> None:
         full = self.full(rel)
@@ -184,9 +198,12 @@ def _missing_dirs(root: str, final: str) -> list[str]:
     return missing
 
 
-def _set_xattr(path: str, name: str, value: bytes) -> None:
+def _set_xattr(path: str, name: str, value: bytes) -> bool:
+    """False where the file system has no user xattrs."""
     try:
         os.setxattr(path, name, value)
     except OSError as exc:
         if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
             raise
+        return False
+    return True

@@ -38,14 +38,16 @@ S3_BLOCK_SIZE = 16 * 1024 * 1024
 class S3Store(Store):
     """A bucket/prefix behind an S3 endpoint (Ceph RGW). Objects appear whole on PUT/complete."""
 
-    capabilities = Capabilities(
-        atomic_rename=False,
-        directories=False,
-        posix_modes=False,
-        free_space=False,
-        user_metadata=True,
-        striping=False,
-    )
+    def probe_capabilities(self) -> Capabilities:
+        # the S3 API fixes these for every gateway: nothing to ask the endpoint
+        return Capabilities(
+            atomic_rename=False,
+            directories=False,
+            posix_modes=False,
+            free_space=False,
+            user_metadata=True,
+            striping=False,
+        )
 
     @property
     def bucket(self) -> str:

@@ -1,12 +1,16 @@
 """The store conformance suite: every test here runs against a local directory AND the real Ceph RGW.
 
 Like fsspec's abstract tests, a test is written once against the `store` fixture, which is parametrised
-over the backends; `store_pair` gives (source, destination) pairs across backends for copies.
+over the backends; `store_pair` gives (source, destination) pairs across backends for copies. A third
+backend, `noxattr`, is a POSIX directory on a file system without user xattrs (ramfs, mounted as root):
+there a store must say it keeps no metadata, and refuse metadata rather than drop it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +20,36 @@ import pytest
 
 from storekit.config import TierConfig
 from storekit.store import S3Store, Store, open_store, s3_filesystem
-from tests.conftest import s3_options
+from tests.conftest import IN_CI, s3_options
 
-BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.ceph)]
+BACKENDS = ["local", "noxattr", pytest.param("s3", marks=pytest.mark.ceph)]
+
+
+@pytest.fixture(scope="session")
+def ramfs() -> Iterator[Path]:
+    """A ramfs mount: no user xattrs and no free-space figure (the kernel offers both as a real fs)."""
+    point = Path(tempfile.mkdtemp(prefix="sk-ramfs-"))
+    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(point)], capture_output=True, text=True)
+    if done.returncode != 0:
+        point.rmdir()
+        why = f"cannot mount a ramfs here ({done.stderr.strip()})"
+        pytest.fail(why) if IN_CI else pytest.skip(why)
+    yield point
+    subprocess.run(["umount", "-l", str(point)], check=False)
+    point.rmdir()
+
+
+@pytest.fixture
+def noxattr_store(ramfs: Path) -> Store:
+    root = ramfs / f"t-{uuid.uuid4().hex[:12]}" / "storage"
+    store = open_store(TierConfig(name="noxattr", url=root.as_uri(), role="plain"))
+    store.makedirs("")
+    return store
+
+
+def kept(store: Store, meta: dict[str, str]) -> dict[str, str]:
+    """The metadata a test may pass: all of it where the store keeps metadata, none where it cannot."""
+    return meta if store.capabilities.user_metadata else {}
 
 
 @pytest.fixture(scope="session")

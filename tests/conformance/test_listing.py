@@ -100,3 +100,17 @@ def test_list_or_walk_of_a_file_is_not_found(populated: Store) -> None:
         populated.list("a.bin")
     with pytest.raises(NotFoundError, match="not a directory"):
         list(populated.walk("d/b.bin"))
+
+
+def test_scan_agrees_with_walk(populated: Store) -> None:
+    """scan() (what tier planning fingerprints) lists what walk() lists, in the same order."""
+    walked = list(populated.walk())
+    scanned = list(populated.scan())
+    assert [(s.rel, s.is_dir) for s in scanned] == [(w.path, w.is_dir) for w in walked]
+    for s, w in zip(scanned, walked, strict=True):
+        if not w.is_dir:
+            assert s.size == w.size and w.mtime is not None
+            assert abs(s.mtime_ns - w.mtime * 1e9) < 1e6  # walk's float seconds vs integer ns
+    assert [s.rel for s in populated.scan("d")] == ["d/b.bin", "d/e", "d/e/c.bin"]
+    with pytest.raises(NotFoundError):
+        list(populated.scan("nope"))

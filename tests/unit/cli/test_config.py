@@ -170,6 +170,16 @@ def test_unreachable_posix_mount_exit_5(tmp_path: Path) -> None:
     assert ok.returncode == 0 and "tier nvme" in ok.stdout and "reachable" in ok.stdout
 
 
+S3_CAPS = {
+    "atomic_rename": False,
+    "directories": False,
+    "posix_modes": False,
+    "free_space": False,
+    "user_metadata": True,
+    "striping": False,
+}
+
+
 @pytest.mark.ceph
 def test_check_real_ceph_bucket(tmp_path: Path) -> None:
     options = s3_options()
@@ -178,8 +188,11 @@ def test_check_real_ceph_bucket(tmp_path: Path) -> None:
         f'[tiers.archive]\nurl = "s3://{bucket}/storage"\nrole = "archive"\n[tiers.archive.options]\n'
         f'endpoint_url = "{options["endpoint_url"]}"\n'
         f'key = "{options["key"]}"\nsecret = "{options["secret"]}"\n'
+        f'[tiers.plain]\nurl = "s3://{bucket}/other"\n[tiers.plain.options]\n'
+        f'endpoint_url = "{options["endpoint_url"]}"\n'
+        f'key = "{options["key"]}"\nsecret = "{options["secret"]}"\n'
     )
-    missing = run(tmp_path, "config", "check")
+    missing = run(tmp_path, "config", "check", "--tier", "archive")
     assert missing.returncode == 3 and f"bucket '{bucket}' does not exist" in missing.stderr
     assert options["secret"] not in missing.stdout + missing.stderr
     store = open_store(TierConfig(name="archive", url=f"s3://{bucket}/storage", options=options))
@@ -188,7 +201,50 @@ def test_check_real_ceph_bucket(tmp_path: Path) -> None:
         ok = run(tmp_path, "config", "check", "--json")
         assert ok.returncode == 0, ok.stderr
         assert one_json(ok)["tiers"] == [
-            {"name": "archive", "url": f"s3://{bucket}/storage", "reachable": True, "error": None}
-        ]
+            {"name": name, "url": f"s3://{bucket}/{path}", "reachable": True, "error": None,
+             "capabilities": S3_CAPS, "versioning": None}
+            for name, path in (("archive", "storage"), ("plain", "other"))
+        ]  # fmt: skip
+        # versioning on: an archive tier is refused (deletes would keep the bytes), a plain one shown
+        on = {"Status": "Enabled"}
+        store.fs.call_s3("put_bucket_versioning", Bucket=bucket, VersioningConfiguration=on)
+        bad = run(tmp_path, "config", "check", "--json")
+        assert bad.returncode == 1, bad.stderr
+        endpoint = options["endpoint_url"]
+        line = f"error: bucket {bucket} at {endpoint} has versioning Enabled: deletes would keep"
+        assert bad.stderr.startswith(line) and "Traceback" not in bad.stderr
+        tiers = {t["name"]: t for t in one_json(bad)["tiers"]}
+        assert tiers["archive"]["reachable"] is True and "versioning Enabled" in tiers["archive"]["error"]
+        assert tiers["plain"]["versioning"] == "Enabled" and tiers["plain"]["error"] is None
+        text = run(tmp_path, "config", "check", "--tier", "plain")
+        assert text.returncode == 0 and "bucket versioning: Enabled" in text.stdout
+        assert "cannot: atomic_rename directories posix_modes free_space striping" in text.stdout
+        assert options["secret"] not in bad.stdout + bad.stderr + text.stdout + text.stderr
     finally:
         store.fs.rm(bucket, recursive=True)
+
+
+def test_check_shows_probed_capabilities_per_tier(tmp_path: Path) -> None:
+    """Two POSIX tiers on different file systems: each shows what its own file system can do."""
+    (tmp_path / "disk").mkdir()
+    ram = tmp_path / "ram"
+    ram.mkdir()
+    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(ram)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a ramfs here ({done.stderr.strip()})")
+    try:
+        (tmp_path / "storekit.toml").write_text(
+            '[tiers.disk]\nurl = "./disk/storage"\n[tiers.ram]\nurl = "./ram/storage"\n'
+        )
+        proc = run(tmp_path, "config", "check", "--json")
+        assert proc.returncode == 0, proc.stderr
+        tiers = {t["name"]: t for t in one_json(proc)["tiers"]}
+        common = {"atomic_rename": True, "directories": True, "posix_modes": True, "striping": False}
+        assert tiers["disk"]["capabilities"] == {**common, "free_space": True, "user_metadata": True}
+        assert tiers["ram"]["capabilities"] == {**common, "free_space": False, "user_metadata": False}
+        assert "versioning" not in tiers["disk"]
+        assert not (tmp_path / "disk" / "storage").exists() and not (tmp_path / "ram" / "storage").exists()
+        text = run(tmp_path, "config", "check", "--tier", "ram")
+        assert "cannot: free_space user_metadata striping" in text.stdout, text.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(ram)], check=True)
