@@ -157,7 +157,19 @@ def test_controller_down_is_one_line_exit_5(slurm_nodes: list[str], tmp_path: Pa
     bad.write_text("\n".join([*lines, "SlurmctldPort=9"]) + "\n")
     target = tmp_path / "shared"
     target.mkdir()
-    args = ["bench", "io", "--executor", "slurm", "--nodes", "2", "--target", str(target), *SMALL]
+    args = [
+        "bench",
+        "io",
+        "--executor",
+        "slurm",
+        "--nodes",
+        "2",
+        "--target",
+        str(target),
+        "--pattern",
+        "shards",
+        *SMALL,
+    ]
     proc = run_storekit(args, env={"SLURM_CONF": str(bad)}, timeout=120)
     assert proc.returncode == 5, proc.stderr
     assert proc.stderr.startswith("error: sinfo failed: "), proc.stderr
