@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from storekit.errors import ConfigError, NotFoundError, UsageError
+from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_str, parse_toml, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
@@ -48,6 +49,7 @@ class SiteConfig:
     source: str  # the file it came from, or "<embedded default>"
     tiers: Mapping[str, TierConfig]
     default_tier: str
+    policies: Mapping[str, Policy] = field(default_factory=dict)  # [policies.NAME]: tier rules
 
     def tier(self, name: str | None) -> TierConfig:
         key = name or self.default_tier
@@ -148,7 +150,7 @@ def load_config(explicit: str | None = None) -> SiteConfig:
 
 def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
     raw = parse_toml(data, source)
-    reject_unknown(raw, {"tiers", "default_tier", "layout"}, source, "")
+    reject_unknown(raw, {"tiers", "default_tier", "layout", "policies"}, source, "")
     layout = get_str(raw, "layout", source, "layout", default=DEFAULT_LAYOUT)
     tiers_raw = raw.get("tiers")
     if not isinstance(tiers_raw, dict) or not tiers_raw:
@@ -160,7 +162,8 @@ def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
     if default not in tiers:
         known = ", ".join(tiers)
         raise ConfigError(source, "default_tier", f"names unknown tier {default!r}; known: {known}")
-    return SiteConfig(source=source, tiers=tiers, default_tier=default)
+    policies = parse_policies(raw.get("policies"), source)
+    return SiteConfig(source=source, tiers=tiers, default_tier=default, policies=policies)
 
 
 def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) -> TierConfig:

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 from storekit.checkpoint.profiles import WriterProfile
 from storekit.errors import NotFoundError, StorekitError
 from storekit.layout.spec import AreaSpec
+from storekit.lease import is_lease_name
 from storekit.store import Entry, Store
+from storekit.tier.stub import ARCHIVE_SUFFIX, STUB_SUFFIX, Stub, is_stub_name, parse_stub
 
 COMPLETE, INCOMPLETE, IN_PROGRESS = "complete", "incomplete", "in-progress"
 MANIFEST = "manifest.json"
@@ -60,6 +62,7 @@ class RunScan:
     problems: list[Problem] = field(default_factory=list)
     pointers: dict[str, str] = field(default_factory=dict)  # tracker path -> unit name it names
     markers: dict[str, str] = field(default_factory=dict)  # unit name -> path of its unfinished marker
+    stubs: dict[str, Stub] = field(default_factory=dict)  # unit name -> the stub left where it was moved from
 
     def complete(self) -> list[Unit]:
         return sorted((u for u in self.units if u.state == COMPLETE), key=lambda u: (u.step or -1, u.name))
@@ -107,6 +110,11 @@ def scan_run(
     beside_globs, temp_globs = tuple(beside), tuple(temp)
     for entry in entries:
         name = entry.name
+        if not entry.is_dir and (is_stub_name(name) or is_lease_name(name) or name.endswith(ARCHIVE_SUFFIX)):
+            # storekit's own, whatever the layout says: a moved unit's stub, a unit's archive manifest
+            # (a drain's destination), the lease of a run moving a unit
+            scan.beside.append(entry.path)
+            continue
         marked = _marker_owner(name, profiles)
         if marked is not None:
             markers[marked] = name
@@ -148,7 +156,32 @@ def scan_run(
     units += [_temp_unit(store, e, p, quiet_seconds, now) for e, p in temps]
     scan.units = _apply_trackers(store, units, trackers, scan, quiet_seconds, now)
     scan.units.sort(key=lambda u: (u.step if u.step is not None else -1, u.name))
+    _read_stubs(store, scan)
     return scan
+
+
+def _read_stubs(store: Store, scan: RunScan) -> None:
+    """Stubs (`<unit>.storekit-stub`) stand for moved units: readable, and never beside the unit itself."""
+    present = {u.name for u in scan.units}
+    for path in scan.beside:
+        name = posixpath.basename(path)
+        if not is_stub_name(name):
+            continue
+        unit = name[: -len(STUB_SUFFIX)]
+        try:
+            scan.stubs[unit] = parse_stub(store.read_bytes(path), path)
+        except StorekitError as exc:
+            scan.problems.append(Problem("bad-stub", path, exc.message.removeprefix(f"{path}: ")))
+            continue
+        if unit in present:
+            scan.problems.append(
+                Problem(
+                    "stub-beside-unit",
+                    path,
+                    f"{unit} is here and its stub too (an interrupted recall?): "
+                    f"rerun `storekit tier --recall {posixpath.join(scan.run, unit)}`",
+                )
+            )
 
 
 def _marker_owner(name: str, profiles: Sequence[WriterProfile]) -> str | None:

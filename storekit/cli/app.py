@@ -13,7 +13,7 @@ import typer
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli import bench, ckpt, config, dataset, layout, prepare
+from storekit.cli import bench, ckpt, config, dataset, layout, prepare, tier
 from storekit.cli.common import HELP_SETTINGS, exit_codes
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
@@ -58,6 +58,7 @@ layout.register(app)
 prepare.register(app)
 dataset.register(app)
 ckpt.register(app)
+tier.register(app)
 bench.register(app)
 config.register(app)
 

@@ -33,6 +33,8 @@ from storekit.errors import ExitCode, NotFoundError, UsageError
 from storekit.layout.spec import AreaSpec, load_layout
 from storekit.pipeline.location import resolve_location
 from storekit.store import Store
+from storekit.tier.stub import Stub
+from storekit.tier.stub import stub_rel as stub_name
 from storekit.units import format_bytes, format_duration, parse_duration
 
 ckpt_app = noun_app(
@@ -126,6 +128,16 @@ def _unit_doc(store: Store, unit: Unit, now: float) -> dict[str, object]:
     return doc
 
 
+def _stub_doc(run: str, name: str, stub: Stub) -> dict[str, object]:
+    """A moved checkpoint as `ckpt list` shows it: where its stub is, and where the unit went."""
+    return {
+        "path": posixpath.join(run, name),
+        "stub": posixpath.join(run, stub_name(name)),
+        "state": "archived",
+        **stub.to_dict(),
+    }
+
+
 @ckpt_app.command("list", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def list_command(
     run: RunArg,
@@ -138,7 +150,8 @@ def list_command(
 
     States: complete (its writer's rule holds and the writer's tracker names it or a later one),
     in-progress (incomplete but changed within the layout's quiet period: the writer may still be
-    running), incomplete. Exit 0, 3 when RUN does not exist.
+    running), incomplete, archived (moved by `storekit tier`; its `<name>.storekit-stub` says to
+    which tier; `storekit tier --recall RUN/NAME` brings it back). Exit 0, 3 when RUN does not exist.
 
     \b
     Examples:
@@ -155,6 +168,7 @@ def list_command(
         "tier": place.store.tier.name,
         "latest": _where(place.store, latest) if latest else None,
         "units": [_unit_doc(place.store, u, now) for u in scan.units],
+        "archived": [_stub_doc(place.run, name, stub) for name, stub in sorted(scan.stubs.items())],
         "pointers": scan.pointers,
         "problems": [p.__dict__ for p in scan.problems],
     }
@@ -172,6 +186,14 @@ def list_command(
             )
             if u.state != "complete":
                 console.print(f"{'':>10}{u.reason}", markup=False)
+        for name, stub in sorted(scan.stubs.items()):
+            step = "-" if stub.step is None else str(stub.step)
+            console.print(
+                f"{step:>9} {name[:22]:<22} {(stub.writer or '?')[:10]:<10} {'archived':<11} "
+                f"{format_bytes(stub.bytes):>9} {stub.files:>5} "
+                f"{stub.action}d to {stub.to_tier}:{stub.to_path}",
+                markup=False,
+            )
         for p in scan.problems:
             console.print(f"{p.rule}: {p.path}: {p.message}", markup=False)
         console.print("* newest complete (what `storekit ckpt latest` prints)")

@@ -13,10 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from storekit.checkpoint.scan import INCOMPLETE, scan_area_run
+from storekit.errors import StorekitError
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
+from storekit.tier.stub import TIER_JOURNAL_DIR, is_stub_name, parse_stub, unit_rel_of
 from storekit.units import format_bytes, format_duration
 
 RULES = {
@@ -33,6 +35,8 @@ RULES = {
     "incomplete-checkpoint": "a checkpoint its writer did not finish: names the writer and missing marker",
     "bad-pointer": "a tracker or latest pointer naming a missing or incomplete unit, or leaving its run",
     "ambiguous-checkpoint": "a checkpoint carrying the commit markers of two writers",
+    "bad-stub": "a *.storekit-stub (left by storekit tier for a moved unit) that cannot be read",
+    "stub-beside-unit": "a moved unit that is back while its stub remains (an interrupted recall)",
 }
 MAX_PER_RULE = 1000  # per area: enough to act on, bounded output on huge trees
 
@@ -136,6 +140,9 @@ class _AreaScan:
             return
         self._check_mode(entry)
         levels = self.area.levels
+        if not entry.is_dir and depth == len(levels) and is_stub_name(entry.name):
+            self._check_stub(entry)
+            return
         if depth <= len(levels):
             level = levels[depth - 1]
             if not entry.is_dir:
@@ -153,6 +160,19 @@ class _AreaScan:
                 self.committed_dirs.setdefault(entry.path, False)
             if self.area.writers and depth == len(levels):
                 self.runs.append(entry.path)
+
+    def _check_stub(self, entry: Entry) -> None:
+        """A moved dataset's stub: readable, and not beside the dataset it stands for."""
+        try:
+            parse_stub(self.store.read_bytes(entry.path), entry.path)
+        except StorekitError as exc:
+            self.add("bad-stub", entry.path, exc.message.removeprefix(f"{entry.path}: "))
+            return
+        unit = unit_rel_of(entry.path)
+        if self.store.exists(unit):
+            self.add(
+                "stub-beside-unit", entry.path, f"{unit} is here and its stub too (an interrupted recall?)"
+            )
 
     def _note_commit_file(self, entry: Entry, rel_parts: list[str]) -> None:
         parent = entry.path.rsplit("/", 1)[0]
@@ -248,7 +268,14 @@ def check_layout(spec: LayoutSpec, store: Store, *, now: float | None = None) ->
                 Finding("symlink-escape", name, f"symlink resolves to {escaped}, outside the tier root")
             )
             continue
-        if spec.area(name) is not None:
+        if spec.area(name) is not None or (name == TIER_JOURNAL_DIR and top_entry.is_dir):
+            continue  # the tier mover's journals are storekit's own
+        if is_lease_name(name) and not top_entry.is_dir:  # e.g. a node's `storekit tier --drain`
+            local = store.local_path(name) if store.capabilities.directories else None
+            if local is not None and binding_lease(Path(local)) is not None:
+                report.in_progress.append(name)
+            else:
+                report.findings.append(Finding("incomplete", name, "the lease of a run that is gone (stale)"))
             continue
         if spec.is_temp_name(name):
             report.findings.append(Finding("incomplete", name, "leftover of an interrupted write"))

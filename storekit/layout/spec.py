@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
+from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_str, get_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
@@ -63,6 +64,7 @@ class LayoutSpec:
     root_mode: int
     temp_patterns: tuple[str, ...]
     areas: tuple[AreaSpec, ...]
+    policies: dict[str, Policy] = field(default_factory=dict)  # [policies.NAME]: the layout's tier rules
 
     def area(self, name: str) -> AreaSpec | None:
         return next((a for a in self.areas if a.name == name), None)
@@ -78,7 +80,7 @@ def load_layout(name_or_path: str) -> LayoutSpec:
 
 def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
     raw = parse_toml(data, source)
-    reject_unknown(raw, {"layout", "areas", "writers"}, source, "")
+    reject_unknown(raw, {"layout", "areas", "writers", "policies"}, source, "")
     head = get_table(raw, "layout", source, "layout")
     reject_unknown(head, {"name", "description", "root_mode", "temp_patterns"}, source, "layout")
     areas_raw = get_table(raw, "areas", source, "areas")
@@ -96,7 +98,20 @@ def parse_layout(data: bytes, *, source: str) -> LayoutSpec:
         root_mode=_mode(head.get("root_mode", "0755"), source, "layout.root_mode"),
         temp_patterns=tuple(patterns),
         areas=areas,
+        policies=_area_policies(parse_policies(raw.get("policies"), source), areas, source),
     )
+
+
+def _area_policies(
+    policies: dict[str, Policy], areas: tuple[AreaSpec, ...], source: str
+) -> dict[str, Policy]:
+    names = {a.name for a in areas}
+    for p in policies.values():
+        if p.area not in names:
+            raise ConfigError(
+                source, p.key("area"), f"names no area of this layout ({', '.join(sorted(names))})"
+            )
+    return policies
 
 
 def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterProfile]) -> AreaSpec:

@@ -320,7 +320,7 @@ def _check_whole_tokens(doc: dict[str, Any], ranks: dict[bytes, int]) -> None:
 
 
 def _proof_file(key: str) -> Path:
-    from storekit.bench.native import cache_dir
+    from storekit.cbuild import cache_dir
 
     return cache_dir() / "fastbpe" / f"whole-tokens-{PROOF_VERSION}-{key}.ok"
 

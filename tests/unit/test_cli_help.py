@@ -28,6 +28,8 @@ def leaves(
     group: click.Command, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     if isinstance(group, click.Group):
+        if path and group.invoke_without_command:
+            yield path, group  # a group that acts on its own (`storekit tier --archive ...`)
         for name, sub in group.commands.items():
             yield from leaves(sub, (*path, name))
     else:

@@ -58,12 +58,17 @@ COMMANDS = [
     ["ckpt", "adopt", "run_001/step_000100", "--dry-run"],
     ["ckpt", "prune", "run_001", "--keep-last", "1"],
     ["ckpt", "prune", "run_001", "--keep-last", "1", "--dry-run"],
+    ["tier", "--archive", "checkpoints/run_001", "--dry-run"],
+    ["tier", "--drain"],
+    ["tier", "--recall", "checkpoints/run_001", "--dry-run"],
 ]
 
 
 def leaf_commands(command: click.Command, path: tuple[str, ...] = ()) -> set[str]:
     if isinstance(command, click.Group):
-        return {leaf for name, sub in command.commands.items() for leaf in leaf_commands(sub, (*path, name))}
+        own = {" ".join(path)} if path and command.invoke_without_command else set()
+        subs = command.commands.items()
+        return own | {leaf for name, sub in subs for leaf in leaf_commands(sub, (*path, name))}
     return {" ".join(path)}
 
 

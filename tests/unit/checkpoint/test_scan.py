@@ -228,6 +228,7 @@ def test_dangling_latest_pointer(run_dir: Path, local_store: Store, spec: Layout
 def test_unknown_entries_are_still_reported(run_dir: Path, local_store: Store, spec: LayoutSpec) -> None:
     write_tree(run_dir, {"notes.txt": b"hi", "final weights/x": b"w", "model.archived.storekit-stub": b"{}"})
     assert [(r, p) for r, p, _ in findings(local_store, spec)] == [
+        ("bad-stub", "model.archived.storekit-stub"),  # a stub is read: `{}` is not one
         ("misnamed", "final weights"),
         ("unexpected-file", "notes.txt"),
     ]

@@ -207,4 +207,6 @@ def test_every_rule_is_documented() -> None:
         "incomplete-checkpoint",
         "bad-pointer",
         "ambiguous-checkpoint",
+        "bad-stub",
+        "stub-beside-unit",
     }

@@ -1,0 +1,286 @@
+"""`storekit tier --archive|--drain|--recall|--policy|--apply`: reviewed plans that move whole units."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
+from storekit.config import SiteConfig
+from storekit.durable import write_file_atomic
+from storekit.errors import ExitCode, NotFoundError, UsageError
+from storekit.layout.spec import load_layout
+from storekit.store import open_store
+from storekit.tier.apply import UnitResult, apply_plan, check_unit, exit_code_of, load_mover
+from storekit.tier.plan import PlanRequest, TierPlan, build_plan, load_plan, render_plan
+from storekit.tier.policy import Policy, adhoc_policy, merged_policies
+from storekit.units import format_bytes
+
+E = ExitCode
+ROLE_DEFAULT = "@roles"  # `--drain` with no value: the burst tier's checkpoints, by the tiers' roles
+
+
+class _TierGroup(TyperGroup):
+    """`--drain` takes an optional value (`--drain` alone drains by the tiers' roles)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.name == "drain":
+                param._flag_needs_value = True  # type: ignore[attr-defined]
+                param.flag_value = ROLE_DEFAULT  # type: ignore[attr-defined]
+
+
+tier_app = typer.Typer(
+    name="tier",
+    cls=_TierGroup,
+    invoke_without_command=True,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    suggest_commands=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tier_app, name="tier")
+
+
+def _policies(site: SiteConfig) -> dict[str, Policy]:
+    layouts = {t.layout for t in site.tiers.values()}
+    from_layouts: dict[str, Policy] = {}
+    for name in sorted(layouts):
+        from_layouts.update(load_layout(name).policies)
+    return merged_policies(site.policies, from_layouts)
+
+
+def _tier_rel(site: SiteConfig, where: str) -> tuple[str, str | None]:
+    """A path given on the command line: tier-relative, or absolute inside a configured POSIX tier."""
+    if "://" in where:
+        raise UsageError(f"{where}: give a path on a tier (checkpoints/run_001), not a URL")
+    if where.startswith(("/", "./", "../", "~")):
+        full = os.path.realpath(os.path.expanduser(where))
+        for tier in site.tiers.values():
+            if tier.scheme != "file":
+                continue
+            root = os.path.realpath(tier.url.removeprefix("file://"))
+            if full == root or full.startswith(root + "/"):
+                return posixpath.normpath(os.path.relpath(full, root)), tier.name
+        raise NotFoundError(f"{where}: not inside any tier of {site.source}")
+    rel = posixpath.normpath(where.strip("/"))
+    if rel in (".", "") or rel.startswith(".."):
+        raise UsageError(f"{where}: name an area, a run or a unit (e.g. checkpoints/run_001)")
+    return rel, None
+
+
+def _request(
+    site: SiteConfig, action: str, value: str | None, policy_name: str | None, tier: str | None
+) -> PlanRequest:
+    named = _policies(site)
+    if policy_name is not None:
+        if policy_name not in named:
+            known = ", ".join(sorted(named)) or "none"
+            raise NotFoundError(f"no policy named {policy_name!r} (known: {known})")
+        return PlanRequest(named[policy_name], tier)
+    assert value is not None
+    if value == ROLE_DEFAULT:
+        return PlanRequest(adhoc_policy(action), tier)
+    if value in named:
+        p = named[value]
+        if p.action != action:
+            raise UsageError(f"policy {value} is a {p.action} policy", hint=f"storekit tier --policy {value}")
+        return PlanRequest(p, tier)
+    rel, on_tier = _tier_rel(site, value)
+    if tier is not None and on_tier is not None and tier != on_tier:
+        raise UsageError(f"{value} is on tier {on_tier}, not {tier}")
+    return PlanRequest(adhoc_policy(action, paths=(rel,), area=rel.split("/")[0]), tier or on_tier)
+
+
+def _unit_line(console: Console, u: dict[str, Any]) -> None:
+    frm, to = u["src_tier"], u["dst_tier"]
+    free = "free source" if u["free_source"] else "keep source"
+    console.print(
+        f"{u['action']:<8} {u['src_path'] if u['action'] != 'recall' else u['dst_path']}  "
+        f"{format_bytes(u['bytes'])}, {u['files']} files  {frm} -> {to}  {free}",
+        markup=False,
+        soft_wrap=True,
+    )
+    console.print(f"         why: {u['reason']}", markup=False, soft_wrap=True)
+    if u.get("keep_reason"):
+        console.print(f"         kept: {u['keep_reason']}", markup=False, soft_wrap=True)
+
+
+def _show_plan(console: Console, doc: dict[str, Any], verb: str) -> None:
+    t = doc["totals"]
+    pol = doc["policy"]
+    console.print(
+        f"{verb} {doc['action']} (policy {pol['name']}, {pol['from']} -> {pol['to']}): {t['units']} units, "
+        f"{format_bytes(t['bytes'])}, {t['files']} files; frees {t['units_freed']} "
+        f"({format_bytes(t['bytes_freed'])})",
+        markup=False,
+        soft_wrap=True,
+    )
+    if doc.get("note"):
+        console.print(f"note: {doc['note']}", markup=False, soft_wrap=True)
+    for u in doc["units"]:
+        _unit_line(console, u)
+    for p in doc["passed"]:
+        console.print(f"not moved {p['path']}: {p['reason']}", markup=False, soft_wrap=True)
+
+
+def _show_results(console: Console, results: list[UnitResult], dry_run: bool) -> None:
+    for r in results:
+        status = ("would move" if r.status == "done" else r.status) if dry_run else r.status
+        console.print(f"{status:<10} {r.action} {r.path}: {r.reason or 'ok'}", markup=False, soft_wrap=True)
+
+
+@tier_app.callback(epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE, E.NO_SPACE))
+def tier_command(
+    ctx: typer.Context,
+    archive: Annotated[
+        str | None,
+        typer.Option("--archive", metavar="POLICY|PATH", help="Archive what a policy or a path selects."),
+    ] = None,
+    drain: Annotated[
+        str | None,
+        typer.Option(
+            "--drain",
+            metavar="[POLICY|PATH]",
+            help="Drain the node-local burst tier to the parallel tier (alone: all of its checkpoints).",
+        ),
+    ] = None,
+    recall: Annotated[
+        str | None, typer.Option("--recall", metavar="PATH", help="Bring archived units below PATH back.")
+    ] = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", metavar="NAME", help="Run a policy by name.")
+    ] = None,
+    apply: Annotated[
+        str | None, typer.Option("--apply", metavar="FILE", help="Carry out exactly this plan file.")
+    ] = None,
+    plan_out: Annotated[
+        str | None,
+        typer.Option("--plan-out", metavar="FILE", help="Write the plan for review; move nothing."),
+    ] = None,
+    tier: Annotated[
+        str | None,
+        typer.Option("--tier", "-t", metavar="NAME", help="Tier to select on (recall: the stubs' tier)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Print the plan; create nothing, not even a lock.")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Move whole units between tiers by a reviewed plan: drain, archive, recall, purge.
+
+    Units are the complete checkpoints of a run (by their writers' rules) and committed datasets.
+    A plan says what moves, its bytes, from where to where and why; --dry-run prints it and
+    creates nothing at all. --plan-out FILE writes it; --apply FILE carries out exactly that plan:
+    a unit whose files changed since (sizes, mtime, ctime, inode) is skipped with the reason, and a
+    plan edited by hand (exit 4), stale or made for other tiers (exit 1) is refused.
+
+    Never freed, whatever a policy says: the newest complete checkpoint of a run, one a tracker or
+    `latest` names, anything changed within the area's quiet period, pinned paths. They may be
+    copied. Incomplete and in-progress checkpoints are never moved.
+
+    Policies are [policies.NAME] tables in storekit.toml or the layout (README: Tiering).
+    The burst tier is node-local: run the drain on every node, e.g.
+    `srun --ntasks-per-node=1 storekit tier --drain`, or from a Slurm epilog.
+
+    \b
+    Examples:
+      storekit tier --archive old-runs --dry-run
+      storekit tier --archive checkpoints/run_001 --plan-out plan.json
+      storekit tier --apply plan.json --json
+      storekit tier --drain
+      storekit tier --recall checkpoints/run_001/step_000100 --dry-run
+      storekit tier --policy purge-archived --dry-run --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    out = make_output(json_out, quiet)
+    actions = (("archive", archive), ("drain", drain), ("recall", recall))
+    chosen = [(n, v) for n, v in actions if v is not None]
+    picks = len(chosen) + (policy is not None) + (apply is not None)
+    if picks != 1:
+        raise UsageError("give exactly one of --archive, --drain, --recall, --policy, --apply")
+    if dry_run and plan_out is not None:
+        raise UsageError("--dry-run writes nothing: drop --plan-out, or drop --dry-run to write the plan")
+    if apply is not None and plan_out is not None:
+        raise UsageError("--apply carries out a plan file; --plan-out makes one: give one of them")
+    site = site_config(config)
+    if apply is not None:
+        _apply_file(out, site, apply, dry_run)
+        return
+    action, value = chosen[0] if chosen else ("", None)
+    request = _request(site, action or "", value, policy, tier)
+    plan = build_plan(site, request)
+    doc = plan.to_dict()
+    if dry_run:
+        out.result("tier", {**doc, "dry_run": True}, lambda c: _show_plan(c, doc, "would"))
+        return
+    if plan_out is not None:
+        if "://" in plan_out:
+            raise UsageError("--plan-out: give a local file")
+        write_file_atomic(plan_out, render_plan(plan))
+        out.result("tier", {**doc, "plan_out": plan_out}, lambda c: _plan_written(c, doc, plan_out))
+        return
+    _run(out, site, plan, doc)
+
+
+def _plan_written(console: Console, doc: dict[str, Any], path: str) -> None:
+    _show_plan(console, doc, "plan:")
+    then = f"wrote {path}; review it, then: storekit tier --apply {path}"
+    console.print(then, markup=False, soft_wrap=True)
+
+
+def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"plan file {path} does not exist") from None
+    plan = load_plan(data, path, site)
+    if dry_run:
+        names = {u.dst_tier if u.action == "recall" else u.src_tier for u in plan.units}
+        stores = {n: open_store(site.tier(n)) for n in names}
+        checked = [check_unit(plan, u, stores, now=time.time()) for u in plan.units]
+        results = [
+            c if isinstance(c, UnitResult) else UnitResult(c.src_path, c.action, "done", "unchanged")
+            for c in checked
+        ]
+        doc = {**plan.to_dict(), "dry_run": True, "results": [r.to_dict() for r in results]}
+        out.result("tier", doc, lambda c: _show_results(c, results, True))
+        return
+    _run(out, site, plan, plan.to_dict())
+
+
+def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> None:
+    mover = load_mover() if plan.units else None
+    total = len(plan.units)
+
+    def log(r: UnitResult) -> None:  # one line per unit on stderr: Slurm logs show how far a drain got
+        why = f": {r.reason}" if r.reason else ""
+        out.info(f"[{len(done) + 1}/{total}] {r.status} {r.action} {r.path}{why}")
+        done.append(r)
+
+    done: list[UnitResult] = []
+    results = apply_plan(plan, site, mover=mover, on_unit=log) if mover is not None else []
+    code = exit_code_of(results)
+    full = {**doc, "dry_run": False, "results": [r.to_dict() for r in results], "exit_code": code}
+
+    def human(console: Console) -> None:
+        _show_plan(console, doc, "plan:")
+        _show_results(console, results, False)
+
+    out.result("tier", full, human)
+    if code:
+        raise typer.Exit(code)

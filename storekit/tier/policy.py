@@ -1,0 +1,307 @@
+"""Tier policies: declarative rules (`[policies.NAME]` in storekit.toml or a layout) parsed and checked.
+
+A policy names one action on one area and the conditions a unit must meet to be selected. Parsing is
+structural and eager (`parse_policies`, called where the file is loaded); `resolve_policy` then checks
+it against the site's tiers (a watermark needs a tier that knows its free space, which S3 does not).
+Selecting units is `storekit.tier.select`; this module is data and validation only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from storekit.errors import ConfigError
+from storekit.tomlkeys import get_str, reject_unknown
+from storekit.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from storekit.config import SiteConfig
+
+ACTIONS = ("drain", "archive", "recall", "purge")
+# where each action moves units when the policy names no tier: by the tiers' roles
+DEFAULT_FROM_ROLE = {"drain": "burst", "archive": "parallel", "purge": "parallel", "recall": "archive"}
+DEFAULT_TO_ROLE = {"drain": "parallel", "archive": "archive", "purge": "archive", "recall": "parallel"}
+PER_STUB = "(each stub's tier)"
+ADHOC = "command line"  # the source of a policy made from --archive PATH / --drain / --recall PATH
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_PERCENT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+_KEYS = {
+    "description",
+    "action",
+    "area",
+    "from",
+    "to",
+    "paths",
+    "pinned",
+    "older_than",
+    "larger_than",
+    "smaller_than",
+    "idle_for",
+    "keep_last",
+    "keep_every",
+    "high_watermark",
+    "low_watermark",
+    "free_source",
+    "verify_max_age",
+}
+_CHECKPOINT_ONLY = ("idle_for", "keep_last", "keep_every")
+_NOT_FOR_RECALL = ("older_than", "idle_for", "keep_last", "keep_every", "high_watermark", "pinned")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    name: str
+    source: str  # the file it came from (or "command line")
+    description: str = ""
+    action: str
+    area: str = "checkpoints"
+    from_tier: str | None = None  # None: the tier with DEFAULT_FROM_ROLE[action]
+    to_tier: str | None = None
+    paths: tuple[str, ...] = ()  # globs (tier-relative) limiting the scope; empty: the whole area
+    pinned: tuple[str, ...] = ()  # globs of units that may be copied but never freed
+    older_than_s: float | None = None
+    larger_than: int | None = None
+    smaller_than: int | None = None
+    idle_for_s: float | None = None  # run state: no new checkpoint in the run for this long
+    keep_last: int = 0  # the N newest complete checkpoints of each run stay
+    keep_every: int | None = None  # and those whose step is a multiple of K
+    high_watermark: float | None = None  # fraction used at which the rule starts
+    low_watermark: float | None = None  # fraction used it selects down to
+    free_source: bool = True  # archive/drain: free the source once its copy is verified + committed
+    verify_max_age_s: float | None = None  # purge: a verification this recent suffices; else read back
+
+    def key(self, name: str) -> str:
+        return f"policies.{self.name}.{name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "action": self.action,
+            "area": self.area,
+            "from": self.from_tier,
+            "to": self.to_tier,
+            "paths": list(self.paths),
+            "pinned": list(self.pinned),
+            "older_than_s": self.older_than_s,
+            "larger_than": self.larger_than,
+            "smaller_than": self.smaller_than,
+            "idle_for_s": self.idle_for_s,
+            "keep_last": self.keep_last,
+            "keep_every": self.keep_every,
+            "high_watermark": self.high_watermark,
+            "low_watermark": self.low_watermark,
+            "free_source": self.free_source,
+            "verify_max_age_s": self.verify_max_age_s,
+        }
+
+
+def parse_policies(raw: Any, source: str) -> dict[str, Policy]:
+    """`[policies.NAME]` tables as Policies; errors name the file and the key."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "policies", "expected tables such as [policies.old-runs]")
+    return {name: parse_policy(name, body, source) for name, body in raw.items()}
+
+
+def parse_policy(name: str, body: Any, source: str) -> Policy:
+    key = f"policies.{name}"
+    if not _NAME_RE.match(name):
+        raise ConfigError(source, key, "policy names use lowercase letters, digits, '-', '_'")
+    if not isinstance(body, dict):
+        raise ConfigError(source, key, "expected a table with at least `action`")
+    reject_unknown(body, _KEYS, source, key)
+    action = get_str(body, "action", source, f"{key}.action")
+    if action not in ACTIONS:
+        raise ConfigError(source, f"{key}.action", f"expected one of {', '.join(ACTIONS)}, got {action!r}")
+    policy = Policy(
+        name=name,
+        source=source,
+        description=get_str(body, "description", source, f"{key}.description", default=""),
+        action=action,
+        area=_component(body, "area", source, key, "checkpoints"),
+        from_tier=_opt_str(body, "from", source, key),
+        to_tier=_opt_str(body, "to", source, key),
+        paths=_globs(body, "paths", source, key),
+        pinned=_globs(body, "pinned", source, key),
+        older_than_s=_opt(body, "older_than", parse_duration, source, key, "a duration such as 30d"),
+        larger_than=_opt(body, "larger_than", parse_size, source, key, "a size such as 10GiB"),
+        smaller_than=_opt(body, "smaller_than", parse_size, source, key, "a size such as 10GiB"),
+        idle_for_s=_opt(body, "idle_for", parse_duration, source, key, "a duration such as 7d"),
+        keep_last=_opt(body, "keep_last", _count, source, key, "a whole number ≥ 0") or 0,
+        keep_every=_opt(body, "keep_every", _positive, source, key, "a whole number ≥ 1"),
+        high_watermark=_opt(body, "high_watermark", _percent, source, key, 'a percentage such as "85%"'),
+        low_watermark=_opt(body, "low_watermark", _percent, source, key, 'a percentage such as "70%"'),
+        free_source=_bool(body, "free_source", source, key, default=True),
+        verify_max_age_s=_opt(body, "verify_max_age", parse_duration, source, key, "a duration such as 7d"),
+    )
+    check_conditions(policy)
+    return policy
+
+
+def check_conditions(p: Policy) -> None:
+    """Conditions no unit could ever meet, or that contradict the action, are errors, not empty plans."""
+    src = p.source
+    if p.larger_than is not None and p.smaller_than is not None and p.larger_than >= p.smaller_than:
+        raise ConfigError(src, p.key("smaller_than"), "must be larger than larger_than: no unit could match")
+    if (p.high_watermark is None) != (p.low_watermark is None):
+        missing = "low_watermark" if p.low_watermark is None else "high_watermark"
+        raise ConfigError(src, p.key(missing), "watermarks come in pairs: set both or neither")
+    if p.high_watermark is not None and p.low_watermark is not None and p.low_watermark >= p.high_watermark:
+        raise ConfigError(src, p.key("low_watermark"), "must be below high_watermark")
+    if p.from_tier is not None and p.from_tier == p.to_tier:
+        raise ConfigError(src, p.key("to"), f"is the same tier as `from` ({p.from_tier})")
+    if p.verify_max_age_s is not None and p.action != "purge":
+        raise ConfigError(src, p.key("verify_max_age"), 'applies to action = "purge" only')
+    if p.action == "recall":
+        for name in _NOT_FOR_RECALL:
+            if _is_set(p, name):
+                raise ConfigError(src, p.key(name), "is not a condition a recall can use (it restores stubs)")
+    if p.action in ("recall", "purge") and not p.free_source:
+        raise ConfigError(src, p.key("free_source"), f"means nothing for {p.action}")
+    if p.area == "datasets":
+        for name in _CHECKPOINT_ONLY:
+            if _is_set(p, name):
+                raise ConfigError(src, p.key(name), "applies to checkpoint areas only (runs and steps)")
+
+
+def _is_set(p: Policy, name: str) -> bool:
+    attr = {"older_than": "older_than_s", "idle_for": "idle_for_s"}.get(name, name)
+    value = getattr(p, attr)
+    return (
+        bool(value) if isinstance(value, tuple | int) and not isinstance(value, bool) else value is not None
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedPolicy:
+    policy: Policy
+    from_tier: str
+    to_tier: str
+
+
+def resolve_policy(p: Policy, site: SiteConfig, *, scan_tier: str | None = None) -> ResolvedPolicy:
+    """Name the tiers (explicit, or by role) and check what needs the tiers to be known.
+
+    `scan_tier` (`--tier`) overrides the tier units are selected on: the source, or for a recall the
+    tier holding the stubs (each stub names the tier its unit went to).
+    """
+    if p.action == "recall":
+        dst = scan_tier or p.to_tier or _by_role(site, DEFAULT_TO_ROLE["recall"], p, "to")
+        _known(site, p, "to", dst)
+        return ResolvedPolicy(policy=p, from_tier=PER_STUB, to_tier=dst)
+    src = scan_tier or p.from_tier or _by_role(site, DEFAULT_FROM_ROLE[p.action], p, "from")
+    dst = p.to_tier or _by_role(site, DEFAULT_TO_ROLE[p.action], p, "to")
+    _known(site, p, "from", src)
+    _known(site, p, "to", dst)
+    if src == dst:
+        raise ConfigError(p.source, p.key("to"), f"moves units from tier {src} to itself")
+    if p.high_watermark is not None and site.tiers[src].scheme == "s3":
+        raise ConfigError(
+            p.source,
+            p.key("high_watermark"),
+            f"tier {src} is S3, which does not report free space: watermarks cannot apply there",
+            hint="use older_than / idle_for / keep_last conditions for S3 tiers",
+        )
+    return ResolvedPolicy(policy=p, from_tier=src, to_tier=dst)
+
+
+def _known(site: SiteConfig, p: Policy, key: str, name: str) -> None:
+    if name not in site.tiers:
+        known = ", ".join(sorted(site.tiers))
+        raise ConfigError(p.source, p.key(key), f"names unknown tier {name!r} (known: {known})")
+
+
+def _by_role(site: SiteConfig, role: str, p: Policy, key: str) -> str:
+    named = [t.name for t in site.tiers.values() if t.role == role]
+    if len(named) == 1:
+        return named[0]
+    why = "no tier has" if not named else f"{len(named)} tiers have ({', '.join(named)})"
+    raise ConfigError(
+        p.source,
+        p.key(key),
+        f"not set, and {why} role {role!r} in {site.source}",
+        hint=f'name the tier: {key} = "TIER", or give one tier role = "{role}"',
+    )
+
+
+def adhoc_policy(action: str, *, paths: tuple[str, ...] = (), area: str = "checkpoints") -> Policy:
+    """What `--archive PATH` / `--drain` / `--recall PATH` mean without a named policy."""
+    name = f"{action}-path" if paths else action
+    return Policy(name=name, source=ADHOC, action=action, area=area, paths=paths)
+
+
+def merged_policies(
+    site_policies: Mapping[str, Policy], layout_policies: Mapping[str, Policy]
+) -> dict[str, Policy]:
+    """A site's policy replaces the layout's of the same name: the site file is the local decision."""
+    return {**layout_policies, **site_policies}
+
+
+def _opt_str(body: Mapping[str, Any], name: str, source: str, key: str) -> str | None:
+    return get_str(body, name, source, f"{key}.{name}") if name in body else None
+
+
+def _component(body: Mapping[str, Any], name: str, source: str, key: str, default: str) -> str:
+    value = get_str(body, name, source, f"{key}.{name}", default=default)
+    if not _NAME_RE.match(value):
+        raise ConfigError(source, f"{key}.{name}", f"{value!r} is not an area name")
+    return value
+
+
+def _globs(body: Mapping[str, Any], name: str, source: str, key: str) -> tuple[str, ...]:
+    value = body.get(name, [])
+    ok = isinstance(value, list) and all(isinstance(v, str) and v and not v.startswith("/") for v in value)
+    if not ok or any(".." in v.split("/") for v in value):
+        raise ConfigError(
+            source, f"{key}.{name}", 'expected a list of tier-relative globs ("checkpoints/run_0*")'
+        )
+    return tuple(v.strip("/") for v in value)
+
+
+def _bool(body: Mapping[str, Any], name: str, source: str, key: str, *, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(source, f"{key}.{name}", f"expected true or false, got {value!r}")
+    return value
+
+
+def _opt(body: Mapping[str, Any], name: str, parse: Any, source: str, key: str, expected: str) -> Any:
+    if name not in body:
+        return None
+    value = body[name]
+    if isinstance(value, bool):
+        raise ConfigError(source, f"{key}.{name}", f"expected {expected}, got {value!r}")
+    try:
+        parsed = parse(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(source, f"{key}.{name}", f"expected {expected} ({exc})") from None
+    if isinstance(parsed, float) and parsed < 0:
+        raise ConfigError(source, f"{key}.{name}", f"expected {expected}, got a negative value")
+    return parsed
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a whole number ≥ 0")
+    return value
+
+
+def _positive(value: Any) -> int:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r} is not a whole number ≥ 1")
+    return value
+
+
+def _percent(value: Any) -> float:
+    match = _PERCENT_RE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"{value!r} is not a percentage")
+    fraction = float(match.group(1)) / 100
+    if not 0 < fraction < 1:
+        raise ValueError(f"{value!r} is not between 0% and 100%")
+    return fraction
