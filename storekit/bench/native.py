@@ -22,6 +22,7 @@ import numpy as np
 
 from storekit import cbuild
 from storekit.cbuild import Unavailable
+from storekit.cbuild import cache_dir as cache_dir  # fastbpe keeps its compiled ranks there too
 
 SOURCE = Path(__file__).with_name("timed_ops.c")
 ABI = 1  # SK_ABI in timed_ops.c

@@ -199,10 +199,10 @@ def _measure(store: Store, cand: _Candidate) -> None:
         cand.bytes, cand.files, cand.rels = entry.size, 1, []
         return
     prefix = entry.path + "/"
-    for sub in store.walk(entry.path):
-        cand.rels.append(sub.path[len(prefix) :])
-        if sub.mtime is not None:
-            cand.newest = max(cand.newest or 0.0, sub.mtime)
+    for sub in store.scan(entry.path):  # the streaming scanner: one listing per directory
+        cand.rels.append(sub.rel[len(prefix) :])
+        if sub.mtime_ns:
+            cand.newest = max(cand.newest or 0.0, sub.mtime_ns / 1e9)
         if not sub.is_dir:
             cand.bytes += sub.size
             cand.files += 1

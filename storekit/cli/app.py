@@ -14,15 +14,15 @@ from typer.main import get_command
 
 from storekit import __version__
 from storekit.cli import bench, ckpt, config, dataset, layout, prepare, tier
-from storekit.cli.common import HELP_SETTINGS, exit_codes
+from storekit.cli.common import exit_codes, noun_app
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.interrupts import interrupt_on
 
-app = typer.Typer(
-    name="storekit",
-    help=(
+app = noun_app(
+    "storekit",
+    (
         "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
         "prepare tokenized datasets, and benchmark parallel I/O.\n\n"
         "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
@@ -30,12 +30,8 @@ app = typer.Typer(
         "`storekit --install-completion` sets up tab completion for your shell."
     ),
     epilog=exit_codes(*ExitCode),
-    no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
-    context_settings=HELP_SETTINGS,
 )
 
 

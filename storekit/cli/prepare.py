@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -23,7 +22,6 @@ from storekit.cli.common import (
 )
 from storekit.cli.output import Output, ProgressHandle
 from storekit.errors import ExitCode
-from storekit.interrupts import interrupt_on
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -298,7 +296,6 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
-    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # Slurm preemption stops like Ctrl-C: finished tasks kept
     with _progress(out) as progress:
         outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)
     _report(out, outcome)

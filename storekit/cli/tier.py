@@ -105,7 +105,7 @@ def _request(
 
 def _unit_line(console: Console, u: dict[str, Any]) -> None:
     frm, to = u["src_tier"], u["dst_tier"]
-    free = "free source" if u["free_source"] else "keep source"
+    free = "" if u["action"] == "recall" else "free source" if u["free_source"] else "keep source"
     console.print(
         f"{u['action']:<8} {u['src_path'] if u['action'] != 'recall' else u['dst_path']}  "
         f"{format_bytes(u['bytes'])}, {u['files']} files  {frm} -> {to}  {free}",

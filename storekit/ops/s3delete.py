@@ -8,11 +8,24 @@ afterwards: a delete reports success only when nothing it was asked to remove is
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from storekit.errors import StorekitError
-from storekit.ops.s3transfer import S3Transfer
+
+T = TypeVar("T")
+
+
+class S3Calls(Protocol):
+    """What these functions need: a bucket, a boto3-style client, and a way to call it (the
+    transfer engine's retries, or the store's s3fs client)."""
+
+    bucket: str
+    endpoint: str
+    client: Any
+
+    def call(self, what: str, fn: Callable[[], T]) -> T: ...
+
 
 DELETE_BATCH = 1000  # the S3 limit per DeleteObjects request
 
@@ -23,7 +36,7 @@ class DeleteFailed(StorekitError):
         self.failed = failed  # key -> the gateway's error code, or "still listed"
 
 
-def delete_keys(engine: S3Transfer, keys: Sequence[str]) -> None:
+def delete_keys(engine: S3Calls, keys: Sequence[str]) -> None:
     """Delete exactly `keys`; raises DeleteFailed naming the first key that is not gone."""
     failed: dict[str, str] = {}
     unique = sorted(set(keys))
@@ -54,7 +67,7 @@ def delete_keys(engine: S3Transfer, keys: Sequence[str]) -> None:
         )
 
 
-def delete_prefix(engine: S3Transfer, prefix: str) -> int:
+def delete_prefix(engine: S3Calls, prefix: str) -> int:
     """Delete every object under `prefix` (a 'directory'); returns how many were deleted."""
     if not prefix.strip("/"):
         raise StorekitError(f"refusing to delete everything in bucket {engine.bucket}")
@@ -67,7 +80,7 @@ def delete_prefix(engine: S3Transfer, prefix: str) -> int:
     return len(keys)
 
 
-def list_keys(engine: S3Transfer, prefix: str) -> Iterable[str]:
+def list_keys(engine: S3Calls, prefix: str) -> Iterable[str]:
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {"Bucket": engine.bucket, "Prefix": prefix}
@@ -84,7 +97,7 @@ def list_keys(engine: S3Transfer, prefix: str) -> Iterable[str]:
         token = page["NextContinuationToken"]
 
 
-def _still_listed(engine: S3Transfer, keys: Sequence[str]) -> list[str]:
+def _still_listed(engine: S3Calls, keys: Sequence[str]) -> list[str]:
     """The keys of `keys` a fresh listing still shows (one listing per common prefix)."""
     wanted = set(keys)
     found: list[str] = []
@@ -95,7 +108,7 @@ def _still_listed(engine: S3Transfer, keys: Sequence[str]) -> list[str]:
     return sorted(set(found))
 
 
-def bucket_versioning(engine: S3Transfer) -> str | None:
+def bucket_versioning(engine: S3Calls) -> str | None:
     """The bucket's versioning status: "Enabled", "Suspended", or None where it was never enabled."""
     resp = engine.call(
         f"versioning of bucket {engine.bucket}",
@@ -105,7 +118,7 @@ def bucket_versioning(engine: S3Transfer) -> str | None:
     return str(status) if status else None
 
 
-def check_unversioned(engine: S3Transfer) -> None:
+def check_unversioned(engine: S3Calls) -> None:
     """Refuse a versioned bucket: deletes there only add delete markers and the bytes stay."""
     status = bucket_versioning(engine)
     if status is not None:

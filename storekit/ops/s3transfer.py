@@ -33,6 +33,8 @@ from storekit.ops.throttle import ByteBudget, TokenBucket
 T = TypeVar("T")
 MiB = 1024 * 1024
 S3_MAX_PARTS = 10_000
+# an upload already completed or aborted: AWS answers NoSuchUpload, Ceph RGW NoSuchKey for list_parts
+GONE_UPLOAD_CODES = ("NoSuchUpload", "NoSuchKey")
 DIGEST_META_KEY = "storekit-xxh3-128"  # set only on objects whose digest was known before the PUT
 
 
@@ -231,7 +233,7 @@ class S3Transfer:
                 lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
             )
         except Exception as exc:
-            if s3_error_code(exc) == "NoSuchUpload":
+            if s3_error_code(exc) in GONE_UPLOAD_CODES:
                 raise NoSuchUpload(key) from exc
             raise
 

@@ -26,6 +26,7 @@ from storekit.errors import StorekitError, s3_error_code, storage_error
 from storekit.ops.journal import UploadEntry
 from storekit.ops.s3transfer import (
     DIGEST_META_KEY,
+    GONE_UPLOAD_CODES,
     NoSuchUpload,
     S3Transfer,
     UploadItem,
@@ -262,7 +263,7 @@ class _Multipart:
                 )
             except Exception as exc:
                 # a retried complete whose first answer was lost finds its upload already gone
-                if s3_error_code(exc) != "NoSuchUpload" or not self._object_is_there():
+                if s3_error_code(exc) not in GONE_UPLOAD_CODES or not self._object_is_there():
                     raise
             faults.point("transfer.completed")
             if engine.journal is not None:
@@ -324,7 +325,7 @@ def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple
                 ),
             )
         except Exception as exc:
-            if s3_error_code(exc) == "NoSuchUpload":
+            if s3_error_code(exc) in GONE_UPLOAD_CODES:
                 raise NoSuchUpload(key) from exc
             raise
         for p in page.get("Parts", []):
@@ -335,9 +336,9 @@ def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple
 
 
 def _object_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
-    from storekit.store import _encode_meta, check_metadata
+    from storekit.store import encode_s3_metadata
 
-    return {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
+    return encode_s3_metadata(metadata)
 
 
 def _pread_exact(path: str, fd: int, offset: int, length: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Opening input files: local paths directly, `s3://` through s3fs, `bundled:` from the package.
+"""Opening input files: local paths directly, `s3://` through the bucket's store, `bundled:` from the package.
 
 Credentials for `s3://bucket/...` come from the site config's S3 tier on that bucket (else its first
 S3 tier), are held in memory only and never written to the plan or the work dir.
@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import glob as globmod
 import os
-from typing import IO, Any, cast
+from typing import IO
 from urllib.parse import urlsplit
 
-from storekit.config import SiteConfig, mask_url
-from storekit.errors import InputError, StorekitError, storage_error
+from storekit.config import SiteConfig, mask_url, refuse_url_credentials
+from storekit.errors import InputError, NotFoundError, StorekitError, storage_error
 from storekit.paths import resolves_outside
 from storekit.pipeline.bundled import bundled_path, is_bundled
 from storekit.places import is_s3_url, resolve_place
+from storekit.store import Store
 
 GLOB_CHARS = ("*", "?", "[")
 
@@ -25,14 +26,15 @@ class InputFS:
 
     def __init__(self, site: SiteConfig | None) -> None:
         self.site = site
-        self._s3: dict[str, Any] = {}
+        self._s3: dict[str, Store] = {}
 
-    def s3(self, url: str) -> Any:
-        """The file system of the store `storekit.places` resolves the URL to (one per bucket)."""
-        bucket = urlsplit(url).netloc
-        if bucket not in self._s3:
-            self._s3[bucket] = resolve_place(url, self.site, what="input").store.fs
-        return self._s3[bucket]
+    def s3(self, url: str) -> tuple[Store, str]:
+        """The store of the URL's bucket (rooted at the bucket, one per bucket) and the key in it."""
+        refuse_url_credentials(url, "input")
+        parts = urlsplit(url)
+        if parts.netloc not in self._s3:
+            self._s3[parts.netloc] = resolve_place(f"s3://{parts.netloc}", self.site, what="input").store
+        return self._s3[parts.netloc], parts.path.lstrip("/")
 
     def local_path(self, url: str) -> str | None:
         if is_bundled(url):
@@ -44,9 +46,10 @@ class InputFS:
             path = self.local_path(url)
             if path is not None:
                 return open(path, "rb")
-            return cast(
-                IO[bytes], self.s3(url).open(url, "rb", block_size=block_size, cache_type="readahead")
-            )
+            store, key = self.s3(url)
+            return store.open_read(key, block_size=block_size)
+        except StorekitError:
+            raise
         except Exception as exc:
             raise _input_error(url, exc) from None
 
@@ -61,25 +64,21 @@ class InputFS:
         return _expand_local(os.path.expanduser(pattern))
 
     def _expand_s3(self, pattern: str) -> list[tuple[str, int, float | None]]:
-        fs = self.s3(pattern)
+        store, key = self.s3(pattern)
         try:
-            if any(c in pattern for c in GLOB_CHARS):
-                infos = fs.glob(pattern, detail=True)
-            elif fs.isdir(pattern):
-                infos = fs.find(pattern, detail=True)
+            if any(c in key for c in GLOB_CHARS):
+                entries = store.glob(key)
             else:
-                info = fs.info(pattern)
-                infos = {info["name"]: info}
-        except FileNotFoundError:
+                entry = store.info(key)
+                entries = [e for e in store.walk(key) if not e.is_dir] if entry.is_dir else [entry]
+        except NotFoundError:
             return []
+        except StorekitError:
+            raise
         except Exception as exc:
             raise _input_error(pattern, exc) from None
-        out = []
-        for name, info in infos.items():
-            if info.get("type") == "directory" or _hidden(name.split("/", 1)[-1]):
-                continue
-            out.append((f"s3://{name}", int(info.get("size") or 0), None))
-        return sorted(out)
+        bucket = urlsplit(pattern).netloc
+        return sorted((f"s3://{bucket}/{e.path}", e.size, None) for e in entries if not _hidden(e.path))
 
 
 def _input_error(url: str, exc: Exception) -> StorekitError:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob as globmod
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Iterator, Mapping
 from typing import IO
 
@@ -80,6 +82,16 @@ class PosixStore(Store):
         with self._errors(rel):
             st = os.lstat(full)
         return self._entry(full, st, stat.S_ISLNK(st.st_mode))
+
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        out = []
+        with self._errors(pattern):
+            for path in globmod.glob(full, recursive=True, include_hidden=True):
+                st = os.lstat(path)
+                if not stat.S_ISDIR(st.st_mode):  # like list(): a link is an entry, never followed
+                    out.append(self._entry(path, st, stat.S_ISLNK(st.st_mode)))
+        return sorted(out, key=lambda e: e.path)
 
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)
@@ -172,13 +184,19 @@ class PosixStore(Store):
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
         with self._errors(rel):
             st = os.lstat(full)
+        try:
             if stat.S_ISDIR(st.st_mode):
                 if recursive:
-                    shutil.rmtree(full)
+                    _rmtree(full)
                 else:
                     os.rmdir(full)
             else:
                 os.unlink(full)
+        except OSError as exc:
+            # name the entry that could not be removed, not only the tree that was asked for
+            inside = isinstance(exc.filename, str) and exc.filename.startswith(self.root.rstrip("/") + "/")
+            with self._errors(self.rel(exc.filename) if inside else rel):
+                raise
 
     def rename(self, src: str, dst: str) -> None:
         s, d = self.full(src), self.full(dst)
@@ -186,6 +204,21 @@ class PosixStore(Store):
             os.makedirs(os.path.dirname(d), exist_ok=True)
             os.rename(s, d)
             fsync_dir(os.path.dirname(d))
+
+
+def _rmtree(path: str) -> None:
+    """shutil.rmtree, but its first failure names the full path of the entry (rmtree's own error
+    names it relative to its directory)."""
+
+    def named(_func: object, failed: str, exc: BaseException) -> None:
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror, failed) from exc
+        raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=named)
+    else:
+        shutil.rmtree(path, onerror=lambda func, failed, info: named(func, failed, info[1]))
 
 
 def _missing_dirs(root: str, final: str) -> list[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import fsspec
 
@@ -33,10 +33,22 @@ S3_DEFAULT_CONFIG: dict[str, Any] = {
     "retries": {"max_attempts": 3, "mode": "standard"},
 }
 S3_BLOCK_SIZE = 16 * 1024 * 1024
+T = TypeVar("T")
+S3_MAX_PARTS = 10_000  # parts per multipart upload: S3's ceiling, also RGW's
 
 
 class S3Store(Store):
     """A bucket/prefix behind an S3 endpoint (Ceph RGW). Objects appear whole on PUT/complete."""
+
+    block_size = S3_BLOCK_SIZE  # the first parts of a streamed upload
+    max_parts = S3_MAX_PARTS  # tests lower both on an instance to reach the ceiling with small files
+
+    def part_size(self, parts_done: int) -> int:
+        """The size of the next part of a streamed upload, whose final size is unknown: it doubles
+        every tenth of max_parts, so 10,000 parts hold 16 TiB (S3's largest object is 5 TiB)
+        where fixed 16 MiB parts would stop at 156 GiB."""
+        step = max(1, self.max_parts // 10)
+        return int(self.block_size << min(parts_done // step, 9))
 
     def probe_capabilities(self) -> Capabilities:
         # the S3 API fixes these for every gateway: nothing to ask the endpoint
@@ -95,6 +107,13 @@ class S3Store(Store):
     def _not_a_directory(self, rel: str) -> NotFoundError:
         return NotFoundError(f"{self.display_url}/{rel}: not a directory")
 
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        with self._errors(pattern):
+            infos = self.fs.glob(full, detail=True)
+        files = [self._entry(i) for name, i in infos.items() if i.get("type") != "directory"]
+        return sorted((e for e in files if not e.path.endswith("/")), key=lambda e: e.path)
+
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)
         with self._errors(rel):
@@ -115,10 +134,10 @@ class S3Store(Store):
             raise self._not_a_directory(rel)
         yield from sorted(entries, key=lambda e: e.path.split("/"))
 
-    def open_read(self, rel: str) -> IO[bytes]:
+    def open_read(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
         """A streaming reader pinned to the object's ETag: if the object is replaced while being read,
         reading raises a retryable error (exit 5) instead of returning bytes of two versions."""
-        fh = super().open_read(rel)
+        fh = super().open_read(rel, block_size=block_size)
         details = getattr(fh, "details", None) or {}
         if details.get("type") == "directory":  # s3fs would read a prefix as an empty file
             fh.close()
@@ -162,19 +181,20 @@ class S3Store(Store):
     def get_metadata(self, rel: str) -> dict[str, str]:
         with self._errors(rel):
             head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel))
-        return {k: _decode_meta(v) for k, v in head.get("Metadata", {}).items()}
+        return decode_s3_metadata(head.get("Metadata", {}))
 
     def _key(self, rel: str) -> str:
         return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
-        meta = {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
-        kwargs: dict[str, Any] = {"block_size": S3_BLOCK_SIZE}
+        meta = encode_s3_metadata(metadata)
+        kwargs: dict[str, Any] = {"block_size": self.part_size(0)}
         if meta:
             kwargs["Metadata"] = meta
         with self._errors(rel):
             fh = self.fs.open(self.full(rel), "wb", **kwargs)
+        self._grow_parts(fh)
         try:
             yield fh
             with self._errors(rel):
@@ -193,6 +213,18 @@ class S3Store(Store):
         except BaseException:
             _make_inert(fh)  # aborts a started multipart upload: nothing appears, no parts stay behind
             raise
+
+    def _grow_parts(self, fh: Any) -> None:
+        """After each part s3fs sends, set the size of the next (s3fs sends one part per flush of
+        a full buffer, the buffer being `blocksize`)."""
+        upload = fh._upload_chunk
+
+        def upload_then_grow(final: bool = False) -> Any:
+            result = upload(final=final)
+            fh.blocksize = self.part_size(len(fh.parts or []))
+            return result
+
+        fh._upload_chunk = upload_then_grow
 
     def makedirs(self, rel: str, mode: int | None = None) -> None:
         """Buckets are created; prefixes get a zero-byte `prefix/` marker, as S3 consoles do."""
@@ -223,9 +255,29 @@ class S3Store(Store):
                     f"{self.display_url}/{rel}: directory not empty", hint="delete it recursively"
                 )
             if below:
-                self.fs.rm(below)
+                # per-key answers checked and the keys listed again: s3fs's rm ignores refusals
+                from storekit.ops.s3delete import delete_keys
+
+                delete_keys(_StoreCalls(self), [p[len(self.bucket) + 1 :] for p in below])
             with contextlib.suppress(FileNotFoundError):
                 self.fs.call_s3("delete_object", Bucket=self.bucket, Key=key + "/")
+
+
+class _StoreCalls:
+    """The store's s3fs client in the shape ops.s3delete works with (boto3-style calls)."""
+
+    def __init__(self, store: S3Store) -> None:
+        self.bucket, self.endpoint, self._fs = store.bucket, store.endpoint, store.fs
+        self.client = self
+
+    def delete_objects(self, **kwargs: Any) -> Any:
+        return self._fs.call_s3("delete_objects", **kwargs)
+
+    def list_objects_v2(self, **kwargs: Any) -> Any:
+        return self._fs.call_s3("list_objects_v2", **kwargs)
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        return fn()  # s3fs retries; the store's _errors names the tier and path
 
 
 def _make_inert(fh: Any) -> None:
@@ -242,14 +294,24 @@ def _make_inert(fh: Any) -> None:
 _RFC2047_PREFIX, _RFC2047_SUFFIX = "=?UTF-8?B?", "?="
 
 
-def _encode_meta(value: str) -> str:
+def encode_s3_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """User metadata checked (`check_metadata`) and encoded for S3 headers: what every PUT sends."""
+    return {k: _encode_value(v) for k, v in check_metadata(metadata).items()}
+
+
+def decode_s3_metadata(headers: Mapping[str, str]) -> dict[str, str]:
+    """User metadata as `encode_s3_metadata` was given it, from a HEAD's `Metadata`."""
+    return {k: _decode_value(v) for k, v in headers.items()}
+
+
+def _encode_value(value: str) -> str:
     plain = value.isascii() and value.isprintable() and value == value.strip()
     if plain and not value.startswith("=?"):
         return value
     return _RFC2047_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + _RFC2047_SUFFIX
 
 
-def _decode_meta(value: str) -> str:
+def _decode_value(value: str) -> str:
     if value.startswith(_RFC2047_PREFIX) and value.endswith(_RFC2047_SUFFIX):
         with contextlib.suppress(ValueError):
             return base64.b64decode(value[len(_RFC2047_PREFIX) : -len(_RFC2047_SUFFIX)]).decode("utf-8")

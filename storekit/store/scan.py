@@ -6,8 +6,9 @@ sorted within a directory by their bytes (as `LC_ALL=C sort`), so a subtree's en
 and two scans of an unchanged tree agree. Links are never followed.
 
 One directory is listed per call of a small C helper (scan_dir.c: getdents + fstatat relative to
-the directory, sorted there) where a C compiler exists, and with os.scandir otherwise
-(STOREKIT_SCAN_NATIVE=0 forces that); both give the same entries in the same order.
+the directory, on two threads for a big directory, sorted there) where a C compiler exists, and
+with os.scandir otherwise (STOREKIT_SCAN_NATIVE=0 forces that); both give the same entries in the
+same order.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from storekit import cbuild
 from storekit.errors import storage_errors
 
 SOURCE = Path(__file__).with_name("scan_dir.c")
-ABI = 1  # SK_SCAN_ABI in scan_dir.c
+ABI = 2  # SK_SCAN_ABI in scan_dir.c
+CFLAGS = [*cbuild.CFLAGS, "-pthread"]
 FIELDS = 5  # int64 per entry: size, mtime_ns, ctime_ns, inode, mode
 _SKIP = (errno.ENOENT, errno.ENOTDIR)  # removed or replaced since its parent was listed
 
@@ -168,7 +170,7 @@ def load() -> tuple[NativeScan | None, str]:
                 return NativeScan(_open(path)), ""
             except cbuild.Unavailable:
                 path.unlink(missing_ok=True)  # damaged: build it again
-        cbuild.build(SOURCE, path)
+        cbuild.build(SOURCE, path, CFLAGS)
         return NativeScan(_open(path)), ""
     except cbuild.Unavailable as exc:
         return None, str(exc)

@@ -159,7 +159,7 @@ def _stub_candidate(store: Store, path: str, kind: str, run: str | None) -> Cand
     unit = unit_rel_of(path)
     try:
         stub: Stub | None = parse_stub(store.read_bytes(path), f"{store.display_url}/{path}")
-        reason = f"{stub.action}d to tier {stub.to_tier}" if stub else ""
+        reason = f"{stub.done_verb} to tier {stub.to_tier}" if stub else ""
     except StorekitError as exc:
         stub, reason = None, exc.message
     return Candidate(
@@ -193,9 +193,9 @@ def _datasets(
 
 def _dataset(store: Store, area: AreaSpec, path: str, marker: str, now: float) -> Candidate:
     files, size, newest = 0, 0, None
-    for sub in store.walk(path):
-        if sub.mtime is not None:
-            newest = max(newest or 0.0, sub.mtime)
+    for sub in store.scan(path):
+        if sub.mtime_ns:
+            newest = max(newest or 0.0, sub.mtime_ns / 1e9)
         if not sub.is_dir:
             files, size = files + 1, size + sub.size
     committed = store.exists(posixpath.join(path, marker))

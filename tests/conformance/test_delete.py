@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+from collections.abc import Iterator
+
 import pytest
 
 from storekit.errors import NotFoundError, PathEscapeError, StorekitError
-from storekit.store import Store
+from storekit.store import S3Store, Store
 
 from .conftest import tree
 
@@ -66,3 +70,38 @@ def test_refuses_to_delete_the_root(populated: Store, root: str) -> None:
     with pytest.raises(PathEscapeError):
         populated.delete(root, recursive=True)
     assert tree(populated) == before
+
+
+@pytest.fixture
+def refusing(populated: Store) -> Iterator[Store]:
+    """Deletes below `d/locked/` fail for real: on S3 a bucket policy denies s3:DeleteObject there;
+    on POSIX `d/locked` is a read-only bind mount of itself."""
+    populated.write_bytes("d/locked/x", b"kept")
+    if isinstance(populated, S3Store):
+        key = populated._key("d/locked")
+        policy = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject",
+            "Resource": f"arn:aws:s3:::{populated.bucket}/{key}/*"}]}  # fmt: skip
+        populated.fs.call_s3("put_bucket_policy", Bucket=populated.bucket, Policy=json.dumps(policy))
+        yield populated
+        populated.fs.call_s3("delete_bucket_policy", Bucket=populated.bucket)
+        return
+    locked = populated.local_path("d/locked") or ""
+    for args in (["--bind", locked, locked], ["-o", "remount,bind,ro", locked]):
+        done = subprocess.run(["mount", *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", locked], check=False)
+            pytest.skip(f"cannot make a read-only bind mount here ({done.stderr.strip()})")
+    yield populated
+    subprocess.run(["umount", locked], check=True)
+
+
+def test_a_delete_that_partly_fails_says_so(refusing: Store) -> None:
+    store = refusing
+    with pytest.raises(StorekitError) as info:
+        store.delete("d", recursive=True)
+    assert not isinstance(info.value, NotFoundError) and info.value.exit_code == 1
+    assert "d/locked/x" in str(info.value), str(info.value)  # names what is still there
+    assert store.read_bytes("d/locked/x") == b"kept" and store.exists("d")
+    for rel in ("d.txt", "dd/c", "top"):  # neighbours untouched
+        assert store.read_bytes(rel) == rel.encode()

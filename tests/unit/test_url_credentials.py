@@ -18,8 +18,7 @@ from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.config import mask_url, redact_urls, url_has_credentials
-from tests.conftest import s3_options
-from tests.unit.pipeline.helpers import run_cli
+from tests.conftest import run_cli, s3_options
 
 KEY = "AKIDLEAKY77"
 SECRET = "SeCrEtLeAk9x"

@@ -15,7 +15,7 @@ import pytest
 
 from storekit.bench.leftovers import OWNER_FILE, owner_record
 from storekit.durable import TOMBSTONE_MARK
-from tests.unit.pipeline.helpers import REPO, run_cli
+from tests.conftest import run_cli, run_storekit
 
 META = ["--pattern", "meta", "--files", "5", "--workers", "1", "--repeat", "1", "--json", "-q"]
 
@@ -91,12 +91,10 @@ def test_a_run_killed_with_sigkill_is_reclaimed_by_the_next(
     target: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Killed at a fault point while its workers run; the next run removes what it left."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "STOREKIT_FAULTS": "bench.write.started=kill"}
+    env = {"STOREKIT_FAULTS": "bench.write.started=kill"}
     args = ["bench", "io", "--target", str(target), "--pattern", "shards", "--size", "8M",
             "--file-size", "2M", "--workers", "2", "--repeat", "1", "-q"]  # fmt: skip
-    killed = subprocess.run(
-        [sys.executable, "-m", "storekit", *args], env=env, capture_output=True, timeout=120
-    )
+    killed = run_storekit(args, env=env, timeout=120)
     assert killed.returncode == -9, killed.stderr  # its pipes are closed: workers and forkserver are gone
     (run,) = (target / "scratch").iterdir()
     record = json.loads((run / OWNER_FILE).read_text())

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,15 +12,9 @@ from typing import Any
 import pytest
 
 from storekit.checkpoint import commit
-from storekit.cli.app import main
+from tests.conftest import Ran, run_cli, run_storekit
 
-ROOT = Path(__file__).parents[3]
 RUN = "storage/checkpoints/run_001"
-
-
-class Ran:
-    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
 @pytest.fixture
@@ -34,35 +26,18 @@ def ck_in(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -
         monkeypatch.setenv("COLUMNS", "80")
         monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
         monkeypatch.delenv("STOREKIT_FAULTS", raising=False)
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, err)
+        return run_cli(args, capsys)
 
     return run
 
 
-def ck(cwd: Path, *args: str, faults: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
-    env.pop("STOREKIT_CONFIG", None)
-    env.pop("STOREKIT_FAULTS", None)
-    if faults:
-        env["STOREKIT_FAULTS"] = faults
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def ck(cwd: Path, *args: str, faults: str | None = None) -> Ran:
+    return run_storekit(
+        args, cwd=cwd, env={"COLUMNS": "80", **({"STOREKIT_FAULTS": faults} if faults else {})}, timeout=120
     )
 
 
-def doc(proc: subprocess.CompletedProcess[str] | Ran) -> Any:
+def doc(proc: Ran) -> Any:
     return json.loads(proc.stdout)
 
 

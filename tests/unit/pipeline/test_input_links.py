@@ -16,7 +16,8 @@ import pytest
 from storekit.errors import InputError
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.sources import discover_sources
-from tests.unit.pipeline.helpers import TOKENIZER, run_cli, write_jsonl
+from tests.conftest import run_cli
+from tests.unit.pipeline.helpers import TOKENIZER, write_jsonl
 
 SECRET = "root:$6$SHADOW-HASH-LINE"
 

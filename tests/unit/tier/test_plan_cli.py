@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,10 @@ def test_recall_plans_from_stubs(site_dir: Path, sk: Callable[..., Ran]) -> None
             for u in doc["units"]  # type: ignore[attr-defined]
         ] == [("recall", "vault", ARCHIVED.to_path, "lustre", ARCHIVED.to_path, ARCHIVED.manifest_xxh3)]
         assert doc["passed"] == []  # only stubs are looked at
+    drained = replace(ARCHIVED, unit="step_000060", action="drain", to_tier="lustre")
+    (site_dir / "nvme/checkpoints/run_001/step_000060.storekit-stub").write_bytes(render_stub(drained))
+    listing = sk(site_dir, "ckpt", "list", "run_001", "--tier", "nvme")
+    assert "drained to lustre:checkpoints/run_001/step_000050" in listing.out  # its to_path
 
 
 def make_plan(site_dir: Path, sk: Callable[..., Ran]) -> Path:
