@@ -4,11 +4,14 @@ abort from one node that reaches all of them (driven by fault points, not timing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +117,8 @@ def test_one_node_failing_stops_every_node(
     before anything is timed, every worker stops, the scratch is cleaned, and one line says why."""
     target = tmp_path / "shared"
     target.mkdir()
-    env = {"STOREKIT_FAULTS": f"bench.agent1.ready={action}"}
+    mark = f"STOREKIT_TEST_RUN={uuid.uuid4().hex}"  # srun passes it to every agent and worker
+    env = {"STOREKIT_FAULTS": f"bench.agent1.ready={action}", **dict([mark.split("=")])}
     proc = bench(target, "--pattern", "shards", *SMALL, env=env)
     assert proc.returncode == code, proc.stderr
     doc = json.loads(proc.stdout)
@@ -128,6 +132,26 @@ def test_one_node_failing_stops_every_node(
     connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]  # rich may wrap it
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
     assert f"--connect {connect}" not in ps  # no node's agent (all on this host) outlived the command
+    # nor any worker: the killed agent's one waited at the start barrier, orphaned; it must end by
+    # itself at once (it used to wait out its 600 s barrier timeout)
+    assert wait_gone(mark, 60) == [], "workers of the run outlived their agent"
+
+
+def wait_gone(mark: str, limit_s: float) -> list[int]:
+    """Processes whose environment holds `mark`, once none is left or `limit_s` passed."""
+    deadline = time.monotonic() + limit_s
+    while (left := with_environ(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def with_environ(mark: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and mark.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+    return found
 
 
 def test_dry_run_prints_the_srun_line_and_writes_nothing(slurm_nodes: list[str], tmp_path: Path) -> None:
