@@ -746,7 +746,8 @@ def main() -> None:
     print()
     print(markdown(rows, args, conditions, command.strip()))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2))
+        raw = {"conditions": conditions, "rows": rows, "write_requests_per_mib_by_round": REQUESTS_PER_MIB}
+        Path(args.json_out).write_text(json.dumps(raw, indent=2))
     if lock is not None:
         lock.close()
 
