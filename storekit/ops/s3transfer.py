@@ -28,7 +28,7 @@ from storekit.config import TierConfig, mask_url
 from storekit.errors import StorekitError, UnreachableError, error_class, s3_error_code
 from storekit.ops.journal import UploadEntry, UploadJournal
 from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
-from storekit.ops.throttle import ByteBudget, TokenBucket
+from storekit.ops.throttle import ByteBudget, PartBuffers, TokenBucket
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -137,6 +137,7 @@ class S3Transfer:
         self.journal = journal
         self.endpoint = mask_url(endpoint) if endpoint else "the S3 endpoint"
         self.budget = ByteBudget(self.config.max_in_flight_bytes)
+        self.buffers = PartBuffers(self.config.max_in_flight_bytes)
         # one bucket for every thread; `bandwidth` lets a test give it an injected clock
         self.bandwidth = bandwidth or (TokenBucket(self.config.bandwidth) if self.config.bandwidth else None)
         self.pool = ThreadPoolExecutor(self.config.threads, thread_name_prefix="storekit-s3")
@@ -186,10 +187,12 @@ class S3Transfer:
         return part_size_for(size, min_part_size=self.config.min_part_size, max_parts=self.config.max_parts)
 
     # -- operations --------------------------------------------------------------------------------
-    def upload_files(self, items: Sequence[UploadItem]) -> list[UploadResult]:
+    def upload_files(
+        self, items: Sequence[UploadItem], on_done: Callable[[UploadResult], None] | None = None
+    ) -> list[UploadResult]:
         from storekit.ops.s3upload import upload_files
 
-        return upload_files(self, items)
+        return upload_files(self, items, on_done)
 
     def download_files(self, items: Sequence[DownloadItem]) -> list[DownloadResult]:
         from storekit.ops.s3download import download_files
