@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -10,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from storekit.cli.app import main
 from storekit.config import SiteConfig, load_config
 from storekit.layout.init import apply_init, plan_init
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
+from tests.conftest import Ran, run_cli
 
 DAY = 86400.0
 CONFIG = """\
@@ -74,31 +73,15 @@ def tree_state(root: Path) -> dict[str, tuple[bytes | None, int, int, int]]:
     return out
 
 
-class Ran:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def json(self) -> dict[str, object]:
-        doc = json.loads(self.out)
-        assert isinstance(doc, dict)
-        return doc
-
-
 @pytest.fixture
 def sk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """The CLI in this process, in `cwd`, with no site config from the environment."""
+    """The CLI in this process (tests/conftest.py's run_cli), in `cwd`, with no site config from the
+    environment."""
 
     def run(cwd: Path, *args: str) -> Ran:
         monkeypatch.chdir(cwd)
         monkeypatch.setenv("COLUMNS", "80")
         monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, err)
+        return run_cli(args, capsys)
 
     return run
