@@ -23,7 +23,7 @@ from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
-from storekit.tier.mover import source_of_stub
+from storekit.tier.mover import posix_temp_tag, source_of_stub
 from storekit.tier.stub import STUB_SUFFIX, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
@@ -199,7 +199,8 @@ def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
         return S3Destination(tier, key, journal=FileUploadJournal(journal.uploads_path), config=None)
     from urllib.parse import unquote, urlsplit
 
-    return PosixDestination(Path(unquote(urlsplit(url).path)), temp_tag=f"drain-{journal.id}")
+    tag = posix_temp_tag(str(doc.get("action")), journal.id)
+    return PosixDestination(Path(unquote(urlsplit(url).path)), temp_tag=tag)
 
 
 def _files_of(doc: dict[str, Any]) -> list[UnitEntry]:
