@@ -25,7 +25,7 @@ from storekit.cbuild import Unavailable
 from storekit.cbuild import cache_dir as cache_dir  # fastbpe keeps its compiled ranks there too
 
 SOURCE = Path(__file__).with_name("timed_ops.c")
-ABI = 1  # SK_ABI in timed_ops.c
+ABI = 2  # SK_ABI in timed_ops.c
 OPS = {"create": "sk_create", "stat": "sk_stat", "readsmall": "sk_read", "delete": "sk_unlink"}
 CFLAGS = ["-O2", "-std=c11", "-fPIC", "-shared", "-Wall"]
 
