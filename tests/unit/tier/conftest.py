@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from storekit.config import SiteConfig, load_config
 from storekit.layout.init import apply_init, plan_init
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
-from tests.conftest import Ran, run_cli
 
 DAY = 86400.0
 CONFIG = """\
@@ -71,17 +67,3 @@ def tree_state(root: Path) -> dict[str, tuple[bytes | None, int, int, int]]:
             data = p.read_bytes() if p.is_file() and not p.is_symlink() else None
             out[str(p.relative_to(root))] = (data, st.st_mode, st.st_mtime_ns, st.st_ino)
     return out
-
-
-@pytest.fixture
-def sk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """The CLI in this process (tests/conftest.py's run_cli), in `cwd`, with no site config from the
-    environment."""
-
-    def run(cwd: Path, *args: str) -> Ran:
-        monkeypatch.chdir(cwd)
-        monkeypatch.setenv("COLUMNS", "80")
-        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
-        return run_cli(args, capsys)
-
-    return run
