@@ -24,8 +24,15 @@ from typing import Any, TypeVar
 import boto3
 import botocore.config
 
-from storekit.config import TierConfig, mask_url
-from storekit.errors import StorekitError, UnreachableError, error_class, s3_error_code
+from storekit.config import URL_CREDENTIALS_HINT, TierConfig, mask_url
+from storekit.errors import (
+    PermissionDeniedError,
+    StorekitError,
+    UnreachableError,
+    error_class,
+    exception_chain,
+    s3_error_code,
+)
 from storekit.ops.journal import UploadEntry, UploadJournal
 from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.ops.throttle import ByteBudget, PartBuffers, TokenBucket
@@ -36,6 +43,7 @@ S3_MAX_PARTS = 10_000
 # an upload already completed or aborted: AWS answers NoSuchUpload, Ceph RGW NoSuchKey for list_parts
 GONE_UPLOAD_CODES = ("NoSuchUpload", "NoSuchKey")
 DIGEST_META_KEY = "storekit-xxh3-128"  # set only on objects whose digest was known before the PUT
+WRONG_CREDENTIAL_CODES = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +183,16 @@ class S3Transfer:
         except Exception as exc:
             code = s3_error_code(exc)
             if code is None:
-                raise
+                if not any(type(e).__name__ == "NoCredentialsError" for e in exception_chain(exc)):
+                    raise
+                # botocore found none before sending anything: one line naming the tier, not a traceback
+                raise PermissionDeniedError(
+                    f"{what}: no credentials for {self.endpoint}", hint=URL_CREDENTIALS_HINT
+                ) from None
+            if code in WRONG_CREDENTIAL_CODES:
+                raise PermissionDeniedError(
+                    f"{what}: wrong credentials for {self.endpoint} ({code})", hint=URL_CREDENTIALS_HINT
+                ) from exc
             cls = error_class(exc) or StorekitError  # e.g. AccessDenied: exit 1, retrying cannot fix it
             raise cls(f"{what}: {self.endpoint} answered {code}") from exc
 
