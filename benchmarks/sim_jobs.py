@@ -91,9 +91,9 @@ def make_corpus(folder: Path, tasks: int) -> int:
     rng = random.Random(tasks)
     words = [f"w{i}" for i in range(2000)]  # distinct documents: dedup keeps them all
     total = 0
-    for f in range(FILES):
+    for f in range(min(FILES, tasks)):
         lines = []
-        for d in range(f, tasks, FILES):
+        for d in range(f, tasks, min(FILES, tasks)):
             text = f"document {d}: " + " ".join(rng.choice(words) for _ in range(DOC_BYTES // 6))
             lines.append(json.dumps({"text": text}) + "\n")
         data = "".join(lines).encode()
