@@ -203,29 +203,33 @@ def run_child(
     return doc
 
 
-def simulate(root: Path, tasks: int, nodes: int, trace_ops: bool) -> dict[str, Any]:
+def simulate(root: Path, tasks: int, nodes: int, trace_ops: bool, timed: bool = True) -> dict[str, Any]:
+    """One size: a run for wall times (`timed`), one under strace (`trace_ops`)."""
     corpus = root / f"corpus-{tasks}"
     task_bytes = make_corpus(corpus, tasks)
     (root / "storekit.toml").write_text(
         f'default_tier = "shared"\n[tiers.shared]\nurl = "{root / "storage"}"\n'
     )
-    timed = run_child(root, corpus, task_bytes, nodes, None, element_trace=trace_ops)
-    traced, counts = timed, {}
+    counts: dict[str, dict[str, Counter[str]]] = {}
+    if timed:
+        timed_run = run_child(root, corpus, task_bytes, nodes, None, element_trace=trace_ops)
     if trace_ops:
         trace = root / f"trace-{tasks}.txt"
         traced = run_child(root, corpus, task_bytes, nodes, trace)
         counts = count_trace(trace, str(root))
-        counts.update(count_trace(root / "element-trace.txt", str(root), "one element"))
+        if timed:  # the timed run traced one more element process (strace cannot nest)
+            counts.update(count_trace(root / "element-trace.txt", str(root), "one element"))
         trace.unlink()
-    n = timed["tasks"]
-    plan_bytes = timed["work_dir_files"]["plan.json"]
+    run = timed_run if timed else traced
+    n = run["tasks"]
+    plan_bytes = run["work_dir_files"]["plan.json"]
     phases = {}
     for phase in (*PHASES, "one element"):
         shared = counts.get(phase, {}).get("shared", Counter())
         install = counts.get(phase, {}).get("install", Counter())
         total = sum(v for k, v in shared.items() if k != "fstat")
         phases[phase] = {
-            "seconds": round(timed["seconds"].get(phase, 0.0), 3),
+            "seconds": round(run["seconds"].get(phase, 0.0), 3) if timed else None,
             "shared": dict(sorted(shared.items())),
             "shared_metadata_ops": total,
             "shared_metadata_ops_per_task": round(total / n, 2),
@@ -237,9 +241,9 @@ def simulate(root: Path, tasks: int, nodes: int, trace_ops: bool) -> dict[str, A
         "task_bytes": task_bytes,
         "plan_bytes": plan_bytes,
         "plan_bytes_per_task": round(plan_bytes / n, 1),
-        "jobs_json_bytes": timed["work_dir_files"]["jobs.json"],
+        "jobs_json_bytes": run["work_dir_files"]["jobs.json"],
         "phases": phases,
-        "tokens": traced["result"].get("tokens"),
+        "tokens": run["result"].get("tokens"),
     }
 
 
