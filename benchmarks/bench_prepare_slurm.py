@@ -49,7 +49,7 @@ TREE = [REPO]  # the storekit checkout that runs (--tree)
 def storekit(args: list[str], config: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(TREE[0])}
     argv = [sys.executable, "-m", "storekit", *args, "--config", str(config), "--json", "-q"]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=TREE[0])
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:3])} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     doc: dict[str, Any] = json.loads(proc.stdout)
