@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,19 @@ def fio_cpu(job: dict[str, Any]) -> float:
     return float(job["usr_cpu"]) + float(job["sys_cpu"])
 
 
+def fresh_dirs(fio_dir: Path) -> Iterator[Path]:
+    """A new <dir>/scratch/<round>/data directory for each of fio's runs, as storekit makes
+    <target>/scratch/<run id>/... for each of its runs. Same life cycle, same placement: ext4 takes
+    a large file's blocks from a stream goal picked by its inode number (8 of 8 files, 2026-11-23:
+    even inodes got blocks near the start of this 252 GB disk, odd ones near its end), and a file
+    re-created in one directory every round tends to get the same inode back, so fio's file stayed
+    in one region for a whole run while storekit's moved between rounds."""
+    for i in itertools.count():
+        where = fio_dir / f"round-{i:03d}" / "scratch" / "data"
+        where.mkdir(parents=True)
+        yield where
+
+
 WARMUP = 1  # --warmup: rounds of each pair run first and discarded
 
 
@@ -313,7 +327,7 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
         "sequential write 1 MiB, O_DIRECT, fsync timed", "MB/s", "fio rw=write psync end_fsync=1"
     )
     seq_r = Comparison("sequential read 1 MiB, O_DIRECT", "MB/s", "fio rw=read psync")
-    seq_file = fio_dir / "seq.bin"
+    fresh = fresh_dirs(fio_dir)
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
 
     def storekit_seq() -> None:
@@ -328,6 +342,7 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
             comp.storekit_user.append(user)
 
     def fio_seq() -> None:
+        seq_file = next(fresh) / "seq.bin"
         base = [f"--filename={seq_file}", "--bs=1M", f"--size={size}", "--direct=1", "--ioengine=psync"]
         before = write_requests()
         w = fio("--name=seqwrite", "--rw=write", "--end_fsync=1", "--fallocate=none", *base)
@@ -335,7 +350,7 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
         r = fio("--name=seqread", "--rw=read", *base)
         # removed right away, as storekit removes its file at the end of its run: the freed blocks
         # (discarded on this mount) then weigh on whichever tool runs next, alike for both
-        seq_file.unlink()
+        shutil.rmtree(seq_file.parent.parent.parent)
         seq_w.other.append(w["write"]["bw_bytes"] / 1e6)
         seq_w.other_cpu.append(fio_cpu(w))
         seq_r.other.append(r["read"]["bw_bytes"] / 1e6)
@@ -348,7 +363,7 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
 
 def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
-    rand_file = fio_dir / "rand.bin"
+    fresh = fresh_dirs(fio_dir)
     comps = []
     depths = [(32, "io_uring", True), (1, "psync", False)]
     for qd, engine, required in (d for d in depths if str(d[0]) in args.rand_depths.split(",")):
@@ -371,12 +386,13 @@ def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
 
         def fio_rand(comp: Comparison = comp, qd: int = qd, engine: str = engine) -> None:
             # a fresh data file each round, written and later removed like storekit's token data set
+            rand_file = next(fresh) / "rand.bin"
             fio("--name=layout", f"--filename={rand_file}", "--rw=write", "--bs=1M",
                 f"--size={args.rand_size}", "--direct=1", "--ioengine=psync")  # fmt: skip
             job = fio("--name=randread", f"--filename={rand_file}", "--rw=randread", "--bs=4k",
                       f"--size={args.rand_size}", "--direct=1", f"--ioengine={engine}", f"--iodepth={qd}",
                       "--norandommap", "--time_based", f"--runtime={args.rand_runtime}")  # fmt: skip
-            rand_file.unlink()
+            shutil.rmtree(rand_file.parent.parent.parent)
             comp.other.append(job["read"]["iops"])
             comp.other_cpu.append(fio_cpu(job))
 

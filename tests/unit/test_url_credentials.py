@@ -60,6 +60,10 @@ COMMANDS = [
     ["tier", "--archive", "checkpoints/run_001", "--dry-run"],
     ["tier", "--drain"],
     ["tier", "--recall", "checkpoints/run_001", "--dry-run"],
+    ["tier", "verify"],
+    ["tier", "verify", "checkpoints/run_001", "--sample", "0.5"],
+    ["tier", "gc"],
+    ["tier", "gc", "--dry-run"],
 ]
 
 
