@@ -117,6 +117,23 @@ def run_storekit(
     return Ran(proc.returncode, out, err)
 
 
+@pytest.fixture
+def sk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`sk(cwd, *args)`: `storekit ARGS` in this process (run_cli), in `cwd`, at 80 columns, with no
+    site config or fault points from the caller's shell. The fixture is what sets cwd and env back;
+    run_cli stays a function for a CLI run inside another run's fault point, run_storekit and
+    start_storekit for runs that are killed, signalled or need their own environment."""
+
+    def run(cwd: Path, *args: str) -> Ran:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setenv("COLUMNS", "80")
+        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
+        monkeypatch.delenv("STOREKIT_FAULTS", raising=False)
+        return run_cli(args, capsys)
+
+    return run
+
+
 def _need(what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI but not available (scripts/test.sh should start it)")

@@ -19,11 +19,11 @@ from typing import Any
 
 from storekit.config import SiteConfig
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
-from storekit.errors import MismatchError, NotFoundError
-from storekit.lease import binding_lease, sibling_lease_path
+from storekit.errors import BusyError, MismatchError, NotFoundError
+from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
-from storekit.tier.mover import source_of_stub
+from storekit.tier.mover import posix_temp_tag, source_of_stub
 from storekit.tier.stub import STUB_SUFFIX, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
@@ -110,7 +110,7 @@ def gc(
     journal_dir: Path, *, roots: Iterable[Path] = (), site: SiteConfig | None = None, dry_run: bool = False
 ) -> GcReport:
     report = GcReport()
-    for journal in journals(journal_dir):
+    for journal in journals(journal_dir, tidy=not dry_run):
         _gc_journal(journal, site, dry_run, report)
     for root in roots:
         for directory in _dirs_with_tombstones(root):
@@ -123,25 +123,49 @@ def gc(
 
 def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, report: GcReport) -> None:
     doc = journal.doc
-    action = str(doc.get("action"))
-    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
-    lease = binding_lease(sibling_lease_path(unit))
-    if lease is not None:
-        report.left.append(f"{journal.path}: in use by {lease.describe()}")
+    unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+    lease_path = sibling_lease_path(unit)
+    if dry_run:
+        holder = binding_lease(lease_path)
+        if holder is not None:
+            report.left.append(f"{journal.path}: in use by {holder.describe()}")
+        elif _finishable(journal, report):
+            report.rolled_back.append(str(journal.path))
         return
+    try:  # held while rolling back: no rerun starts on the unit meanwhile; a dead holder's lease goes
+        lease = Lease(lease_path, purpose=f"tier gc of {unit}")
+        lease.acquire()
+    except BusyError as exc:
+        report.left.append(f"{journal.path}: in use ({exc.message})")
+        return
+    try:
+        if journal.load() and _finishable(journal, report):
+            _roll_back(journal, unit, site, report)
+    finally:
+        lease.release()
+
+
+def _finishable(journal: UnitJournal, report: GcReport) -> bool:
+    """False (and reported) for a move a rerun must finish: it is committed."""
+    doc = journal.doc
+    action = str(doc.get("action"))
     temp = Path(str(doc.get("temp", ""))) if action == "recall" else None
     renamed = temp is not None and journal.state == "verified" and not os.path.lexists(temp)
     if state_index(journal.state) >= state_index("committed") or renamed:
         # a recall killed right after its rename: the unit is back whole, only the stub is left to go
         report.left.append(f"{journal.path}: {action} committed; rerun it to finish")
-        return
-    if dry_run:
-        report.rolled_back.append(str(journal.path))
-        return
+        return False
+    return True
+
+
+def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:
+    doc = journal.doc
+    action = str(doc.get("action"))
     if action != "recall" and not doc.get("dest"):
         pass  # killed before anything was copied
     elif action == "recall":
-        if temp is not None and temp.name:
+        temp = Path(str(doc.get("temp", "")))
+        if temp.name:
             remove_partial(temp)
     else:
         dest = _dest_of(journal, site)
@@ -175,7 +199,8 @@ def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
         return S3Destination(tier, key, journal=FileUploadJournal(journal.uploads_path), config=None)
     from urllib.parse import unquote, urlsplit
 
-    return PosixDestination(Path(unquote(urlsplit(url).path)), temp_tag=f"drain-{journal.id}")
+    tag = posix_temp_tag(str(doc.get("action")), journal.id)
+    return PosixDestination(Path(unquote(urlsplit(url).path)), temp_tag=tag)
 
 
 def _files_of(doc: dict[str, Any]) -> list[UnitEntry]:

@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
-from storekit.errors import MismatchError, NotFoundError, StorekitError
+from storekit.errors import MismatchError, NotFoundError, StorekitError, UsageError
 from storekit.lease import Lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
@@ -97,9 +97,15 @@ def archive_unit(
     info: UnitInfo | None = None,
     dst_rel: str | None = None,
 ) -> UnitResult:
-    """Copy the unit at `src_root/unit_rel` to the S3 tier `dst` (at `dst_rel`, default the same
+    """Copy the unit at `src_root/unit_rel` to the archive tier `dst` (at `dst_rel`, default the same
     relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
-    free the source."""
+    free the source. An archive tier that is a POSIX directory takes the drain's way there."""
+    if dst.scheme == "file":
+        return _to_posix("archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+    if dst.scheme != "s3":
+        raise UsageError(
+            f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
+        )
     to_path = dst_rel or unit_rel
     bucket, prefix = tier_bucket_prefix(dst)
     dest_url = f"s3://{bucket}/{prefix}/{to_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
@@ -127,19 +133,37 @@ def drain_unit(
     """Copy the unit to the POSIX tier `dst` (at `dst_rel`, default the same relative path; a temp
     sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
     free the source."""
+    return _to_posix("drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+
+
+def posix_temp_tag(action: str, uid: str) -> str:
+    """The copy's temp sibling is `.NAME.storekit-tmp-<tag>` (`tier gc` finds it from the journal)."""
+    return f"{action}-{uid}"
+
+
+def _to_posix(
+    action: str,
+    src_root: Path,
+    unit_rel: str,
+    dst: TierConfig,
+    journal_dir: Path,
+    free_source: bool,
+    info: UnitInfo | None,
+    dst_rel: str | None,
+) -> UnitResult:
     to_path = dst_rel or unit_rel
     dest = tier_root(dst) / to_path
-    journal = UnitJournal(journal_dir, unit_id("drain", str(src_root / unit_rel), dest.as_uri()))
+    journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), dest.as_uri()))
 
     def make() -> Destination:
-        return PosixDestination(dest, temp_tag=f"drain-{journal.id}")
+        return PosixDestination(dest, temp_tag=posix_temp_tag(action, journal.id))
 
-    if not journal.load() and (
+    if not journal.load(tidy=False) and (  # read-only: its temps are tidied under the lease
         os.path.lexists(dest) or os.path.lexists(PosixDestination(dest, temp_tag="").manifest_path)
     ):
-        raise StorekitError(f"{dest}: already exists on the destination; refusing to drain over it")
+        raise StorekitError(f"{dest}: already exists on the destination; refusing to {action} over it")
     return _move(
-        "drain", src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
+        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
     )
 
 

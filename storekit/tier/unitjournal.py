@@ -50,9 +50,11 @@ class UnitJournal:
         self.uploads_path = journal_dir / f"{uid}.uploads.json"
         self.doc: dict[str, Any] = {}
 
-    def load(self) -> bool:
-        """Read the journal (under the unit's lease); False when there is none (a first run)."""
-        self.purge_temps()
+    def load(self, *, tidy: bool = True) -> bool:
+        """Read the journal (under the unit's lease); False when there is none (a first run).
+        `tidy` removes the temps a killed write left (never on a dry run: it writes nothing)."""
+        if tidy:
+            self.purge_temps()
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -110,14 +112,14 @@ class UnitJournal:
         fsync_dir(self.dir)
 
 
-def journals(journal_dir: Path) -> list[UnitJournal]:
+def journals(journal_dir: Path, *, tidy: bool = True) -> list[UnitJournal]:
     """Every unit journal left in `journal_dir` (moves not finished)."""
     found = []
     with contextlib.suppress(FileNotFoundError):
         for name in sorted(os.listdir(journal_dir)):
             if name.endswith(".json") and name.count(".") == 1 and not name.startswith("."):
                 j = UnitJournal(journal_dir, name[: -len(".json")])
-                if j.load():
+                if j.load(tidy=tidy):
                     found.append(j)
     return found
 

@@ -179,6 +179,7 @@ def test_s3_inputs_are_listed_and_read_through_the_bucket_store(
         (f"{base}/s/c.txt", 1, None),
     ]
     assert fs.expand(f"{base}/s/c.txt") == [(f"{base}/s/c.txt", 1, None)]
+    assert fs.expand(f"{base}/.*.jsonl") == [(f"{base}/.tmp.jsonl", 1, None)]  # as a local glob
     assert fs.expand(f"{base}/none/*.jsonl") == [] and fs.expand(f"{base}/missing.jsonl") == []
     with fs.open(f"{base}/b.jsonl", block_size=2) as fh:
         assert fh.read() == b"bbb"

@@ -64,6 +64,10 @@ COMMANDS = [
     ["tier", "--archive", "checkpoints/run_001", "--dry-run"],
     ["tier", "--drain"],
     ["tier", "--recall", "checkpoints/run_001", "--dry-run"],
+    ["tier", "verify"],
+    ["tier", "verify", "checkpoints/run_001", "--sample", "0.5"],
+    ["tier", "gc"],
+    ["tier", "gc", "--dry-run"],
 ]
 
 
@@ -75,10 +79,24 @@ def leaf_commands(command: click.Command, path: tuple[str, ...] = ()) -> set[str
     return {" ".join(path)}
 
 
+# commands that read no config, tier or URL at all (they have no --config): nothing to refuse
+NO_CONFIG = {"bench agent"}  # a node's part of bench io: gets its target from the coordinator
+
+
 def test_every_command_is_in_this_test() -> None:
     covered = {" ".join(c[:n]) for c in COMMANDS for n in (1, 2)}
-    missing = leaf_commands(get_command(app)) - covered
+    missing = leaf_commands(get_command(app)) - covered - NO_CONFIG
     assert not missing, f"add {sorted(missing)} to COMMANDS in {__file__}: every command must refuse them"
+
+
+def test_commands_without_config_take_no_config() -> None:
+    root = get_command(app)
+    assert isinstance(root, click.Group)
+    for name in NO_CONFIG:
+        group, leaf = name.split()
+        sub = root.commands[group]
+        assert isinstance(sub, click.Group)
+        assert all("--config" not in p.opts for p in sub.commands[leaf].params), name
 
 
 def closed_port() -> int:
