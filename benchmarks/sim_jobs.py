@@ -109,11 +109,10 @@ def mark(phase: str) -> None:
 
 
 def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_trace: str) -> dict[str, Any]:
+    from storekit.config import load_config
     from storekit.executors.base import load_job
     from storekit.jobs.run import run_tasks
     from storekit.jobs.workdir import Submission
-
-    from storekit.config import load_config
     from storekit.pipeline.inputs import InputFS
     from storekit.pipeline.prepare import make_plan
     from storekit.pipeline.spec import CLI_SOURCE, build_spec
