@@ -52,7 +52,9 @@ class TransferConfig:
     max_in_flight_bytes: int = 512 * MiB  # part buffers alive at once, all files together
     min_part_size: int = 64 * MiB
     max_parts: int = S3_MAX_PARTS  # lowered by tests to reach the ceiling with small files
-    range_size: int = 32 * MiB  # ranged GETs of a download
+    # ranged GETs (downloads, read-back): a 32 MiB body is mapped anew for each range (above glibc's
+    # largest mmap threshold), 16 MiB ones reuse heap memory: ~0.5 client CPU-s/GB less measured here
+    range_size: int = 16 * MiB
     bandwidth: float | None = None  # bytes/s for all threads together; None: no cap
     sign_payload: bool = True
     retry: RetryPolicy = field(default_factory=RetryPolicy)

@@ -68,6 +68,31 @@ class Destination(Protocol):
     def close(self) -> None: ...
 
 
+class ReadBacks:
+    """Read-backs running beside a copy, one file at a time on their own thread: `submit` each file
+    as it lands, `wait` raises the first mismatch; leaving the block cancels those not started (the
+    copy failed) and waits for the one running."""
+
+    def __init__(self) -> None:
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback")
+        self._futures: list[cf.Future[None]] = []
+
+    def submit(self, check: Callable[..., None], *args: object) -> None:
+        self._futures.append(self._pool.submit(check, *args))
+
+    def wait(self) -> None:
+        for fut in self._futures:
+            fut.result()
+
+    def __enter__(self) -> ReadBacks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fut in self._futures:
+            fut.cancel()
+        self._pool.shutdown(wait=True)
+
+
 def _join(base: str, rel: str) -> str:
     return base if rel == "." else f"{base}/{rel}"
 
@@ -112,8 +137,7 @@ class S3Destination:
         files = [e for e in entries if e.type == "file"]
         by_key = {self.key(f.path): f for f in files}
         digests: dict[str, str] = {}
-        with cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback") as verifier:
-            checks: list[cf.Future[None]] = []
+        with ReadBacks() as checks:
 
             def uploaded(r: UploadResult) -> None:
                 """A file is up: its read-back starts now, while the next files still go up (one
@@ -122,20 +146,15 @@ class S3Destination:
                 digests[f.path] = r.xxh3_128
                 faults.point("tier.file-copied")
                 if r.size == f.size:  # else the unit changed: reported below, before any read-back counts
-                    checks.append(verifier.submit(self._check, [f], {f.path: r.xxh3_128}))
+                    checks.submit(self._check, [f], {f.path: r.xxh3_128})
 
-            try:
-                items = [UploadItem(_join(str(src), f.path), self.key(f.path)) for f in files]
-                results = self.engine.upload_files(items, on_done=uploaded)
-                for f, r in zip(files, results, strict=True):
-                    if r.size != f.size:
-                        raise StorekitError(f"{_join(str(src), f.path)}: changed while being copied")
-                on_copied(digests)
-                for fut in checks:
-                    fut.result()
-            finally:
-                for fut in checks:
-                    fut.cancel()
+            items = [UploadItem(_join(str(src), f.path), self.key(f.path)) for f in files]
+            results = self.engine.upload_files(items, on_done=uploaded)
+            for f, r in zip(files, results, strict=True):
+                if r.size != f.size:
+                    raise StorekitError(f"{_join(str(src), f.path)}: changed while being copied")
+            on_copied(digests)
+            checks.wait()
         return digests
 
     def _check(self, batch: Sequence[UnitEntry], digests: dict[str, str]) -> None:
@@ -232,13 +251,12 @@ class PosixDestination:
         digests: dict[str, str] = {}
         with (
             cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="storekit-copy") as copier,
-            cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback") as verifier,
+            ReadBacks() as checks,
         ):
-            checks: list[cf.Future[None]] = []
 
             def copy_one(f: UnitEntry, target: str) -> None:
                 digests[f.path] = _copy_file(_join(str(src), f.path), target, f)
-                checks.append(verifier.submit(_check_local, target, f, digests[f.path]))
+                checks.submit(_check_local, target, f, digests[f.path])
 
             def put_files(files: list[tuple[UnitEntry, str]]) -> None:
                 copies = [copier.submit(copy_one, f, t) for f, t in files]
@@ -250,15 +268,10 @@ class PosixDestination:
                         fut.cancel()
                     cf.wait(copies)
 
-            try:
-                materialize(entries, self.temp, put_files)
-                fsync_dir(self.dest.parent)
-                on_copied(digests)
-                for fut in checks:
-                    fut.result()
-            finally:
-                for fut in checks:
-                    fut.cancel()
+            materialize(entries, self.temp, put_files)
+            fsync_dir(self.dest.parent)
+            on_copied(digests)
+            checks.wait()
         return digests
 
     def commit(self, manifest: bytes) -> None:
