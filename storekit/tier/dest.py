@@ -24,6 +24,7 @@ from storekit import faults
 from storekit.config import TierConfig
 from storekit.durable import TMP_MARK, fsync_dir, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
+from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3delete import check_unversioned, delete_keys
 from storekit.ops.s3readback import readback_digest
@@ -293,12 +294,12 @@ class PosixDestination:
         for f in files:
             path = _join(str(base), f.path)
             try:
-                size, digest = _hash_local(path)
+                got = hash_local(path, drop_cache=True)
             except FileNotFoundError:
                 problems.append(f"{path}: missing")
                 continue
-            if (size, digest) != (f.size, f.xxh3_128):
-                problems.append(_mismatch(path, f, size, digest))
+            if (got.size, got.xxh3_128) != (f.size, f.xxh3_128):
+                problems.append(_mismatch(path, f, got.size, got.xxh3_128))
         return problems
 
     def discard(self, files: Sequence[UnitEntry]) -> None:
@@ -366,19 +367,9 @@ def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
     return size, hasher.hexdigest()
 
 
-def _hash_local(path: str) -> tuple[int, str]:
-    hasher = xxhash.xxh3_128()
-    size = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
-            hasher.update(block)
-            size += len(block)
-        fadvise_dontneed(fh.fileno(), 0, 0)
-    return size, hasher.hexdigest()
-
-
 def _check_local(path: str, entry: UnitEntry, expected: str) -> None:
-    size, digest = _hash_local(path)
+    got = hash_local(path, drop_cache=True)
+    size, digest = got.size, got.xxh3_128
     if (size, digest) != (entry.size, expected):
         want = UnitEntry(path=entry.path, type="file", mode=0, mtime_ns=0, size=entry.size, xxh3_128=expected)
         raise MismatchError(_mismatch(path, want, size, digest))

@@ -87,6 +87,12 @@ def leftovers(root: Path) -> list[str]:
     )
 
 
+def unfinished(journal: Path) -> list[str]:
+    """What a journal directory holds besides its history (actions.log) and verification records:
+    the journals of moves not finished (empty once every move is done or rolled back)."""
+    return sorted(n for n in os.listdir(journal) if n not in ("actions.log", "verified"))
+
+
 def run_killed(fn: Callable[[], object], spec: str) -> bool:
     """Run `fn` in a forked child with STOREKIT_FAULTS=`spec`; True if the fault killed it, False if it
     finished (the point was never reached). Any other outcome fails the test."""
