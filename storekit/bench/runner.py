@@ -114,7 +114,7 @@ class PhaseRunner:
             outcomes = self._collect(procs, results, len(tasks))
         except BaseException:
             barrier.abort()
-            self._stop(procs)
+            stop_processes(procs)
             raise
         for p in procs:
             p.join()
@@ -153,13 +153,15 @@ class PhaseRunner:
                     raise WorkerFailed(f"worker process {p.name} died (exit code {p.exitcode})") from None
         return outcomes
 
-    def _stop(self, procs: list[Any]) -> None:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join()
+
+def stop_processes(procs: list[Any]) -> None:
+    """Ask every live worker process to stop (SIGTERM), wait STOP_GRACE_S in all, then SIGKILL."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()

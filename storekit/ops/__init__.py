@@ -13,29 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import xxhash
 
+from storekit.digest import CHUNK as CHUNK
+from storekit.digest import FileDigest as FileDigest
+from storekit.digest import hash_bytes as hash_bytes
+from storekit.digest import hash_stream as hash_stream
 from storekit.errors import MismatchError
 from storekit.store import Store
-
-CHUNK = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class FileDigest:
-    size: int
-    xxh3_128: str  # lowercase hex
-
-
-def hash_stream(read: Callable[[int], bytes], chunk: int = CHUNK) -> FileDigest:
-    h = xxhash.xxh3_128()
-    size = 0
-    while block := read(chunk):
-        h.update(block)
-        size += len(block)
-    return FileDigest(size=size, xxh3_128=h.hexdigest())
 
 
 def fadvise_dontneed(fd: int, offset: int = 0, length: int = 0) -> None:
@@ -60,10 +46,6 @@ def hash_local(path: str | os.PathLike[str], *, fsync: bool = False, drop_cache:
 def hash_file(store: Store, rel: str) -> FileDigest:
     with store.open_read(rel) as fh:
         return hash_stream(fh.read)
-
-
-def hash_bytes(data: bytes) -> FileDigest:
-    return FileDigest(size=len(data), xxh3_128=xxhash.xxh3_128_hexdigest(data))
 
 
 def copy_file(

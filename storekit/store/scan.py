@@ -149,38 +149,16 @@ class NativeScan:
             lib.sk_walk_close(handle)
 
 
-def disabled() -> bool:
-    return os.environ.get("STOREKIT_SCAN_NATIVE", "1").strip().lower() in ("0", "no", "off", "false")
-
-
 @functools.cache
 def load() -> tuple[NativeScan | None, str]:
     """(the compiled helper, "") or (None, why not). Builds it when it is not cached yet."""
-    if disabled():
-        return None, "STOREKIT_SCAN_NATIVE=0"
-    try:
-        path = cbuild.library_path(SOURCE, ABI)
-        cbuild.private_dir(path.parent)
-        if path.exists():
-            try:
-                return NativeScan(_open(path)), ""
-            except cbuild.Unavailable:
-                path.unlink(missing_ok=True)  # damaged: build it again
-        cbuild.build(SOURCE, path, CFLAGS)
-        return NativeScan(_open(path)), ""
-    except cbuild.Unavailable as exc:
-        return None, str(exc)
+    return cbuild.load(
+        SOURCE, ABI, CFLAGS, lambda path: NativeScan(_open(path)), switch="STOREKIT_SCAN_NATIVE"
+    )
 
 
 def _open(path: Path) -> Any:
-    # CDLL, not PyDLL: the GIL is released while a directory is listed
-    try:
-        lib = ctypes.CDLL(str(path))
-        version = lib.sk_scan_abi()
-    except (OSError, AttributeError) as exc:
-        raise cbuild.Unavailable(f"cannot load {path}: {exc}") from None
-    if version != ABI:
-        raise cbuild.Unavailable(f"{path}: ABI {version}, expected {ABI}")
+    lib = cbuild.open_library(path, "sk_scan_abi", ABI, keep_gil=False)  # released while a tree is walked
     lib.sk_walk_open.restype = ctypes.c_void_p
     lib.sk_walk_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
     lib.sk_walk_next.restype = ctypes.c_long

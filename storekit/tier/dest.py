@@ -1,7 +1,7 @@
 """Where a unit's copy lives: an S3 prefix (archive) or a POSIX directory (drain), one interface.
 
-copy(src, files)   copy every file, hashing it in the reading pass; each finished batch is
-                   read back (every byte, from the destination) while the next one is copied;
+copy(src, files)   copy every file, hashing it in the reading pass; each finished file is
+                   read back (every byte, from the destination) while the next ones are copied;
                    returns {path: xxh3-128} of the source bytes, raises MismatchError on a
                    read-back that differs
 commit(manifest)   make the copy count: the manifest goes last (present = complete)
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -33,14 +33,14 @@ from storekit.ops.s3transfer import (
     S3Transfer,
     TransferConfig,
     UploadItem,
+    UploadResult,
     fadvise_dontneed,
     tier_bucket_prefix,
 )
 from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry
 
-BATCH_BYTES = 256 * 1024 * 1024  # copied before its read-back starts (overlapping the next batch)
-BATCH_FILES = 64
 CHUNK = 8 * 1024 * 1024
+COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the others' copying
 
 
 class Destination(Protocol):
@@ -69,17 +69,29 @@ class Destination(Protocol):
     def close(self) -> None: ...
 
 
-def batches(files: Sequence[UnitEntry]) -> Iterator[list[UnitEntry]]:
-    batch: list[UnitEntry] = []
-    size = 0
-    for f in files:
-        batch.append(f)
-        size += f.size
-        if size >= BATCH_BYTES or len(batch) >= BATCH_FILES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
+class ReadBacks:
+    """Read-backs running beside a copy, one file at a time on their own thread: `submit` each file
+    as it lands, `wait` raises the first mismatch; leaving the block cancels those not started (the
+    copy failed) and waits for the one running."""
+
+    def __init__(self) -> None:
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback")
+        self._futures: list[cf.Future[None]] = []
+
+    def submit(self, check: Callable[..., None], *args: object) -> None:
+        self._futures.append(self._pool.submit(check, *args))
+
+    def wait(self) -> None:
+        for fut in self._futures:
+            fut.result()
+
+    def __enter__(self) -> ReadBacks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fut in self._futures:
+            fut.cancel()
+        self._pool.shutdown(wait=True)
 
 
 def _join(base: str, rel: str) -> str:
@@ -124,25 +136,26 @@ class S3Destination:
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
     ) -> dict[str, str]:
         files = [e for e in entries if e.type == "file"]
+        by_key = {self.key(f.path): f for f in files}
         digests: dict[str, str] = {}
-        with cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback") as verifier:
-            checks: list[cf.Future[None]] = []
-            try:
-                for batch in batches(files):
-                    items = [UploadItem(_join(str(src), f.path), self.key(f.path)) for f in batch]
-                    results = self.engine.upload_files(items)
-                    for f, r in zip(batch, results, strict=True):
-                        if r.size != f.size:
-                            raise StorekitError(f"{_join(str(src), f.path)}: changed while being copied")
-                        digests[f.path] = r.xxh3_128
-                        faults.point("tier.file-copied")
-                    checks.append(verifier.submit(self._check, batch, dict(digests)))
-                on_copied(digests)
-                for fut in checks:
-                    fut.result()
-            finally:
-                for fut in checks:
-                    fut.cancel()
+        with ReadBacks() as checks:
+
+            def uploaded(r: UploadResult) -> None:
+                """A file is up: its read-back starts now, while the next files still go up (one
+                upload call for the whole unit, so the pipeline never drains between files)."""
+                f = by_key[r.key]
+                digests[f.path] = r.xxh3_128
+                faults.point("tier.file-copied")
+                if r.size == f.size:  # else the unit changed: reported below, before any read-back counts
+                    checks.submit(self._check, [f], {f.path: r.xxh3_128})
+
+            items = [UploadItem(_join(str(src), f.path), self.key(f.path)) for f in files]
+            results = self.engine.upload_files(items, on_done=uploaded)
+            for f, r in zip(files, results, strict=True):
+                if r.size != f.size:
+                    raise StorekitError(f"{_join(str(src), f.path)}: changed while being copied")
+            on_copied(digests)
+            checks.wait()
         return digests
 
     def _check(self, batch: Sequence[UnitEntry], digests: dict[str, str]) -> None:
@@ -182,13 +195,11 @@ class S3Destination:
         delete_keys(self.engine, [self.manifest_key])
 
     def fetch(self, files: Sequence[tuple[UnitEntry, str]]) -> None:
-        targets = dict((f.path, t) for f, t in files)
-        for batch in batches([f for f, _ in files]):
-            self.engine.download_files(
-                [DownloadItem(self.key(f.path), targets[f.path], f.xxh3_128) for f in batch]
-            )
-            for _ in batch:
-                faults.point("tier.file-fetched")
+        # one call for the whole unit: ranges stream through the engine's window, each file's fsync
+        # overlaps the next file's download instead of stopping the pipeline between batches
+        self.engine.download_files([DownloadItem(self.key(f.path), t, f.xxh3_128) for f, t in files])
+        for _ in files:
+            faults.point("tier.file-fetched")
 
     def readback(self, files: Sequence[UnitEntry]) -> list[str]:
         problems = []
@@ -239,23 +250,29 @@ class PosixDestination:
         remove_partial(self.temp)  # a killed run's partial copy: never committed
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         digests: dict[str, str] = {}
-        with cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback") as verifier:
-            checks: list[cf.Future[None]] = []
+        with (
+            cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="storekit-copy") as copier,
+            ReadBacks() as checks,
+        ):
+
+            def copy_one(f: UnitEntry, target: str) -> None:
+                digests[f.path] = _copy_file(_join(str(src), f.path), target, f)
+                checks.submit(_check_local, target, f, digests[f.path])
 
             def put_files(files: list[tuple[UnitEntry, str]]) -> None:
-                for f, target in files:
-                    digests[f.path] = _copy_file(_join(str(src), f.path), target, f)
-                    checks.append(verifier.submit(_check_local, target, f, digests[f.path]))
+                copies = [copier.submit(copy_one, f, t) for f, t in files]
+                try:
+                    for fut in copies:
+                        fut.result()
+                finally:
+                    for fut in copies:
+                        fut.cancel()
+                    cf.wait(copies)
 
-            try:
-                materialize(entries, self.temp, put_files)
-                fsync_dir(self.dest.parent)
-                on_copied(digests)
-                for fut in checks:
-                    fut.result()
-            finally:
-                for fut in checks:
-                    fut.cancel()
+            materialize(entries, self.temp, put_files)
+            fsync_dir(self.dest.parent)
+            on_copied(digests)
+            checks.wait()
         return digests
 
     def commit(self, manifest: bytes) -> None:
@@ -350,18 +367,27 @@ def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:
 
 
 def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
+    """One reused buffer per file; each chunk's writeback is started as the next one is written
+    (fadvise DONTNEED on dirty pages starts it), so the disk works during the copy and the final
+    fsync waits for the last chunk, not the whole file."""
     hasher = xxhash.xxh3_128()
     size = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
     try:
-        with open(src, "rb") as fin, open(dst, "xb") as fout:
-            while block := fin.read(CHUNK):
-                hasher.update(block)
-                fout.write(block)
-                size += len(block)
-            fout.flush()
-            os.fsync(fout.fileno())
+        with open(src, "rb", buffering=0) as fin, open(dst, "xb", buffering=0) as fout:
+            out = fout.fileno()
+            while n := fin.readinto(buf):
+                chunk = view[:n]
+                hasher.update(chunk)
+                while chunk:
+                    chunk = chunk[os.write(out, chunk) :]
+                if size:
+                    fadvise_dontneed(out, size - CHUNK, CHUNK)
+                size += n
+            os.fsync(out)
             fadvise_dontneed(fin.fileno(), 0, 0)
-            fadvise_dontneed(fout.fileno(), 0, 0)  # the read-back must come from the device
+            fadvise_dontneed(out, 0, 0)  # the read-back must come from the device
     except OSError as exc:
         raise storage_error(exc, src) or StorekitError(f"{src}: {exc}") from None
     return size, hasher.hexdigest()

@@ -27,7 +27,7 @@ from storekit.bench.cluster.barrier import NodeBarrier
 from storekit.bench.cluster.wire import TOKEN_ENV, Connection, target_from_wire, task_from_wire
 from storekit.bench.leftovers import OWNER_FILE
 from storekit.bench.plan import DATA_OPS, iter_names
-from storekit.bench.runner import PRELOAD, _process_main
+from storekit.bench.runner import PRELOAD, _process_main, stop_processes
 from storekit.bench.suite import RESIDENT_SAMPLE, probe_direct
 from storekit.diskspace import free_bytes
 from storekit.errors import NoSpaceError, StorekitError, error_class
@@ -35,7 +35,6 @@ from storekit.errors import NoSpaceError, StorekitError, error_class
 HEARTBEAT_S = 2.0  # "alive" to the coordinator while a phase runs
 IDLE_S = 600.0  # no word from the coordinator for this long: it is gone
 BARRIER_TIMEOUT_S = 600.0
-STOP_GRACE_S = 5.0
 
 
 class PhaseAborted(Exception):
@@ -185,7 +184,7 @@ class Agent:
             outcomes = self._drive(procs, results, len(tasks), go)
         except BaseException:
             barrier.abort()
-            _stop(procs)
+            stop_processes(procs)
             raise
         for p in procs:
             p.join()
@@ -243,18 +242,6 @@ class Agent:
             if time.monotonic() - self.last_sent >= HEARTBEAT_S:
                 self.send("alive")
         return outcomes
-
-
-def _stop(procs: list[Any]) -> None:
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join()
 
 
 def main(address: str) -> int:

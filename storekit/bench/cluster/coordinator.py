@@ -15,7 +15,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -232,24 +232,17 @@ class Cluster:
         """Tell every live node to stop, and wait (bounded) until each has: only then may the
         coordinator remove the run directory they write into."""
         self._broadcast("abort", reason=reason)
-        waiting = {i for i, n in enumerate(self.nodes) if n.alive}
-        deadline = time.monotonic() + ABORT_WAIT_S
-        while waiting and time.monotonic() < deadline:
-            try:
-                index, msg = self.events.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if msg is None:
-                self.nodes[index].alive = False
+        waiting = self._live()
+        for index, msg in self._replies(waiting):
             if msg is None or msg["kind"] in ("aborted", "error", "results"):
                 waiting.discard(index)
 
-    # -- the end ----------------------------------------------------------------------------------
-    def shutdown(self) -> list[dict[str, Any]]:
-        """After the coordinator's cleanup: each node says whether it still sees the run directory."""
-        self._broadcast("shutdown")
-        reports: dict[int, dict[str, Any]] = {}
-        pending = {i for i, n in enumerate(self.nodes) if n.alive}
+    def _live(self) -> set[int]:
+        return {i for i, n in enumerate(self.nodes) if n.alive}
+
+    def _replies(self, pending: set[int]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        """What the nodes send while `pending` (which the caller empties) has any, for ABORT_WAIT_S
+        at most; None: that node's connection closed, and it is marked dead."""
         deadline = time.monotonic() + ABORT_WAIT_S
         while pending and time.monotonic() < deadline:
             try:
@@ -258,6 +251,16 @@ class Cluster:
                 continue
             if msg is None:
                 self.nodes[index].alive = False
+            yield index, msg
+
+    # -- the end ----------------------------------------------------------------------------------
+    def shutdown(self) -> list[dict[str, Any]]:
+        """After the coordinator's cleanup: each node says whether it still sees the run directory."""
+        self._broadcast("shutdown")
+        reports: dict[int, dict[str, Any]] = {}
+        pending = self._live()
+        for index, msg in self._replies(pending):
+            if msg is None:
                 pending.discard(index)
             elif msg["kind"] == "bye":
                 reports[index] = {"node": self.nodes[index].name, "run_dir_gone": bool(msg["run_dir_gone"])}
