@@ -10,37 +10,18 @@ journaled uploads) is `storekit.ops.s3transfer`; checked S3 deletes are `storeki
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Callable, Mapping
 
 import xxhash
 
 from storekit.digest import CHUNK as CHUNK
 from storekit.digest import FileDigest as FileDigest
+from storekit.digest import fadvise_dontneed as fadvise_dontneed
 from storekit.digest import hash_bytes as hash_bytes
+from storekit.digest import hash_local as hash_local
 from storekit.digest import hash_stream as hash_stream
 from storekit.errors import MismatchError
 from storekit.store import Store
-
-
-def fadvise_dontneed(fd: int, offset: int = 0, length: int = 0) -> None:
-    """Archiving terabytes must not flush everyone else's page cache."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-
-
-def hash_local(path: str | os.PathLike[str], *, fsync: bool = False, drop_cache: bool = False) -> FileDigest:
-    """Size and xxh3-128 of a local file. `fsync`: make what a writer left durable while it is open
-    (a staged checkpoint); `drop_cache`: leave no page cache behind, so that the next read of a copy
-    comes from the device again (tier read-back)."""
-    with open(path, "rb") as fh:
-        digest = hash_stream(fh.read)
-        if fsync:
-            os.fsync(fh.fileno())
-        if drop_cache:
-            fadvise_dontneed(fh.fileno())
-    return digest
 
 
 def hash_file(store: Store, rel: str) -> FileDigest:
