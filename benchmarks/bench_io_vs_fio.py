@@ -430,9 +430,13 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
         k: Comparison(f"small files: {v}, files / wall time", "ops/s", f"fio file{k} iops", required=False)
         for k, v in what.items()
     }
-    # the same depth and name lengths as storekit's <target>/scratch/<run id>/meta-unique/w0000/w0000.N:
-    # at ~3 us a stat, every path component the kernel walks shows in the figure
-    meta_dir = fio_dir / "scratch" / "storekit-bench-fio-0000000000-00000-0000" / "meta-unique" / "w0000"
+    # the same depth and name lengths as storekit's <target>/scratch/<run id>/meta-unique/w0000/w0000.N
+    # (at ~3 us a stat, every path component the kernel walks shows in the figure), and the same
+    # parent: a fresh run directory beside storekit's in its scratch/ each round. With one fixed
+    # directory of its own, fio's creates ran 1.1-1.5x faster whenever fio followed itself (run 7:
+    # every round fio went first) and not when it followed storekit: where the new inodes land, and
+    # how many inodes deleted in the last 30 s a create skips there, follows the directory
+    runs = itertools.count()
 
     def storekit_meta() -> None:
         # the same life cycle as the fio jobs below: empty files created, stat'ed, deleted, one worker
@@ -456,8 +460,9 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
         # a shared one (not compared), each create/stat/delete; fio does the same two, and only the
         # first is compared. Both thereby leave the next round the same number of recently deleted
         # inodes, which decide whether its creates are fast or slow (RESULTS.md)
-        for compared, where in ((True, meta_dir), (False, meta_dir.parent.parent / "meta-shared")):
-            shutil.rmtree(where, ignore_errors=True)
+        run_dir = sk_dir / "scratch" / f"fio-peer-{next(runs):031d}"
+        meta_dir = run_dir / "meta-unique" / "w0000"
+        for compared, where in ((True, meta_dir), (False, run_dir / "meta-shared")):
             where.mkdir(parents=True)
             for name in what:
                 # filecreate makes empty files; filestat and filedelete (create_on_open: nothing is
@@ -476,6 +481,7 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
                     comp.other.append(value)
                     comp.other_cpu.append(fio_cpu(job))
             shutil.rmtree(where, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
     log("small files", args.meta_repeat)
     alternate(args.meta_repeat, storekit_meta, fio_meta, [*service.values(), *mean.values(), *wall.values()])
