@@ -12,7 +12,9 @@ discard(m)         remove an uncommitted copy (rollback, `tier gc`)
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures as cf
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -102,6 +104,12 @@ def _mismatch(where: str, entry: UnitEntry, size: int, digest: str) -> str:
     return f"{where}: expected {want}, found {size} bytes xxh3-128 {digest}"
 
 
+# UNSIGNED-PAYLOAD: every file's bytes are read back and checked with xxh3-128 before its source is
+# freed, so the SHA-256 body signature (CPU on the client and again in the gateway) adds no integrity;
+# GET responses are never signed either. The manifest carries a Content-MD5 the gateway checks.
+ARCHIVE_TRANSFER = TransferConfig(sign_payload=False)
+
+
 class S3Destination:
     """The unit's files under `<prefix>/<unit>/`, its manifest at `<prefix>/<unit>.storekit-archive.json`."""
 
@@ -113,7 +121,7 @@ class S3Destination:
         journal: FileUploadJournal | None,
         config: TransferConfig | None,
     ) -> None:
-        self.engine = S3Transfer.for_tier(tier, config=config, journal=journal)
+        self.engine = S3Transfer.for_tier(tier, config=config or ARCHIVE_TRANSFER, journal=journal)
         if tier.name:  # every message names the tier, not just its endpoint
             self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
         bucket, prefix = tier_bucket_prefix(tier)
@@ -172,7 +180,10 @@ class S3Destination:
         self.engine.call(
             f"upload {self.manifest_url}",
             lambda: self.engine.client.put_object(
-                Bucket=self.engine.bucket, Key=self.manifest_key, Body=manifest
+                Bucket=self.engine.bucket,
+                Key=self.manifest_key,
+                Body=manifest,
+                ContentMD5=base64.b64encode(hashlib.md5(manifest).digest()).decode(),
             ),
         )
 

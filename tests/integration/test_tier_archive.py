@@ -312,3 +312,36 @@ def _fork_with_faults(fn: Callable[[], object], spec: str, events: Path) -> int:
         finally:
             os._exit(code)
     return pid
+
+
+def test_the_archive_sends_unsigned_payloads_and_an_md5_checked_manifest(
+    tmp_path: Path, s3_tier: TierConfig, engine: S3Transfer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`storekit tier`'s own settings (transfer=None): file bodies go UNSIGNED-PAYLOAD (the read-back
+    checks them), even over plain http; the manifest PUT carries a Content-MD5 the gateway checks."""
+    sent: list[tuple[str, str, str, bool]] = []
+    for_tier = S3Transfer.for_tier
+
+    def recording(tier: TierConfig, **kwargs: Any) -> S3Transfer:
+        eng = for_tier(tier, **kwargs)
+
+        def record(request: Any, **_: Any) -> None:
+            sha = request.headers.get("X-Amz-Content-SHA256", b"")
+            sha = sha.decode() if isinstance(sha, bytes) else sha
+            path = request.url.split("?")[0]
+            sent.append((request.method, path, sha, "Content-MD5" in request.headers))
+
+        eng.client.meta.events.register("before-send.s3", record)
+        return eng
+
+    monkeypatch.setattr(S3Transfer, "for_tier", staticmethod(recording))
+    root = tmp_path / "lustre"
+    make_small_unit(root / RUN, big=6 * MiB + 1)
+    result = archive_unit(root, RUN, s3_tier, journal_dir=tmp_path / "journal")
+    assert (result.state, result.freed) == ("done", True)
+    puts = [(path, sha, md5) for method, path, sha, md5 in sent if method == "PUT"]
+    manifest = [p for p in puts if p[0].endswith(".storekit-archive.json")]
+    files = [p for p in puts if p not in manifest]
+    assert files and all(sha == "UNSIGNED-PAYLOAD" for _, sha, _ in files)
+    assert len(manifest) == 1 and manifest[0][2]
+    assert f"storage/{RUN}.storekit-archive.json" in _objects(engine)
