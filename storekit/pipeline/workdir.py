@@ -31,7 +31,7 @@ from typing import Any
 from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
 from storekit.errors import BusyError, MismatchError, NoSpaceError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path, read_lease
-from storekit.ops import FileDigest, hash_stream
+from storekit.ops import FileDigest, hash_local
 from storekit.pipeline.plan import PrepPlan
 
 DONE = "done.json"
@@ -159,8 +159,7 @@ class WorkDir:
 
 
 def part_digest(path: Path) -> FileDigest:
-    with open(path, "rb") as fh:
-        return hash_stream(fh.read)
+    return hash_local(path)
 
 
 def make_private_dir(path: Path) -> None:
