@@ -9,7 +9,8 @@
   _archive_driver.py storekit-drain   ROOT UNIT DST_ROOT JOURNAL    storekit.tier.mover.drain_unit (POSIX)
 
 archive/recall/drain are the calls `storekit tier --apply` makes for each unit (storekit.tier.moveunit),
-with the tier's default transfer settings unless SIGN is off. The endpoint, bucket and keys come from
+with the tier's default transfer settings except payload signing, which SIGN sets (on/off) for every
+contender alike (`storekit tier` itself sends UNSIGNED-PAYLOAD). The endpoint, bucket and keys come from
 the environment (BENCH_S3_ENDPOINT, BENCH_BUCKET, BENCH_S3_KEY, BENCH_S3_SECRET), never from argv.
 """
 
@@ -53,7 +54,7 @@ def s3_tier(prefix: str) -> Any:
 def transfer(sign: bool) -> Any:
     from storekit.ops.s3transfer import TransferConfig
 
-    return None if sign else TransferConfig(sign_payload=False)  # None: what `storekit tier` uses
+    return TransferConfig(sign_payload=sign)  # `storekit tier` itself: off (tier.dest.ARCHIVE_TRANSFER)
 
 
 def storekit_upload(root: str, unit: str, prefix: str, sign: bool, journal: str) -> dict[str, Any]:

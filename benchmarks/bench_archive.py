@@ -21,8 +21,10 @@ _archive_driver.py), each contender in its own process, same gateway, same run, 
                      the device (fadvise DONTNEED first), rename, manifest, stub, source freed
            rclone    `rclone copy --checksum --transfers 8` + `rclone check --download` between the dirs
 
-storekit and boto3 use the same payload-signing setting (--sign-payload; on = botocore's default over
-http and what `storekit tier` uses). Targets (issue #11): upload >= 0.9x boto3; archive >= 1.4x rclone
+storekit and boto3 use the same payload-signing setting (--sign-payload; default off = UNSIGNED-PAYLOAD,
+what `storekit tier` sends: its read-back checks every byte). rclone 1.60 has no such switch: it signs
+its multipart parts (SHA-256) and sends single PUTs unsigned either way.
+Targets (issue #11): upload >= 0.9x boto3; archive >= 1.4x rclone
 copy+check; recall >= 0.9x rclone copy back; drain >= 1.3x rclone copy+check. The OSD is warmed with
 one untimed upload; objects are deleted and `radosgw-admin gc process --include-all` run after each
 S3 contender (CEPH_CONF must name the cluster's conf). Every contender starts with the unit in the
@@ -305,7 +307,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=["s3", "drain"], required=True)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sign-payload", choices=["on", "off"], default="on")
+    ap.add_argument("--sign-payload", choices=["on", "off"], default="off")
     ap.add_argument("--workdir", default=str(HERE / ".work" / "archive"), help="holds src/ (the payload)")
     ap.add_argument("--scale", type=float, default=1.0, help="file sizes times this (smoke runs)")
     args = ap.parse_args()

@@ -5,6 +5,8 @@ Only the standard library and xxhash: a training script's `checkpoint.commit` im
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,3 +32,22 @@ def hash_stream(read: Callable[[int], bytes], chunk: int = CHUNK) -> FileDigest:
 
 def hash_bytes(data: bytes) -> FileDigest:
     return FileDigest(size=len(data), xxh3_128=xxhash.xxh3_128_hexdigest(data))
+
+
+def fadvise_dontneed(fd: int, offset: int = 0, length: int = 0) -> None:
+    """Archiving terabytes must not flush everyone else's page cache."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+def hash_local(path: str | os.PathLike[str], *, fsync: bool = False, drop_cache: bool = False) -> FileDigest:
+    """Size and xxh3-128 of a local file. `fsync`: make what a writer left durable while it is open
+    (a staged checkpoint); `drop_cache`: leave no page cache behind, so that the next read of a copy
+    comes from the device again (tier read-back)."""
+    with open(path, "rb") as fh:
+        digest = hash_stream(fh.read)
+        if fsync:
+            os.fsync(fh.fileno())
+        if drop_cache:
+            fadvise_dontneed(fh.fileno())
+    return digest

@@ -17,6 +17,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ PRELOAD = {
     "s3": ["storekit.bench.worker", "storekit.bench.engine_s3_warm", "numpy"],
 }
 STOP_GRACE_S = 5.0
+Outcomes = dict[int, tuple[str, Any]]  # worker -> (status, payload) as the worker reported it
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_POLL_S = 1.0
 
@@ -114,17 +116,12 @@ class PhaseRunner:
             )
             for t in tasks
         ]
-        try:
-            for p in procs:
-                p.start()
-            faults.point(f"bench.{phase.op}.started")  # the workers of this phase exist
-            outcomes = self._collect(procs, results, len(tasks))
-        except BaseException:
-            barrier.abort()
-            stop_processes(procs)
-            raise
-        for p in procs:
-            p.join()
+        outcomes = run_processes(
+            procs,
+            barrier,
+            started=lambda: faults.point(f"bench.{phase.op}.started"),  # the workers of this phase exist
+            collect=lambda: self._collect(procs, results, len(tasks)),
+        )
         errors = [msg for status, msg in outcomes.values() if status == "error"]
         if errors:
             cls, message = errors[0]
@@ -159,6 +156,25 @@ class PhaseRunner:
                     p = dead[0]
                     raise WorkerFailed(f"worker process {p.name} died (exit code {p.exitcode})") from None
         return outcomes
+
+
+def run_processes(
+    procs: list[Any], barrier: Any, *, started: Callable[[], None], collect: Callable[[], Outcomes]
+) -> Outcomes:
+    """Start the worker processes and `collect` their outcomes; if anything fails on the way, the
+    start barrier is broken (no worker waits at it) and every worker is stopped before re-raising."""
+    try:
+        for p in procs:
+            p.start()
+        started()
+        outcomes = collect()
+    except BaseException:
+        barrier.abort()
+        stop_processes(procs)
+        raise
+    for p in procs:
+        p.join()
+    return outcomes
 
 
 def stop_processes(procs: list[Any]) -> None:

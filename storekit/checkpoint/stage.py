@@ -38,10 +38,9 @@ from typing import Any
 import xxhash
 
 from storekit import __version__, faults
-from storekit.digest import hash_stream
+from storekit.digest import hash_local
 from storekit.durable import fsync_dir, purge_tombstones, remove_tree, write_file_atomic
 
-CHUNK = 8 * 1024 * 1024
 MANIFEST = "manifest.json"
 LATEST = "latest"
 PART_PREFIX = ".storekit-part-"
@@ -153,9 +152,7 @@ class Stage:
 
     @staticmethod
     def _hash_existing(path: Path) -> tuple[int, str]:
-        with open(path, "rb") as fh:
-            digest = hash_stream(fh.read, CHUNK)
-            os.fsync(fh.fileno())
+        digest = hash_local(path, fsync=True)
         return digest.size, digest.xxh3_128
 
     def finish_part(self) -> None:

@@ -16,6 +16,7 @@ from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError
 from storekit.tier.audit import GcReport, VerifyResult, find_stubs, gc, verify_stub
 from storekit.tier.mover import tier_root
 from storekit.tier.moveunit import journal_dir_for
+from storekit.tier.verified import record_verified
 from storekit.units import format_bytes
 
 E = ExitCode
@@ -101,6 +102,7 @@ def verify_command(
         except (MismatchError, NotFoundError) as exc:  # a damaged stub or an unknown tier: this one only
             results.append(VerifyResult(stub=str(stub), url="", problems=[exc.message]))
     ok = all(not r.problems for r in results)
+    _record(site, results, whole=sample >= 1.0)
     doc = {
         "ok": ok,
         "sample": sample,
@@ -123,6 +125,19 @@ def verify_command(
     out.result("tier verify", doc, human)
     if not ok:
         raise typer.Exit(int(E.MISMATCH))
+
+
+def _record(site: SiteConfig, results: list[VerifyResult], *, whole: bool) -> None:
+    """Copies read back whole and right: a purge with verify_max_age may rely on this reading."""
+    if not whole or not any(r.files_checked and not r.problems for r in results):
+        return
+    try:
+        journal = journal_dir_for(site)
+    except UsageError:
+        return  # no shared POSIX tier: nowhere to keep the record (purges then read back themselves)
+    for r in results:
+        if r.files_checked and not r.problems:
+            record_verified(journal, r.manifest_url, r.manifest_xxh3_128)
 
 
 @tier_app.command("gc", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))

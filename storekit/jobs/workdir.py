@@ -42,7 +42,7 @@ from storekit import __version__, faults
 from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path
-from storekit.ops import FileDigest, hash_stream
+from storekit.ops import FileDigest, hash_local
 
 DONE = "done.json"
 PLAN = "plan.json"
@@ -368,8 +368,7 @@ def _in_flight(name: str) -> InFlight | None:
 
 
 def part_digest(path: Path) -> FileDigest:
-    with open(path, "rb") as fh:
-        return hash_stream(fh.read)
+    return hash_local(path)
 
 
 def make_private_dir(path: Path) -> None:

@@ -16,7 +16,9 @@ import xxhash
 
 from storekit.digest import CHUNK as CHUNK
 from storekit.digest import FileDigest as FileDigest
+from storekit.digest import fadvise_dontneed as fadvise_dontneed
 from storekit.digest import hash_bytes as hash_bytes
+from storekit.digest import hash_local as hash_local
 from storekit.digest import hash_stream as hash_stream
 from storekit.errors import MismatchError
 from storekit.store import Store

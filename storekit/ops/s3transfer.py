@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from storekit.errors import (
     exception_chain,
     s3_error_code,
 )
+from storekit.ops import fadvise_dontneed as fadvise_dontneed  # where s3download and tier.dest find it
 from storekit.ops.journal import UploadEntry, UploadJournal
 from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.ops.throttle import ByteBudget, PartBuffers, TokenBucket
@@ -262,9 +262,3 @@ class S3Transfer:
 
 class NoSuchUpload(StorekitError):
     """The journaled upload no longer exists on the gateway (completed or aborted already)."""
-
-
-def fadvise_dontneed(fd: int, offset: int, length: int) -> None:
-    """Archiving terabytes must not flush everyone else's page cache."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)

@@ -34,6 +34,8 @@ from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_m
 class VerifyResult:
     stub: str
     url: str
+    manifest_url: str = ""
+    manifest_xxh3_128: str = ""
     files_checked: int = 0
     bytes_checked: int = 0
     problems: list[str] = field(default_factory=list)
@@ -69,7 +71,12 @@ def verify_stub(
     if stub is None:
         raise NotFoundError(f"{stub_file}: no such stub")
     source = source_of_stub(stub, site)
-    result = VerifyResult(stub=str(stub_file), url=source.url)
+    result = VerifyResult(
+        stub=str(stub_file),
+        url=source.url,
+        manifest_url=source.manifest_url,
+        manifest_xxh3_128=stub.manifest_xxh3,
+    )
     try:
         data = source.manifest()
         if data is None:
@@ -161,8 +168,8 @@ def _finishable(journal: UnitJournal, report: GcReport) -> bool:
 def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:
     doc = journal.doc
     action = str(doc.get("action"))
-    if action != "recall" and not doc.get("dest"):
-        pass  # killed before anything was copied
+    if action == "purge" or (action != "recall" and not doc.get("dest")):
+        pass  # killed before anything was copied; a purge's copy predates it and is never removed
     elif action == "recall":
         temp = Path(str(doc.get("temp", "")))
         if temp.name:

@@ -12,7 +12,9 @@ discard(m)         remove an uncommitted copy (rollback, `tier gc`)
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures as cf
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from storekit import faults
 from storekit.config import TierConfig
 from storekit.durable import TMP_MARK, fsync_dir, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
+from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3delete import check_unversioned, delete_keys
 from storekit.ops.s3readback import readback_digest
@@ -102,6 +105,12 @@ def _mismatch(where: str, entry: UnitEntry, size: int, digest: str) -> str:
     return f"{where}: expected {want}, found {size} bytes xxh3-128 {digest}"
 
 
+# UNSIGNED-PAYLOAD: every file's bytes are read back and checked with xxh3-128 before its source is
+# freed, so the SHA-256 body signature (CPU on the client and again in the gateway) adds no integrity;
+# GET responses are never signed either. The manifest carries a Content-MD5 the gateway checks.
+ARCHIVE_TRANSFER = TransferConfig(sign_payload=False)
+
+
 class S3Destination:
     """The unit's files under `<prefix>/<unit>/`, its manifest at `<prefix>/<unit>.storekit-archive.json`."""
 
@@ -113,7 +122,7 @@ class S3Destination:
         journal: FileUploadJournal | None,
         config: TransferConfig | None,
     ) -> None:
-        self.engine = S3Transfer.for_tier(tier, config=config, journal=journal)
+        self.engine = S3Transfer.for_tier(tier, config=config or ARCHIVE_TRANSFER, journal=journal)
         if tier.name:  # every message names the tier, not just its endpoint
             self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
         bucket, prefix = tier_bucket_prefix(tier)
@@ -172,7 +181,10 @@ class S3Destination:
         self.engine.call(
             f"upload {self.manifest_url}",
             lambda: self.engine.client.put_object(
-                Bucket=self.engine.bucket, Key=self.manifest_key, Body=manifest
+                Bucket=self.engine.bucket,
+                Key=self.manifest_key,
+                Body=manifest,
+                ContentMD5=base64.b64encode(hashlib.md5(manifest).digest()).decode(),
             ),
         )
 
@@ -310,12 +322,12 @@ class PosixDestination:
         for f in files:
             path = _join(str(base), f.path)
             try:
-                size, digest = _hash_local(path)
+                got = hash_local(path, drop_cache=True)
             except FileNotFoundError:
                 problems.append(f"{path}: missing")
                 continue
-            if (size, digest) != (f.size, f.xxh3_128):
-                problems.append(_mismatch(path, f, size, digest))
+            if (got.size, got.xxh3_128) != (f.size, f.xxh3_128):
+                problems.append(_mismatch(path, f, got.size, got.xxh3_128))
         return problems
 
     def discard(self, files: Sequence[UnitEntry]) -> None:
@@ -392,19 +404,9 @@ def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
     return size, hasher.hexdigest()
 
 
-def _hash_local(path: str) -> tuple[int, str]:
-    hasher = xxhash.xxh3_128()
-    size = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
-            hasher.update(block)
-            size += len(block)
-        fadvise_dontneed(fh.fileno(), 0, 0)
-    return size, hasher.hexdigest()
-
-
 def _check_local(path: str, entry: UnitEntry, expected: str) -> None:
-    size, digest = _hash_local(path)
+    got = hash_local(path, drop_cache=True)
+    size, digest = got.size, got.xxh3_128
     if (size, digest) != (entry.size, expected):
         want = UnitEntry(path=entry.path, type="file", mode=0, mtime_ns=0, size=entry.size, xxh3_128=expected)
         raise MismatchError(_mismatch(path, want, size, digest))

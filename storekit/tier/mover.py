@@ -48,6 +48,7 @@ from storekit.tier.unitmanifest import (
     parse_manifest,
     walk_unit,
 )
+from storekit.tier.verified import record_verified
 
 
 class UnitChanged(StorekitError):
@@ -183,7 +184,7 @@ def _move(
         raise NotFoundError(f"{src}: no such unit")
     with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
         purge_tombstones(src.parent)  # a free that a kill interrupted
-        _purge_own_temps(src)
+        remove_own_temps(src)
         resumed = journal.load()
         if not resumed:
             stub = read_stub(stub_path(src))
@@ -274,6 +275,18 @@ def _resume(
         dest.commit(data)
         journal.advance("committed")
         log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
+        record_verified(jdir, dest.manifest_url, digest)  # every byte was read back before the commit
+    return free_committed(action, src, unit_rel, journal, dest, resumed)
+
+
+def free_committed(
+    action: str, src: Path, unit_rel: str, journal: UnitJournal, dest: Destination, resumed: bool
+) -> UnitResult:
+    """From `committed` on: stub the source and free it (unless the move keeps it), each step
+    journaled; a source changed since `planned` is kept and loses its stub (UnitChanged)."""
+    uid, jdir = journal.id, journal.dir
+    manifest, data = _saved_manifest(journal)
+    digest = manifest_digest(data)
     if journal.state == "committed":
         if not journal.doc.get("free_source", True):
             log_action(jdir, f"{action}.kept-source", uid, reason="copy only (not to be freed)")
@@ -287,7 +300,7 @@ def _resume(
             is_file=os.path.isfile(src) and not os.path.islink(src),
             writer=info.writer,
             step=info.step,
-            action=action,
+            action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
             to_tier=str(journal.doc["tier"]),
             to_path=str(journal.doc["to_path"]),
             manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
@@ -310,7 +323,7 @@ def _resume(
     return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=True)
 
 
-def _purge_own_temps(unit: Path) -> None:
+def remove_own_temps(unit: Path) -> None:
     """Temps of the stub's or a sibling manifest's atomic write that a crash left (we hold the lease)."""
     prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, MANIFEST_SUFFIX))
     for name in os.listdir(unit.parent):
@@ -414,7 +427,7 @@ def recall_unit(
     spath = stub_path(unit)
     with Lease(sibling_lease_path(unit), purpose=f"recall of {unit}"):
         purge_tombstones(unit.parent)
-        _purge_own_temps(unit)
+        remove_own_temps(unit)
         stub = read_stub(spath)
         journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
         resumed = journal.load()

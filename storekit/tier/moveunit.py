@@ -68,9 +68,19 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
             r = recall_unit(
                 tier_root(site.tier(unit.dst_tier)), unit.dst_path, journal_dir=journal, site=site
             )
+        elif unit.action == "purge":
+            from storekit.tier.purge import purge_unit
+
+            r = purge_unit(
+                tier_root(site.tier(unit.src_tier)), unit.src_path, site.tier(unit.dst_tier),
+                journal_dir=journal, dst_rel=unit.dst_path, info=info,
+                verify_max_age_s=getattr(unit, "verify_max_age_s", None),
+            )  # fmt: skip
         else:
-            raise StorekitError(f"{unit.src_path}: the mover cannot {unit.action} yet")
+            raise StorekitError(f"{unit.src_path}: the mover cannot {unit.action}")
     except UnitChanged as exc:
         return UnitOutcome("skipped", exc.message, 0, int(exc.exit_code))
     why = "copied and verified; source kept" if not r.freed and r.action != "recall" else r.state
+    if r.action == "purge" and r.state == "done":
+        why = "freed: its copy is committed, the same bytes, and verified"
     return UnitOutcome("done", why, r.bytes, 0)

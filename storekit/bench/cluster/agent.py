@@ -27,7 +27,7 @@ from storekit.bench.cluster.barrier import NodeBarrier
 from storekit.bench.cluster.wire import TOKEN_ENV, Connection, target_from_wire, task_from_wire
 from storekit.bench.leftovers import OWNER_FILE
 from storekit.bench.plan import DATA_OPS, iter_names
-from storekit.bench.runner import PRELOAD, _process_main, stop_processes
+from storekit.bench.runner import PRELOAD, _process_main, run_processes
 from storekit.bench.suite import RESIDENT_SAMPLE, probe_direct
 from storekit.diskspace import free_bytes
 from storekit.errors import NoSpaceError, StorekitError, error_class
@@ -177,17 +177,12 @@ class Agent:
                              name=f"bench-{self.node}-w{t.worker}")
             for t in tasks
         ]  # fmt: skip
-        try:
-            for p in procs:
-                p.start()
-            threading.Thread(target=self._local_ready, args=(ready,), daemon=True).start()
-            outcomes = self._drive(procs, results, len(tasks), go)
-        except BaseException:
-            barrier.abort()
-            stop_processes(procs)
-            raise
-        for p in procs:
-            p.join()
+        outcomes = run_processes(
+            procs,
+            barrier,
+            started=threading.Thread(target=self._local_ready, args=(ready,), daemon=True).start,
+            collect=lambda: self._drive(procs, results, len(tasks), go),
+        )
         errors = [payload for status, payload in outcomes.values() if status == "error"]
         if errors:
             cls, message = errors[0]

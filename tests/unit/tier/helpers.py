@@ -87,16 +87,25 @@ def leftovers(root: Path) -> list[str]:
     )
 
 
-def run_killed(fn: Callable[[], object], spec: str) -> bool:
-    """Run `fn` in a forked child with STOREKIT_FAULTS=`spec`; True if the fault killed it, False if it
-    finished (the point was never reached). Any other outcome fails the test."""
+def unfinished(journal: Path) -> list[str]:
+    """What a journal directory holds besides its history (actions.log) and verification records:
+    the journals of moves not finished (empty once every move is done or rolled back)."""
+    return sorted(n for n in os.listdir(journal) if n not in ("actions.log", "verified"))
+
+
+def fork_with_faults(fn: Callable[[], object], spec: str, *, events: Path | None = None) -> int:
+    """Start `fn` in a forked child with STOREKIT_FAULTS=`spec` (pause points meet their events in
+    `events`); its pid. The child never returns into pytest: exit 0 when `fn` finished, 3 when it
+    raised (traceback printed)."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
+    if pid == 0:
         code = 0
         try:
             os.environ[faults.ENV] = spec
+            if events is not None:
+                os.environ[faults.DIR_ENV] = str(events)
             faults.reset()
             fn()
         except BaseException:
@@ -104,7 +113,13 @@ def run_killed(fn: Callable[[], object], spec: str) -> bool:
             code = 3
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    return pid
+
+
+def run_killed(fn: Callable[[], object], spec: str) -> bool:
+    """Run `fn` in a forked child with STOREKIT_FAULTS=`spec`; True if the fault killed it, False if it
+    finished (the point was never reached). Any other outcome fails the test."""
+    _, status = os.waitpid(fork_with_faults(fn, spec), 0)
     if os.WIFSIGNALED(status):
         assert os.WTERMSIG(status) == signal.SIGKILL
         return True
@@ -112,9 +127,12 @@ def run_killed(fn: Callable[[], object], spec: str) -> bool:
     return False
 
 
-def count_points(fn: Callable[[], object]) -> int:
-    """How many fault points an uninterrupted `fn` reaches (counted in a forked child)."""
+def point_names(fn: Callable[[], object]) -> list[str]:
+    """The fault points an uninterrupted `fn` reaches, in order (recorded in a forked child): the
+    N-th name is what `*@N=kill` kills at."""
     r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
         code = 0
@@ -122,8 +140,16 @@ def count_points(fn: Callable[[], object]) -> int:
             os.close(r)
             os.environ[faults.ENV] = "never-reached-point"
             faults.reset()
+            seen: list[str] = []
+            real = faults.point
+
+            def record(name: str) -> None:
+                seen.append(name)
+                real(name)
+
+            faults.__dict__["point"] = record  # every caller looks it up as faults.point
             fn()
-            os.write(w, str(faults.reached()).encode())
+            os.write(w, "\n".join(seen).encode())
         except BaseException:
             traceback.print_exc()
             code = 3
@@ -134,7 +160,12 @@ def count_points(fn: Callable[[], object]) -> int:
         text = fh.read()
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    return int(text)
+    return text.split("\n") if text else []
+
+
+def count_points(fn: Callable[[], object]) -> int:
+    """How many fault points an uninterrupted `fn` reaches."""
+    return len(point_names(fn))
 
 
 def posix_site(burst: Path, parallel: Path) -> SiteConfig:
