@@ -1,11 +1,17 @@
 """One contender of bench_archive.py in its own process, so its CPU time is measured alone.
 
-  _archive_driver.py storekit-up   SRC PREFIX SIGN DIGESTS_OUT   storekit's engine, xxh3 in the read pass
-  _archive_driver.py boto3-up      SRC PREFIX SIGN               boto3's transfer manager, no verification
-  _archive_driver.py storekit-down PREFIX DST SIGN DIGESTS       ranged GETs, xxh3 checked, fsync per file
+  _archive_driver.py storekit-upload ROOT UNIT PREFIX SIGN JOURNAL  the tier's S3 engine + upload journal
+                                                                    (xxh3 in the read pass, no read-back)
+  _archive_driver.py boto3-up      SRC PREFIX SIGN                  boto3's transfer manager, no verification
+  _archive_driver.py storekit-archive ROOT UNIT PREFIX SIGN JOURNAL storekit.tier.mover.archive_unit: copy,
+                                                                    read back every byte, commit, stub, free
+  _archive_driver.py storekit-recall  ROOT UNIT PREFIX SIGN JOURNAL storekit.tier.mover.recall_unit
+  _archive_driver.py storekit-drain   ROOT UNIT DST_ROOT JOURNAL    storekit.tier.mover.drain_unit (POSIX)
 
-The endpoint, bucket and keys come from the environment (BENCH_S3_ENDPOINT, BENCH_BUCKET,
-BENCH_S3_KEY, BENCH_S3_SECRET), never from the command line.
+archive/recall/drain are the calls `storekit tier --apply` makes for each unit (storekit.tier.moveunit),
+with the tier's default transfer settings except payload signing, which SIGN sets (on/off) for every
+contender alike (`storekit tier` itself sends UNSIGNED-PAYLOAD). The endpoint, bucket and keys come from
+the environment (BENCH_S3_ENDPOINT, BENCH_BUCKET, BENCH_S3_KEY, BENCH_S3_SECRET), never from argv.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 MiB = 1024 * 1024
 THREADS = 8
@@ -37,38 +44,69 @@ def tier_options() -> dict[str, str]:
     }
 
 
-def storekit_engine(sign: bool):  # type: ignore[no-untyped-def]
+def s3_tier(prefix: str) -> Any:
     from storekit.config import TierConfig
-    from storekit.ops.s3transfer import S3Transfer, TransferConfig
 
-    tier = TierConfig(name="bench", url=f"s3://{os.environ['BENCH_BUCKET']}", options=tier_options())
-    return S3Transfer.for_tier(tier, config=TransferConfig(threads=THREADS, sign_payload=sign))
+    url = f"s3://{os.environ['BENCH_BUCKET']}/{prefix}"
+    return TierConfig(name="archive", url=url, role="archive", options=tier_options())
 
 
-def storekit_up(src: str, prefix: str, sign: bool, digests_out: str) -> None:
+def transfer(sign: bool) -> Any:
+    from storekit.ops.s3transfer import TransferConfig
+
+    return TransferConfig(sign_payload=sign)  # `storekit tier` itself: off (tier.dest.ARCHIVE_TRANSFER)
+
+
+def storekit_upload(root: str, unit: str, prefix: str, sign: bool, journal: str) -> dict[str, Any]:
+    from storekit.ops.journal import FileUploadJournal
     from storekit.ops.s3transfer import UploadItem
+    from storekit.tier.dest import S3Destination
 
-    with storekit_engine(sign) as engine:
-        results = engine.upload_files([UploadItem(p, f"{prefix}/{rel}") for p, rel in files_under(src)])
-    Path(digests_out).write_text(json.dumps({r.key: r.xxh3_128 for r in results}))
-    print(json.dumps({"bytes": sum(r.size for r in results), "files": len(results)}))
-
-
-def storekit_down(prefix: str, dst: str, sign: bool, digests: str) -> None:
-    from storekit.ops.s3transfer import DownloadItem
-
-    expected: dict[str, str] = json.loads(Path(digests).read_text())
-    items = []
-    for key, digest in sorted(expected.items()):
-        path = os.path.join(dst, key[len(prefix) + 1 :])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        items.append(DownloadItem(key, path, digest))
-    with storekit_engine(sign) as engine:
-        results = engine.download_files(items)
-    print(json.dumps({"bytes": sum(r.size for r in results), "files": len(results)}))
+    dest = S3Destination(
+        s3_tier(prefix),
+        unit,
+        journal=FileUploadJournal(Path(journal) / "uploads.json"),
+        config=transfer(sign),
+    )
+    try:
+        src = os.path.join(root, unit)
+        items = [UploadItem(p, dest.key(rel)) for p, rel in files_under(src)]
+        results = dest.engine.upload_files(items)
+    finally:
+        dest.close()
+    return {"bytes": sum(r.size for r in results), "files": len(results)}
 
 
-def boto3_up(src: str, prefix: str, sign: bool) -> None:
+def storekit_archive(root: str, unit: str, prefix: str, sign: bool, journal: str) -> dict[str, Any]:
+    from storekit.tier.mover import archive_unit
+
+    r = archive_unit(Path(root), unit, s3_tier(prefix), journal_dir=Path(journal), transfer=transfer(sign))
+    if not r.freed:
+        raise SystemExit(f"archive did not free the source: {r}")
+    return r.to_dict()
+
+
+def storekit_recall(root: str, unit: str, prefix: str, sign: bool, journal: str) -> dict[str, Any]:
+    from storekit.config import SiteConfig
+    from storekit.tier.mover import recall_unit
+
+    site = SiteConfig(source="bench", tiers={"archive": s3_tier(prefix)}, default_tier="archive")
+    r = recall_unit(Path(root), unit, journal_dir=Path(journal), site=site, transfer=transfer(sign))
+    return r.to_dict()
+
+
+def storekit_drain(root: str, unit: str, dst_root: str, journal: str) -> dict[str, Any]:
+    from storekit.config import TierConfig
+    from storekit.tier.mover import drain_unit
+
+    dst = TierConfig(name="parallel", url=Path(dst_root).as_uri(), role="parallel")
+    r = drain_unit(Path(root), unit, dst, journal_dir=Path(journal))
+    if not r.freed:
+        raise SystemExit(f"drain did not free the source: {r}")
+    return r.to_dict()
+
+
+def boto3_up(src: str, prefix: str, sign: bool) -> dict[str, Any]:
     import boto3
     import botocore.config
     from boto3.s3.transfer import TransferConfig, create_transfer_manager
@@ -96,20 +134,22 @@ def boto3_up(src: str, prefix: str, sign: bool) -> None:
             futures.append(manager.upload(path, bucket, f"{prefix}/{rel}"))
         for fut in futures:
             fut.result()
-    print(json.dumps({"bytes": total, "files": len(futures)}))
+    return {"bytes": total, "files": len(futures)}
 
 
-def main() -> None:
-    mode, args = sys.argv[1], sys.argv[2:]
-    if mode == "storekit-up":
-        storekit_up(args[0], args[1], args[2] == "on", args[3])
-    elif mode == "storekit-down":
-        storekit_down(args[0], args[1], args[2] == "on", args[3])
-    elif mode == "boto3-up":
-        boto3_up(args[0], args[1], args[2] == "on")
+def main(argv: list[str]) -> None:
+    what, args = argv[0], argv[1:]
+    if what == "boto3-up":
+        out = boto3_up(args[0], args[1], args[2] == "on")
+    elif what == "storekit-drain":
+        out = storekit_drain(*args)
     else:
-        raise SystemExit(f"unknown mode {mode}")
+        root, unit, prefix, sign, journal = args
+        run = {"storekit-upload": storekit_upload, "storekit-archive": storekit_archive,
+               "storekit-recall": storekit_recall}[what]  # fmt: skip
+        out = run(root, unit, prefix, sign == "on", journal)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,11 @@ class Comparison:
     storekit_user: list[float] = field(default_factory=list)  # % of one core in user space
     other_cpu: list[float] = field(default_factory=list)
     required: bool = True
+
+    def forget(self) -> None:
+        """Drop what the warm-up rounds recorded."""
+        for values in (self.storekit, self.other, self.storekit_cpu, self.storekit_user, self.other_cpu):
+            values.clear()
 
     def stats(self, values: list[float]) -> tuple[float, float]:
         med = statistics.median(values)
@@ -281,8 +287,34 @@ def fio_cpu(job: dict[str, Any]) -> float:
     return float(job["usr_cpu"]) + float(job["sys_cpu"])
 
 
-def alternate(rounds: int, first: Any, second: Any) -> None:
-    """Run the pair `rounds` times, swapping which goes first, so drift hits both equally."""
+def fresh_dirs(fio_dir: Path) -> Iterator[Path]:
+    """A new <dir>/scratch/<round>/data directory for each of fio's runs, as storekit makes
+    <target>/scratch/<run id>/... for each of its runs. Same life cycle, same placement: ext4 takes
+    a large file's blocks from a stream goal picked by its inode number (8 of 8 files, 2026-11-23:
+    even inodes got blocks near the start of this 252 GB disk, odd ones near its end), and a file
+    re-created in one directory every round tends to get the same inode back, so fio's file stayed
+    in one region for a whole run while storekit's moved between rounds."""
+    for i in itertools.count():
+        where = fio_dir / f"round-{i:03d}" / "scratch" / "data"
+        where.mkdir(parents=True)
+        yield where
+
+
+WARMUP = 1  # --warmup: rounds of each pair run first and discarded
+
+
+def alternate(rounds: int, first: Any, second: Any, comps: list[Comparison]) -> None:
+    """Run the pair `rounds` times, swapping which goes first, so drift hits both equally.
+
+    Before them, WARMUP rounds whose figures are dropped: a pair's first round met a machine no
+    other round meets (the first create of a run finds no recently deleted inodes and runs in the
+    fast mode; run 3-5's first sequential-write ratios were 0.78, 1.25, 0.76 against 0.86-1.17
+    after), as fio's ramp_time leaves a job's first seconds out."""
+    for i in range(WARMUP):
+        for step in (first, second) if i % 2 == 0 else (second, first):
+            step()
+    for comp in comps:
+        comp.forget()
     for i in range(rounds):
         order = (first, second) if i % 2 == 0 else (second, first)
         for step in order:
@@ -295,7 +327,7 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
         "sequential write 1 MiB, O_DIRECT, fsync timed", "MB/s", "fio rw=write psync end_fsync=1"
     )
     seq_r = Comparison("sequential read 1 MiB, O_DIRECT", "MB/s", "fio rw=read psync")
-    seq_file = fio_dir / "seq.bin"
+    fresh = fresh_dirs(fio_dir)
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
 
     def storekit_seq() -> None:
@@ -310,6 +342,7 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
             comp.storekit_user.append(user)
 
     def fio_seq() -> None:
+        seq_file = next(fresh) / "seq.bin"
         base = [f"--filename={seq_file}", "--bs=1M", f"--size={size}", "--direct=1", "--ioengine=psync"]
         before = write_requests()
         w = fio("--name=seqwrite", "--rw=write", "--end_fsync=1", "--fallocate=none", *base)
@@ -317,20 +350,20 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
         r = fio("--name=seqread", "--rw=read", *base)
         # removed right away, as storekit removes its file at the end of its run: the freed blocks
         # (discarded on this mount) then weigh on whichever tool runs next, alike for both
-        seq_file.unlink()
+        shutil.rmtree(seq_file.parent.parent.parent)
         seq_w.other.append(w["write"]["bw_bytes"] / 1e6)
         seq_w.other_cpu.append(fio_cpu(w))
         seq_r.other.append(r["read"]["bw_bytes"] / 1e6)
         seq_r.other_cpu.append(fio_cpu(r))
 
     log("sequential write + read", args.repeat)
-    alternate(args.repeat, storekit_seq, fio_seq)
+    alternate(args.repeat, storekit_seq, fio_seq, [seq_w, seq_r])
     return [seq_w, seq_r]
 
 
 def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> list[Comparison]:
     common = ["--target", str(sk_dir), "--no-drop-caches", "--block-size", "1M"]
-    rand_file = fio_dir / "rand.bin"
+    fresh = fresh_dirs(fio_dir)
     comps = []
     depths = [(32, "io_uring", True), (1, "psync", False)]
     for qd, engine, required in (d for d in depths if str(d[0]) in args.rand_depths.split(",")):
@@ -353,17 +386,18 @@ def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
 
         def fio_rand(comp: Comparison = comp, qd: int = qd, engine: str = engine) -> None:
             # a fresh data file each round, written and later removed like storekit's token data set
+            rand_file = next(fresh) / "rand.bin"
             fio("--name=layout", f"--filename={rand_file}", "--rw=write", "--bs=1M",
                 f"--size={args.rand_size}", "--direct=1", "--ioengine=psync")  # fmt: skip
             job = fio("--name=randread", f"--filename={rand_file}", "--rw=randread", "--bs=4k",
                       f"--size={args.rand_size}", "--direct=1", f"--ioengine={engine}", f"--iodepth={qd}",
                       "--norandommap", "--time_based", f"--runtime={args.rand_runtime}")  # fmt: skip
-            rand_file.unlink()
+            shutil.rmtree(rand_file.parent.parent.parent)
             comp.other.append(job["read"]["iops"])
             comp.other_cpu.append(fio_cpu(job))
 
         log(f"random read QD{qd}", args.repeat)
-        alternate(args.repeat, storekit_rand, fio_rand)
+        alternate(args.repeat, storekit_rand, fio_rand, [comp])
         comps.append(comp)
     return comps
 
@@ -396,9 +430,13 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
         k: Comparison(f"small files: {v}, files / wall time", "ops/s", f"fio file{k} iops", required=False)
         for k, v in what.items()
     }
-    # the same depth and name lengths as storekit's <target>/scratch/<run id>/meta-unique/w0000/w0000.N:
-    # at ~3 us a stat, every path component the kernel walks shows in the figure
-    meta_dir = fio_dir / "scratch" / "storekit-bench-fio-0000000000-00000-0000" / "meta-unique" / "w0000"
+    # the same depth and name lengths as storekit's <target>/scratch/<run id>/meta-unique/w0000/w0000.N
+    # (at ~3 us a stat, every path component the kernel walks shows in the figure), and the same
+    # parent: a fresh run directory beside storekit's in its scratch/ each round. With one fixed
+    # directory of its own, fio's creates ran 1.1-1.5x faster whenever fio followed itself (run 7:
+    # every round fio went first) and not when it followed storekit: where the new inodes land, and
+    # how many inodes deleted in the last 30 s a create skips there, follows the directory
+    runs = itertools.count()
 
     def storekit_meta() -> None:
         # the same life cycle as the fio jobs below: empty files created, stat'ed, deleted, one worker
@@ -422,8 +460,9 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
         # a shared one (not compared), each create/stat/delete; fio does the same two, and only the
         # first is compared. Both thereby leave the next round the same number of recently deleted
         # inodes, which decide whether its creates are fast or slow (RESULTS.md)
-        for compared, where in ((True, meta_dir), (False, meta_dir.parent.parent / "meta-shared")):
-            shutil.rmtree(where, ignore_errors=True)
+        run_dir = sk_dir / "scratch" / f"fio-peer-{next(runs):031d}"
+        meta_dir = run_dir / "meta-unique" / "w0000"
+        for compared, where in ((True, meta_dir), (False, run_dir / "meta-shared")):
             where.mkdir(parents=True)
             for name in what:
                 # filecreate makes empty files; filestat and filedelete (create_on_open: nothing is
@@ -442,9 +481,10 @@ def meta_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
                     comp.other.append(value)
                     comp.other_cpu.append(fio_cpu(job))
             shutil.rmtree(where, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
-    log("small files", args.repeat)
-    alternate(args.repeat, storekit_meta, fio_meta)
+    log("small files", args.meta_repeat)
+    alternate(args.meta_repeat, storekit_meta, fio_meta, [*service.values(), *mean.values(), *wall.values()])
     return [*service.values(), *mean.values(), *wall.values()]
 
 
@@ -549,7 +589,7 @@ def s3_comparisons(args: argparse.Namespace) -> list[Comparison]:
 
     log("S3 vs bare boto3", args.repeat)
     try:
-        alternate(args.repeat, storekit_s3, bare_s3)
+        alternate(args.repeat, storekit_s3, bare_s3, list(comps.values()))
     finally:
         leftovers = client.list_objects_v2(Bucket=bucket).get("Contents", [])
         for obj in leftovers:
@@ -630,6 +670,15 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=5, help="alternating rounds per comparison")
+    parser.add_argument(
+        "--meta-repeat",
+        type=int,
+        help="rounds of the small-file comparisons (default: 3 x --repeat; a round is ~15 s, and a "
+        "15 ms stat window's ratio spreads 0.7-1.5 from round to round with the host's state)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="rounds of each pair run first and discarded (default 1)"
+    )
     parser.add_argument("--dir", default="/var/tmp/sk-bench", help="a directory on the disk to measure")
     parser.add_argument(
         "--size", default="4G", help="sequential file size (4G: ~2 s at 2 GB/s, fixed costs well under 2%%)"
@@ -643,6 +692,9 @@ def main() -> None:
     parser.add_argument("--only", default="seq,rand,meta,s3", help="comparison groups to run")
     parser.add_argument("--json-out", help="also write the raw figures here")
     args = parser.parse_args()
+    args.meta_repeat = args.meta_repeat or 3 * args.repeat
+    global WARMUP
+    WARMUP = args.warmup
     lock = hold_lock()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testkey")  # the dev Ceph RGW; override in the environment
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testsecret")
@@ -690,7 +742,7 @@ def main() -> None:
         f"Conditions: {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {uname.nodename}, "
         f"kernel {uname.release}, {os.cpu_count()} cores shared with teammates (load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), {version}, {args.repeat} alternating "
-        f"rounds, directory {args.dir} "
+        f"rounds ({args.meta_repeat} for small files) after {args.warmup} discarded, directory {args.dir} "
         f"({fs_of(args.dir)}), sequential {args.size}, random {args.rand_size} for {args.rand_runtime:g} s, "
         f"{args.files} small files, S3 at {args.s3_endpoint}, fio buffers "
         f"{'on huge pages (iomem=mmaphuge)' if FIO_IOMEM else 'on 4 KiB pages'}"
@@ -716,7 +768,8 @@ def main() -> None:
     print()
     print(markdown(rows, args, conditions, command.strip()))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2))
+        raw = {"conditions": conditions, "rows": rows, "write_requests_per_mib_by_round": REQUESTS_PER_MIB}
+        Path(args.json_out).write_text(json.dumps(raw, indent=2))
     if lock is not None:
         lock.close()
 

@@ -11,7 +11,12 @@ Contenders (N = --workers, default: all cores; each pinned with `taskset -c 0-(N
                  `storekit dataset verify --json`;
                  timed separately, reported combined ("final verified shards"). Dedup is OFF (the peers don't
                  dedup); --dedup-row adds a row with it on.
-  storekit-w1   the same with --workers 1 on one core: parallel efficiency = tps(N) / (N * tps(1)).
+  storekit-w1   the same with --workers 1 on one core: parallel efficiency = tps(N) / (N * tps(1)),
+                 both end to end (process start, plan with its sample check, tasks, finalize, and
+                 `dataset verify`), each pinned to its cores: what a user waiting for verified shards
+                 gets from N cores. The serial parts count against it. The phase table splits each
+                 run's wall time (from prepare's --json timings) and shows the tasks' efficiency alone
+                 (informational, not the target).
   datatrove     JsonlReader('parts/*.jsonl') -> DocumentTokenizer(tokenizer.json, eos_token=<EOT>) with
                  LocalPipelineExecutor(tasks=N, workers=N), then DocumentTokenizerMerger (tasks=1) to reach
                  one set of final files; datatrove's defaults otherwise (batch_size=10000 docs, shuffling).
@@ -37,11 +42,14 @@ Examples:
   python3 benchmarks/bench_prepare.py --storekit-cmd "/tmp/venv/bin/python -m storekit"
   python3 benchmarks/bench_prepare.py --repeat 3 --memory-check
   python3 benchmarks/bench_prepare.py --tools datatrove,megatron,ceiling --limit-mb 20 --repeat 1
+  python3 benchmarks/bench_prepare.py --tools storekit --storekit-tree before=/tmp/old \
+      --storekit-tree after=.      # two storekit trees in one run: the refactor's before/after ratio
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import json
 import os
@@ -95,9 +103,9 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
-def storekit_version(args: argparse.Namespace) -> str:
+def storekit_version(args: argparse.Namespace, where: str | None = None) -> str:
     """The commit storekit runs from (PYTHONPATH checkout), with '+dirty' for uncommitted changes."""
-    where = args.storekit_pythonpath or str(HERE.parent)
+    where = where or args.storekit_pythonpath or str(HERE.parent)
     try:
         head = subprocess.run(
             ["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -248,6 +256,39 @@ def summarise(results: dict[str, list[dict[str, object]]]) -> dict[str, dict[str
     return out
 
 
+def tree_option(value: str) -> tuple[str, str]:
+    label, sep, where = value.partition("=")
+    if not sep or not label or not where:
+        raise SystemExit(f"bench: --storekit-tree wants LABEL=PATH, not {value!r}")
+    return label, str(Path(where).resolve())
+
+
+def tree_ratios(
+    summary: dict[str, dict[str, float]], results: dict[str, list[dict[str, object]]], labels: list[str]
+) -> list[tuple[str, float, float, str, str]]:
+    """Each later tree against the first: PASS while it is not slower by more than the spread."""
+    out: list[tuple[str, float, float, str, str]] = []
+    names = [f"storekit@{label}" for label in labels if f"storekit@{label}" in summary]
+    for name in names[1:]:
+        base = names[0]
+        v = summary[name]["tokens_per_s"] / summary[base]["tokens_per_s"]
+        noise = max(_half_range(results[base]), _half_range(results[name]), 0.02)
+        pairs = [
+            float(x["tokens_per_s"]) / float(y["tokens_per_s"])
+            for x, y in zip(results[name], results[base], strict=False)
+        ]
+        rng = f"{min(pairs):.2f}–{max(pairs):.2f}" if pairs else "-"
+        verdict = "PASS" if v >= 1 - noise else "FAIL"
+        out.append((f"{name} / {base} tokens/s", v, round(1 - noise, 3), verdict, rng))
+    return out
+
+
+def _half_range(rows: list[dict[str, object]]) -> float:
+    vals = [float(r["tokens_per_s"]) for r in rows]  # type: ignore[arg-type]
+    m = statistics.median(vals)
+    return (max(vals) - min(vals)) / 2 / m if m else 0.0
+
+
 def best_ceiling(summary: dict[str, dict[str, float]]) -> str | None:
     modes = [k for k in summary if k.startswith("ceiling:")]
     return max(modes, key=lambda k: summary[k]["tokens_per_s"]) if modes else None
@@ -346,6 +387,9 @@ def markdown(
         f"spread = ±half the min–max range. Load average at start: {env['loadavg']}. "
         f"storekit: {env['storekit']}.",
     ]
+    trees = [f"`{k}` = {v}" for k, v in env.items() if k.startswith("storekit@")]
+    if trees:
+        lines[-1] += " Trees: " + "; ".join(trees) + "."
     if summary:
         lines += [
             "",
@@ -355,7 +399,7 @@ def markdown(
         ]
     for name, s in summary.items():
         given = (
-            GIVEN.get(name, "")
+            GIVEN.get(name, GIVEN.get(name.split("@")[0], ""))
             if not name.startswith("ceiling")
             else (
                 f"{name.split(':', 1)[1]}, batch {args.ceiling_batch} docs, "
@@ -395,11 +439,63 @@ def markdown(
                 f"| {r['corpus']} | {docs} | {r['tokens']:,} | {float(r['tokens_per_s']):,.0f} | {mib(rss)} "  # type: ignore[arg-type]
                 f"| {mib(pss)} | {mib(single)} | **{'PASS' if ok else 'FAIL'}** |"
             )
+    lines += phase_table(results, n)
     checks = env.get("checks", [])
     if checks:
         lines += ["", "Cross-checks: " + "; ".join(str(c) for c in checks)]
     lines += ["", f"Command: `{env['command']}`", ""]
     return "\n".join(lines)
+
+
+PHASES = (
+    ("start-up and exit", "startup"),
+    ("plan (tokenizer, sources, engine choice, leases)", "plan"),
+    ("of which engine choice (compile + sample check)", "engine"),
+    ("tasks", "tasks"),
+    ("finalize", "finalize"),
+    ("dataset verify (its own process)", "verify"),
+)
+
+
+def phases(row: dict[str, object]) -> dict[str, float] | None:
+    """One storekit run's wall time by phase, from prepare's --json timings and the measured walls."""
+    reported = row.get("storekit_json")
+    t = reported.get("timings") if isinstance(reported, dict) else None
+    if not isinstance(t, dict):
+        return None
+    prep, total = float(row["prepare_wall_s"]), float(t["seconds"])  # type: ignore[arg-type]
+    tasks, fin = float(t["tokenize_seconds"]), float(t["finalize_seconds"])
+    return {
+        "startup": prep - total,
+        "plan": total - tasks - fin,
+        "engine": float(t.get("engine_choice_seconds", 0.0)),
+        "tasks": tasks,
+        "finalize": fin,
+        "verify": float(row["verify_wall_s"]),  # type: ignore[arg-type]
+    }
+
+
+def phase_table(results: dict[str, list[dict[str, object]]], workers: int) -> list[str]:
+    names = [k for k in ("storekit-w1", "storekit") if results.get(k)]
+    split = {k: [p for r in results[k] if (p := phases(r))] for k in names}
+    if not all(split.get(k) for k in names) or not names:
+        return []
+    label = {"storekit-w1": "--workers 1, 1 core", "storekit": f"--workers {workers}, {workers} cores"}
+    lines = [
+        "",
+        "storekit's wall time by phase (median seconds over rounds):",
+        "",
+        "| phase | " + " | ".join(label[k] for k in names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for title, key in PHASES:
+        vals = [statistics.median(p[key] for p in split[k]) for k in names]
+        lines.append(f"| {title} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+    if len(names) == 2:
+        one = statistics.median(p["tasks"] for p in split["storekit-w1"])
+        many = statistics.median(p["tasks"] for p in split["storekit"])
+        lines += ["", f"Tasks alone, 1→{workers}: efficiency {one / (workers * many):.2f} (informational)."]
+    return lines
 
 
 # ---------------------------------------------------------------- main
@@ -462,6 +558,14 @@ def main() -> None:
     ap.add_argument(
         "--storekit-pythonpath", default=str(HERE.parent), help="PYTHONPATH for storekit ('' = none)"
     )
+    ap.add_argument(
+        "--storekit-tree",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="run storekit from this checkout (PYTHONPATH) as the contender storekit@LABEL instead of "
+        "'storekit'; repeat to compare trees in one run (ratios against the first)",
+    )
     ap.add_argument("--dedup-row", action="store_true", help="also run storekit with --dedup (one row more)")
     ap.add_argument(
         "--ceiling-python", default="/tmp/venv/bin/python", help="python with the storekit tokenizers"
@@ -483,6 +587,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"bench: unknown tools {sorted(unknown)}")
 
+    trees = dict(tree_option(t) for t in args.storekit_tree)
     lock = hold_lock()
     become_subreaper()
     corpus, parts, cstats = ensure_corpus(args)
@@ -510,6 +615,8 @@ def main() -> None:
         "tools": tools,
         "storekit": storekit_version(args),
     }
+    for label, where in trees.items():
+        env[f"storekit@{label}"] = storekit_version(args, where)
     log(f"lock {lock}; corpus {corpus} ({env['corpus_docs']} docs); workers {args.workers}; tools {tools}")
 
     ceiling_modes = args.ceiling_modes.split(",")
@@ -517,6 +624,9 @@ def main() -> None:
     order = [t for t in ALL_TOOLS if t in tools]
     if args.dedup_row and "storekit" in tools:
         order.append("storekit-dedup")
+    if trees and "storekit" in order:
+        at = order.index("storekit")
+        order[at : at + 1] = [f"storekit@{label}" for label in trees]
     dataset_tokens: int | None = None
     n = args.workers
     for rnd in range(args.repeat if order else 0):
@@ -526,6 +636,11 @@ def main() -> None:
             la = read("/proc/loadavg").split()[0]
             if tool == "storekit":
                 rows = {"storekit": run_storekit(s, n, f"w{n}")}
+            elif tool.startswith("storekit@"):
+                tree = dataclasses.replace(
+                    s, storekit_env={**s.storekit_env, "PYTHONPATH": trees[tool.split("@", 1)[1]]}
+                )
+                rows = {tool: run_storekit(tree, n, f"w{n}-{tool.split('@', 1)[1]}")}
             elif tool == "storekit-w1":
                 rows = {"storekit-w1": run_storekit(s, 1, "w1")}
             elif tool == "storekit-hf":
@@ -549,7 +664,7 @@ def main() -> None:
                 row["round"] = rnd
                 row["loadavg_before"] = la
                 results.setdefault(name, []).append(row)
-                if dataset_tokens is None and name in ("megatron", "storekit", "datatrove"):
+                if dataset_tokens is None and name.split("@")[0] in ("megatron", "storekit", "datatrove"):
                     dataset_tokens = int(row["tokens"])  # type: ignore[arg-type]
                 log(
                     f"round {rnd + 1}/{args.repeat} {name}: {float(row['wall_s']):.1f}s "  # type: ignore[arg-type]
@@ -569,7 +684,7 @@ def main() -> None:
     env["checks"] = cross_checks(results) + [
         f"{k}: {v:,} tokens" for k, v in counts.items() if dataset_tokens and v != dataset_tokens
     ]
-    rat = ratios(summary, results, n)
+    rat = ratios(summary, results, n) + tree_ratios(summary, results, list(trees))
     md = markdown(args, env, summary, results, rat, memory)
     json_out = args.json_out or WORK / "results" / f"prepare-{time.strftime('%Y%m%d-%H%M%S')}.json"
     json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,16 +11,11 @@ import os
 import signal
 import sys
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+from storekit.interrupts import interrupt_on  # signal only: loads in no time
 
 
 def main() -> None:
-    for signum in _STOP_SIGNALS:
-        signal.signal(signum, _stop)
+    interrupt_on(signal.SIGTERM, signal.SIGUSR1)
     try:
         early = os.environ.get("STOREKIT_TEST_SIGNAL_AT_START")  # fault point for the tests
         if early in ("SIGTERM", "SIGUSR1"):

@@ -7,6 +7,7 @@ starting together never load a half-written file). Callers fall back to Python w
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import platform
@@ -14,7 +15,11 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 CFLAGS = ["-O2", "-std=c11", "-fPIC", "-shared", "-Wall"]
 COMPILE_TIMEOUT_S = 120
@@ -22,6 +27,40 @@ COMPILE_TIMEOUT_S = 120
 
 class Unavailable(Exception):
     """Why a compiled helper cannot be used (one line)."""
+
+
+def load(
+    source: Path, abi: int, cflags: list[str], opener: Callable[[Path], T], *, switch: str
+) -> tuple[T | None, str]:
+    """(opener(library), "") or (None, why not): the helper built from `source` where it is not
+    cached yet (or its cached copy does not open), unless the environment variable `switch` is 0."""
+    if os.environ.get(switch, "1").strip().lower() in ("0", "no", "off", "false"):
+        return None, f"{switch}=0"
+    try:
+        path = library_path(source, abi)
+        private_dir(path.parent)
+        if path.exists():
+            try:
+                return opener(path), ""
+            except Unavailable:
+                path.unlink(missing_ok=True)  # damaged: build it again
+        build(source, path, cflags)
+        return opener(path), ""
+    except Unavailable as exc:
+        return None, str(exc)
+
+
+def open_library(path: Path, abi_symbol: str, abi: int, *, keep_gil: bool) -> Any:
+    """The library at `path` whose `abi_symbol()` answers `abi`. keep_gil: a PyDLL (calls keep the
+    GIL: cheaper per call), else a CDLL (released while C runs)."""
+    try:
+        lib = (ctypes.PyDLL if keep_gil else ctypes.CDLL)(str(path))
+        version = getattr(lib, abi_symbol)()
+    except (OSError, AttributeError) as exc:
+        raise Unavailable(f"cannot load {path}: {exc}") from None
+    if version != abi:
+        raise Unavailable(f"{path}: ABI {version}, expected {abi}")
+    return lib
 
 
 def cache_dir() -> Path:

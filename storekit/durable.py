@@ -65,15 +65,22 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
     are its contents removed. A crash leaves either the whole tree under its real name or a
     tombstone that `purge_tombstones` (or a rerun) removes. A missing path is not an error.
     """
+    tomb = tombstone(path)
+    if tomb is not None:
+        remove_tombstone(tomb)
+
+
+def tombstone(path: str | os.PathLike[str]) -> str | None:
+    """Rename `path` to a hidden sibling tombstone, durably; its path, or None when `path` is missing."""
     directory, name = os.path.split(os.path.abspath(path))
     tomb = os.path.join(directory, f".{name}{TOMBSTONE_MARK}{uuid.uuid4().hex[:12]}")
     try:
         os.rename(path, tomb)
     except FileNotFoundError:
-        return
+        return None
     fsync_dir(directory)
     faults.point("durable.tombstoned")
-    _remove(tomb)
+    return tomb
 
 
 def purge_tombstones(directory: str | os.PathLike[str]) -> list[str]:
@@ -82,12 +89,13 @@ def purge_tombstones(directory: str | os.PathLike[str]) -> list[str]:
     with os.scandir(directory) as entries:
         names = [e.name for e in entries if is_tombstone(e.name)]
     for name in names:
-        _remove(os.path.join(directory, name))
+        remove_tombstone(os.path.join(directory, name))
         removed.append(name)
     return removed
 
 
-def _remove(path: str) -> None:
+def remove_tombstone(path: str) -> None:
+    """Remove a tombstone's contents and itself; an OSError names the full path of what failed."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, onerror=_gone_is_fine)
     else:
@@ -96,8 +104,12 @@ def _remove(path: str) -> None:
 
 
 def _gone_is_fine(
-    _func: object, _path: str, exc_info: tuple[type[BaseException], BaseException, object]
+    _func: object, failed: str, exc_info: tuple[type[BaseException], BaseException, object]
 ) -> None:
     """Two cleaners (a rerun and `layout clean`) may empty the same tombstone at once: gone is done."""
-    if not isinstance(exc_info[1], FileNotFoundError):
-        raise exc_info[1]
+    exc = exc_info[1]
+    if isinstance(exc, FileNotFoundError):
+        return
+    if isinstance(exc, OSError):  # rmtree's own error may name the entry relative to its directory
+        raise OSError(exc.errno, exc.strerror, failed) from exc
+    raise exc

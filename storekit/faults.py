@@ -5,7 +5,8 @@ points to fire in the environment, so a subprocess breaks at exactly that step, 
 
     STOREKIT_FAULTS="NAME[@N][=ACTION],..."
 
-N (default 1) fires on the Nth time the process reaches NAME. ACTION is one of
+N (default 1) fires on the Nth time the process reaches NAME; NAME `*` counts every point reached
+(`*@37=kill`: the 37th step of any kind, to crash at each step of a run in turn). ACTION is one of
     kill     SIGKILL this process (the default): a crash at exactly this step
     term     SIGTERM this process; usr1: SIGUSR1 (Slurm's preemption signal); int: SIGINT
     enospc   raise OSError(ENOSPC) here; eio: raise OSError(EIO)
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 ENV = "STOREKIT_FAULTS"
 DIR_ENV = "STOREKIT_FAULT_DIR"
+ANY = "*"
 _SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR1, "int": signal.SIGINT}
 _ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO}
 _reached: dict[str, int] = {}
@@ -44,10 +46,11 @@ def point(name: str) -> None:
     if not spec:
         return
     count = _reached[name] = _reached.get(name, 0) + 1
+    every = _reached[ANY] = _reached.get(ANY, 0) + 1
     for item in spec.split(","):
         target, _, action = item.strip().partition("=")
         point_name, _, nth = target.partition("@")
-        if point_name == name and count == (int(nth) if nth else 1):
+        if point_name in (name, ANY) and (count, every)[point_name == ANY] == (int(nth) if nth else 1):
             _fire(name, action or "kill")
 
 
@@ -79,6 +82,11 @@ def at(name: str, action: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _actions.pop(name, None)
+
+
+def reached(name: str = ANY) -> int:
+    """How often `name` (default: any point) was reached while STOREKIT_FAULTS was set."""
+    return _reached.get(name, 0)
 
 
 def reset() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +30,23 @@ def get_str(raw: Mapping[str, Any], name: str, source: str, key: str, default: s
     if not isinstance(value, str):
         raise ConfigError(source, key, f"expected a string, got {type(value).__name__} {value!r}")
     return value
+
+
+def get_bool(raw: Mapping[str, Any], name: str, source: str, key: str, default: bool) -> bool:
+    """raw[name] as a boolean; `default` when absent."""
+    value = raw.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(source, key, "expected true or false")
+    return value
+
+
+def get_regex(raw: Mapping[str, Any], name: str, source: str, key: str) -> re.Pattern[str]:
+    """raw[name] (required) compiled as a regular expression."""
+    text = get_str(raw, name, source, key)
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ConfigError(source, key, f"not a valid regular expression: {exc}") from None
 
 
 def get_table(raw: Mapping[str, Any], name: str, source: str, key: str) -> dict[str, Any]:

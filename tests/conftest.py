@@ -8,13 +8,20 @@ Outside CI a missing service skips the test with a one-line reason; with CI=true
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,26 +33,105 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def storekit_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a `storekit` subprocess runs in: this checkout's code, and no site config from
-    the caller's shell (STOREKIT_CONFIG only where the test sets it)."""
+    """The environment a `storekit` subprocess runs in: this checkout's code, and no site config or
+    fault points from the caller's shell (STOREKIT_CONFIG / STOREKIT_FAULTS only where the test sets
+    them)."""
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    if not env or "STOREKIT_CONFIG" not in env:
-        full.pop("STOREKIT_CONFIG", None)
+    for name in ("STOREKIT_CONFIG", "STOREKIT_FAULTS"):
+        if not env or name not in env:
+            full.pop(name, None)
     return full
+
+
+# -- the CLI runner of the suite: in this process (fast), or a subprocess (kills, signals, env) ---
+@dataclass
+class Ran:
+    """What one `storekit ...` did: exit code (negative: killed by that signal), stdout, stderr."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def returncode(self) -> int:
+        return self.code
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)  # fails unless stdout is exactly one JSON document
+
+
+def run_cli(args: Sequence[str], capsys: Any = None) -> Ran:
+    """`storekit ARGS` in this process; output through `capsys`, or captured here without it (a CLI
+    run inside another run's fault point). Signal handlers the CLI installs are put back."""
+    from storekit.cli.app import main
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    out, err = io.StringIO(), io.StringIO()
+    if capsys is not None:
+        capsys.readouterr()
+    try:
+        with contextlib.ExitStack() as stack:
+            if capsys is None:
+                stack.enter_context(contextlib.redirect_stdout(out))
+                stack.enter_context(contextlib.redirect_stderr(err))
+            main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        if threading.current_thread() is threading.main_thread():  # a task thread installs none
+            for s, h in saved.items():
+                signal.signal(s, h)
+    if capsys is not None:
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def start_storekit(
+    args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None, **popen: Any
+) -> subprocess.Popen[str]:
+    """`python -m storekit ARGS` started in a subprocess (for tests that signal or kill it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "storekit", *args],
+        cwd=cwd,
+        env=storekit_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def run_storekit(
     args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None, timeout: float = 180
-) -> subprocess.CompletedProcess[str]:
-    """The one CLI runner of the suite: `python -m storekit ARGS` in a subprocess, output captured."""
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        cwd=cwd,
-        env=storekit_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+) -> Ran:
+    """`python -m storekit ARGS` in a subprocess, to the end; output captured."""
+    proc = start_storekit(args, cwd=cwd, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return Ran(proc.returncode, out, err)
+
+
+@pytest.fixture
+def sk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`sk(cwd, *args)`: `storekit ARGS` in this process (run_cli), in `cwd`, at 80 columns, with no
+    site config or fault points from the caller's shell. The fixture is what sets cwd and env back;
+    run_cli stays a function for a CLI run inside another run's fault point, run_storekit and
+    start_storekit for runs that are killed, signalled or need their own environment."""
+
+    def run(cwd: Path, *args: str) -> Ran:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setenv("COLUMNS", "80")
+        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
+        monkeypatch.delenv("STOREKIT_FAULTS", raising=False)
+        return run_cli(args, capsys)
+
+    return run
 
 
 def _need(what: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from storekit.bench import native, uring
+from storekit.bench import native, uring, uring_loop
 from storekit.bench.iobuf import SMALL_PAGES, IOBuffer
 from storekit.bench.plan import WorkerTask
 from storekit.bench.recorder import Job, Recorder, run_recorded_threads
@@ -214,6 +214,7 @@ class RandRead(_Base):
         self.buf = self.buffer(self.slot_bytes * self.qd)
         self.rng = np.random.default_rng(task.seed)
         self.ring: uring.Ring | None = None
+        self.loop: Any = None
         self.engine = "psync"
         if self.qd > 1:
             try:
@@ -222,6 +223,10 @@ class RandRead(_Base):
             except OSError as exc:
                 self.engine = "threads"
                 self.notes.append(f"io_uring unavailable ({exc}); one thread per queue slot")
+        if self.ring is not None:
+            self.loop, why_not = uring_loop.loop_function()
+            if self.loop is None:
+                self.notes.append(f"io_uring driven from Python ({why_not}): below fio's rate on a busy host")
 
     def draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(file index, aligned offset, length) of n random windows."""
@@ -233,7 +238,23 @@ class RandRead(_Base):
 
     def run(self, rec: Recorder) -> None:
         deadline = rec.now() + int(self.task.duration * 1e9)
-        if self.ring is not None:
+        if self.ring is not None and self.loop is not None:
+            self.ring.own_reads(self.qd, self.fds[0], self.buf.address, self.slot_bytes, self.task.window)
+            uring_loop.run(
+                self.loop,
+                self.ring,
+                self.fds,
+                windows=self.windows,
+                window=self.task.window,
+                align=self.align,
+                seed=int(self.rng.integers(0, 1 << 63)),
+                qd=self.qd,
+                group=1,  # fio's default: each replacement handed over as it is queued
+                deadline=deadline,
+                rec=rec,
+                fail=self._failed,
+            )
+        elif self.ring is not None:
             self._run_uring(rec, deadline)
         elif self.qd > 1:
             run_recorded_threads(self.qd, lambda i, r: self._run_sync(r, deadline, i), rec)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,12 @@ from typing import Any
 import numpy as np
 
 from storekit import cbuild
-from storekit.cbuild import Unavailable
 from storekit.cbuild import cache_dir as cache_dir  # fastbpe keeps its compiled ranks there too
 
 SOURCE = Path(__file__).with_name("timed_ops.c")
-ABI = 1  # SK_ABI in timed_ops.c
+ABI = 2  # SK_ABI in timed_ops.c
 OPS = {"create": "sk_create", "stat": "sk_stat", "readsmall": "sk_read", "delete": "sk_unlink"}
-CFLAGS = ["-O2", "-std=c11", "-fPIC", "-shared", "-Wall"]
+CFLAGS = cbuild.CFLAGS
 
 
 class Times(ctypes.Structure):
@@ -63,43 +61,18 @@ def library_path() -> Path:
     return cbuild.library_path(SOURCE, ABI)
 
 
-def disabled() -> bool:
-    return os.environ.get("STOREKIT_BENCH_NATIVE", "1").strip().lower() in ("0", "no", "off", "false")
-
-
 @functools.cache
 def load() -> tuple[TimedOps | None, str]:
     """(the operations, "") or (None, why not). Builds the library when it is not cached yet."""
-    if disabled():
-        return None, "STOREKIT_BENCH_NATIVE=0"
-    try:
-        path = library_path()
-        cbuild.private_dir(path.parent)
-        if path.exists():
-            try:
-                return TimedOps(path, _open(path)), ""
-            except Unavailable:
-                path.unlink(missing_ok=True)  # damaged: build it again
-        build(path)
-        return TimedOps(path, _open(path)), ""
-    except Unavailable as exc:
-        return None, str(exc)
+    return cbuild.load(
+        SOURCE, ABI, CFLAGS, lambda path: TimedOps(path, _open(path)), switch="STOREKIT_BENCH_NATIVE"
+    )
 
 
 def _open(path: Path) -> Any:
     # PyDLL: the calls keep the GIL (a meta worker is one thread), which saves a release and
     # re-acquire per file; errno travels in the return value
-    try:
-        lib = ctypes.PyDLL(str(path))
-        version = lib.sk_abi()
-    except (OSError, AttributeError) as exc:
-        raise Unavailable(f"cannot load {path}: {exc}") from None
-    if version != ABI:
-        raise Unavailable(f"{path}: ABI {version}, expected {ABI}")
+    lib = cbuild.open_library(path, "sk_abi", ABI, keep_gil=True)
     for name in OPS.values():
         getattr(lib, name).restype = ctypes.c_int
     return lib
-
-
-def build(path: Path) -> None:
-    cbuild.build(SOURCE, path, CFLAGS)

@@ -7,10 +7,11 @@ in memory right before it is read, so a filesystem that ignores O_DIRECT or evic
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 
 import numpy as np
 
@@ -30,22 +31,29 @@ def drop_caches() -> tuple[bool, str]:
     return True, ""
 
 
-def evict(paths: Iterable[str]) -> int:
-    """Ask the kernel to drop our files' clean pages; returns how many files were evicted."""
-    done = 0
+def _each_open(paths: Iterable[str]) -> Generator[int, None, None]:
+    """A read-only descriptor of each path that opens (the others are skipped), closed after its turn."""
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             continue
         try:
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def evict(paths: Iterable[str]) -> int:
+    """Ask the kernel to drop our files' clean pages; returns how many files were evicted."""
+    done = 0
+    for fd in _each_open(paths):
+        try:
             os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             done += 1
         except OSError:
             pass
-        finally:
-            os.close(fd)
     return done
 
 
@@ -69,12 +77,8 @@ def resident_fraction(paths: Iterable[str]) -> float | None:
     """Fraction of the files' pages in the page cache (None if it cannot be measured)."""
     libc = _libc()
     resident = total = 0
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
+    with contextlib.closing(_each_open(paths)) as fds:
+        for fd in fds:
             size = os.fstat(fd).st_size
             if size == 0:
                 continue
@@ -90,6 +94,4 @@ def resident_fraction(paths: Iterable[str]) -> float | None:
                 total += pages
             finally:
                 libc.munmap(addr, size)
-        finally:
-            os.close(fd)
     return resident / total if total else None

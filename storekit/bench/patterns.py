@@ -34,7 +34,7 @@ def peak_bytes(spec: BenchSpec) -> int:
             peaks.append(max(spec.checkpoint_rank_bytes(b) for b in spec.block_sizes) * spec.ranks)
         elif pattern == "meta":
             alloc = max(spec.small_file_size, SMALL_FILE_ALLOC)
-            peaks.append(max(spec.workers) * spec.files * alloc)
+            peaks.append(max(spec.workers) * spec.nodes * spec.files * alloc)
     return max(peaks)
 
 
@@ -82,10 +82,11 @@ class _Builder:
         self.run_root = run_root
         self.posix = spec.target.kind == "posix"
 
-    def task(self, worker: int, op: str, **kw: Any) -> WorkerTask:
+    def task(self, worker: int, op: str, *, per_node: int, **kw: Any) -> WorkerTask:
         return WorkerTask(
             worker=worker,
             op=op,
+            node=worker // per_node,
             target=self.spec.target,
             run_root=self.run_root,
             seed=self.spec.seed * 1_000_003 + worker,
@@ -95,9 +96,12 @@ class _Builder:
     def data_phases(
         self, files: NameRange, workers: int, block: int, file_size: int
     ) -> tuple[PhasePlan, PhasePlan]:
-        """A write phase (fsync inside the timed window) and a read phase shifted by one worker."""
+        """A write phase (fsync inside the timed window) and a read phase shifted by one worker, or
+        by one node's workers on several nodes. `workers` counts all nodes' workers."""
+        per_node = max(workers // self.spec.nodes, 1)
+        shift = per_node if self.spec.nodes > 1 else 1
         owned = [files[w::workers] for w in range(workers)]
-        common = {"file_size": file_size, "block_size": block, "direct": self.direct}
+        common = {"file_size": file_size, "block_size": block, "direct": self.direct, "per_node": per_node}
         write = PhasePlan(
             name="write",
             op="write",
@@ -109,7 +113,7 @@ class _Builder:
             name="read",
             op="read",
             tasks=tuple(
-                self.task(w, "read", files=owned[(w + 1) % workers], **common) for w in range(workers)
+                self.task(w, "read", files=owned[(w + shift) % workers], **common) for w in range(workers)
             ),
         )
         return write, read
@@ -124,7 +128,7 @@ class _Builder:
         out = []
         for block in spec.block_sizes:
             for workers in spec.workers:
-                write, read = self.data_phases(names, workers, block, spec.file_size)
+                write, read = self.data_phases(names, workers * spec.nodes, block, spec.file_size)
                 out.append(
                     PointPlan(
                         pattern="shards",
@@ -157,7 +161,7 @@ class _Builder:
     def tokens(self) -> tuple[SetupPlan, list[PointPlan]]:
         spec = self.spec
         names = NameRange("tokens/shard_{:05d}.bin", 0, spec.shard_files)
-        writers = min(max(spec.workers), len(names))
+        writers = min(max(spec.workers) * spec.nodes, len(names))
         setup_write, _ = self.data_phases(names, writers, spec.block_sizes[0], spec.file_size)
         setup = SetupPlan(pattern="tokens", phase=setup_write, dirs=("tokens",), names=(names,))
         out = []
@@ -167,6 +171,7 @@ class _Builder:
                     self.task(
                         w,
                         "randread",
+                        per_node=workers,
                         files=names,
                         file_size=spec.file_size,
                         block_size=spec.window_bytes,
@@ -175,7 +180,7 @@ class _Builder:
                         duration=spec.duration,
                         direct=self.direct,
                     )
-                    for w in range(workers)
+                    for w in range(workers * spec.nodes)
                 )
                 out.append(
                     PointPlan(
@@ -194,7 +199,10 @@ class _Builder:
             if self.posix
             else ("create", "list", "stat", "readsmall", "delete")
         )
-        for workers in spec.workers:
+        shift_nodes = spec.nodes > 1
+        for per_node in spec.workers:
+            workers = per_node * spec.nodes  # all nodes' workers
+            shift = per_node if shift_nodes else 1
             for mode in ("unique", "shared"):
                 dirs = (
                     ("meta-shared",)
@@ -207,24 +215,26 @@ class _Builder:
 
                 phases = []
                 for op in ops:
-                    # each worker works on its own files when creating, a neighbour's afterwards
+                    # each worker works on its own files when creating, a neighbour's (on another
+                    # node when there are several) afterwards
                     tasks = tuple(
                         self.task(
                             w,
                             op,
+                            per_node=per_node,
                             file_size=spec.small_file_size,
                             meta_dir=dir_of(owner),
                             meta_owner=owner,
                             meta_count=spec.files,
                         )
                         for w in range(workers)
-                        for owner in [w if op == "create" else (w + 1) % workers]
+                        for owner in [w if op == "create" else (w + shift) % workers]
                     )
                     phases.append(PhasePlan(name=meta_phase_name(op, self.posix), op=op, tasks=tasks))
                 out.append(
                     PointPlan(
                         pattern="meta",
-                        params={"workers": workers, "dirs": mode, "files_per_worker": spec.files},
+                        params={"workers": per_node, "dirs": mode, "files_per_worker": spec.files},
                         phases=tuple(phases),
                         dirs=((("meta-unique",) if mode == "unique" else ()) + dirs) if self.posix else (),
                         names=tuple(meta_names(dir_of(w), w, spec.files) for w in range(workers)),

@@ -5,7 +5,9 @@ writes nothing. Every name the run may create is derived from the plan, so clean
 those and nothing else.
 
 Read phases never read what the same process just wrote: each phase runs in fresh processes, and
-worker w reads the files written by worker (w + 1) mod W.
+worker w reads the files written by worker (w + 1) mod W. Across nodes (`--nodes N`, W workers per
+node) the shift is W: every worker reads what the same worker slot of the next node wrote, so no
+node reads its own files back through its page cache.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class WorkerTask:
     worker: int
     op: str
     target: TargetSpec
+    node: int = 0  # which node runs it (bench/cluster); 0 on one machine
     run_root: str  # posix: absolute run directory; s3: key prefix of the run
     files: Sequence[str] = ()  # data files, relative to run_root (a NameRange in plans)
     file_size: int = 0
@@ -143,6 +146,7 @@ class PhasePlan:
             "phase": self.name,
             "op": self.op,
             "workers": len(self.tasks),
+            **({"nodes": len({t.node for t in self.tasks})} if self.tasks[-1].node else {}),
             "files": self.files,
             "bytes": self.bytes,
             "block_size": first.block_size or None,
@@ -153,6 +157,7 @@ class PhasePlan:
             "per_worker": [
                 {
                     "worker": t.worker,
+                    **({"node": t.node} if t.node or self.tasks[-1].node else {}),
                     "files": list(t.files[:4]) + (["..."] if len(t.files) > 4 else []),
                     "meta": f"{t.meta_dir}/w{t.meta_owner:04d}.* x{t.meta_count}" if t.meta_count else None,
                     "bytes": t.planned_bytes(),

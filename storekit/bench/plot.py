@@ -193,6 +193,38 @@ def _draw_series(ax: Any, pattern: str, doc: dict[str, Any]) -> bool:
     return True
 
 
+def node_bars(doc: dict[str, Any]) -> tuple[list[str], dict[str, list[float]]]:
+    """Multi-node runs: (data phase labels, node -> its bandwidth in each), for one bar per node."""
+    labels: list[str] = []
+    per_node: dict[str, list[float]] = defaultdict(list)
+    for point in doc["results"]:
+        for ph in point["phases"]:
+            rows = {r["node"]: r["bandwidth_bytes_per_s"] for r in ph.get("nodes", [])}
+            if not rows or not _is_data(ph):
+                continue
+            labels.append(f"{point['pattern']} {ph['phase']}\n{point['label']}")
+            for node in sorted(set(per_node) | set(rows)):
+                per_node[node] += [0.0] * (len(labels) - 1 - len(per_node[node])) + [rows.get(node, 0.0)]
+    return labels, dict(per_node)
+
+
+def _draw_nodes(ax: Any, doc: dict[str, Any]) -> bool:
+    labels, per_node = node_bars(doc)
+    if not labels:
+        return False
+    unit, scale = _rate_unit([v for values in per_node.values() for v in values])
+    width = 0.8 / len(per_node)
+    for i, (node, values) in enumerate(sorted(per_node.items())):
+        ax.bar([j + i * width for j in range(len(values))], [v / scale for v in values], width, label=node)
+    ax.set_xticks([j + width * (len(per_node) - 1) / 2 for j in range(len(labels))])
+    ax.set_xticklabels(labels, fontsize=6)
+    ax.set_ylabel(f"{unit} (median)")
+    ax.set_title("per node: each node's own throughput")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    return True
+
+
 def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:g} s"
 
@@ -201,7 +233,8 @@ def render_png(doc: dict[str, Any]) -> bytes:
     sweeps = sweep_panels(doc)
     patterns = sorted({p["pattern"] for p in doc["results"]} - {"meta"})
     has_meta = any(p["pattern"] == "meta" for p in doc["results"])
-    count = len(sweeps) + len(patterns) + int(has_meta)
+    has_nodes = bool(node_bars(doc)[0])
+    count = len(sweeps) + len(patterns) + int(has_meta) + int(has_nodes)
     cols = 2 if count > 1 else 1
     rows = max(1, math.ceil(count / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.3 * rows), squeeze=False)
@@ -215,6 +248,8 @@ def render_png(doc: dict[str, Any]) -> bytes:
     for pattern in patterns:
         if _draw_series(flat[used], pattern, doc):
             used += 1
+    if has_nodes and _draw_nodes(flat[used], doc):
+        used += 1
     for ax in flat[used:]:
         ax.set_visible(False)
     fig.suptitle(f"storekit bench io  {doc['environment']['target']}  run {doc['run_id']}")

@@ -97,6 +97,19 @@ def prometheus_text(doc: dict[str, Any]) -> str:
                     count=int(lat["count"]),
                     total=(lat.get("mean_ms") or 0.0) * lat["count"] / 1e3,
                 )
+            for row in ph.get("nodes", []):
+                gauge(
+                    "node_bandwidth_bytes_per_second",
+                    "One node's bandwidth (median over repeats) in a multi-node run.",
+                    {**labels, "node": row["node"]},
+                    row["bandwidth_bytes_per_s"],
+                )
+                gauge(
+                    "node_ops_per_second",
+                    "One node's operations per second (median over repeats) in a multi-node run.",
+                    {**labels, "node": row["node"]},
+                    row["ops_per_s"],
+                )
             gauge(
                 "cpu_cores_used",
                 "CPU cores the benchmark's own workers used (median over repeats).",

@@ -53,9 +53,11 @@ class WorkerResult:
     engine: str = ""
     notes: list[str] = field(default_factory=list)
     settle_s: float = 0.0  # untimed sync of the target's filesystem before the start barrier
+    node: str = ""  # the Slurm node name (SLURMD_NODENAME) when run by a bench/cluster agent
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "node": self.node,
             "worker": self.worker,
             "op": self.op,
             "host": self.host,
@@ -93,6 +95,7 @@ class WorkerResult:
             engine=str(data.get("engine", "")),
             notes=list(data.get("notes", [])),
             settle_s=float(data.get("settle_s", 0.0)),
+            node=str(data.get("node", "")),
         )
 
 
@@ -228,6 +231,7 @@ def straggler_table(results: list[WorkerResult], first_start: int) -> list[dict[
             {
                 "worker": r.worker,
                 "host": r.host,
+                **({"node": r.node} if r.node else {}),
                 "bytes": r.bytes,
                 "ops": r.ops,
                 "start_offset_s": (r.start_ns - first_start) / 1e9,
@@ -259,3 +263,39 @@ def cpu_summary(results: list[WorkerResult], wall_s: float) -> dict[str, float]:
         "max_worker_pct_of_core": pct(busiest, busiest.cpu_user_s + busiest.cpu_sys_s),
         "max_worker_user_pct_of_core": pct(busiest, busiest.cpu_user_s),
     }
+
+
+def per_node(phase: str, repeats: list[PhaseResult]) -> list[dict[str, Any]]:
+    """Each node's own numbers for one phase (median over repeats): bytes over that node's first
+    start to last finish, as the aggregate is over all nodes'. Empty on one machine."""
+    nodes = sorted({w.node for r in repeats for w in r.worker_results if w.node})
+    if len(nodes) < 2:
+        return []
+    rows = []
+    for node in nodes:
+        merged = [
+            merge_phase(phase, mine)
+            for r in repeats
+            if (mine := [w for w in r.worker_results if w.node == node])
+        ]
+        rows.append(
+            {
+                "node": node,
+                "workers": merged[0].workers,
+                "bytes": merged[0].bytes,
+                "ops": merged[0].ops,
+                "bandwidth_bytes_per_s": statistics.median(m.bandwidth for m in merged),
+                "ops_per_s": statistics.median(m.ops_per_s for m in merged),
+                "elapsed_s": statistics.median(m.elapsed_s for m in merged),
+                "p99_ms": _p99_ms(merged),
+            }
+        )
+    return rows
+
+
+def _p99_ms(merged: list[PhaseResult]) -> float | None:
+    latency = LatencyHistogram()
+    for m in merged:
+        latency.merge(m.latency)
+    p99 = latency.percentile(99)
+    return None if p99 is None else p99 / 1e6

@@ -13,9 +13,11 @@ import ctypes
 import multiprocessing as mp
 import os
 import queue
+import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -31,7 +33,9 @@ PRELOAD = {
     "s3": ["storekit.bench.worker", "storekit.bench.engine_s3_warm", "numpy"],
 }
 STOP_GRACE_S = 5.0
+Outcomes = dict[int, tuple[str, Any]]  # worker -> (status, payload) as the worker reported it
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+WATCH_POLL_S = 1.0
 
 
 class PhaseExecutor(Protocol):
@@ -46,17 +50,39 @@ class WorkerFailed(StorekitError):
 
 
 def _die_with_coordinator(coordinator: int) -> None:
-    """A SIGKILLed coordinator must not leave workers writing into a run directory that a later run
-    reclaims: the kernel kills a worker when its parent (the forkserver, which exits as soon as the
-    coordinator is gone) dies; a coordinator already gone before that was armed means exit now."""
+    """A worker must not outlive the process that started it (the coordinator, or a node's agent):
+    a SIGKILLed one leaves nobody to stop it, so it would wait at the start barrier for 10 minutes
+    or write into a run directory that a later run reclaims. PR_SET_PDEATHSIG alone is not enough:
+    our parent is the forkserver, which stays up while any worker holds its "alive" pipe (all do).
+    So a thread watches the coordinator itself and ends this process when it is gone."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
-        os.kill(coordinator, 0)
+        pidfd = os.pidfd_open(coordinator)
     except ProcessLookupError:
-        os._exit(1)
-    except PermissionError:
-        pass
+        os._exit(1)  # gone before we could watch it
+    except (OSError, AttributeError):  # no pidfd (Linux < 5.3): look every second instead
+        pidfd = -1
+    threading.Thread(target=_exit_when_gone, args=(coordinator, pidfd), daemon=True,
+                     name="bench-watch-coordinator").start()  # fmt: skip
+
+
+def _exit_when_gone(coordinator: int, pidfd: int) -> None:
+    if pidfd >= 0:
+        watch = select.poll()
+        watch.register(pidfd, select.POLLIN)
+        while not watch.poll():  # readable once the process has exited
+            pass
+    else:
+        try:
+            while True:
+                os.kill(coordinator, 0)
+                time.sleep(WATCH_POLL_S)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            return  # not a process we may signal: nothing to watch
+    os._exit(1)
 
 
 def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any, coordinator: int) -> None:
@@ -90,17 +116,12 @@ class PhaseRunner:
             )
             for t in tasks
         ]
-        try:
-            for p in procs:
-                p.start()
-            faults.point(f"bench.{phase.op}.started")  # the workers of this phase exist
-            outcomes = self._collect(procs, results, len(tasks))
-        except BaseException:
-            barrier.abort()
-            self._stop(procs)
-            raise
-        for p in procs:
-            p.join()
+        outcomes = run_processes(
+            procs,
+            barrier,
+            started=lambda: faults.point(f"bench.{phase.op}.started"),  # the workers of this phase exist
+            collect=lambda: self._collect(procs, results, len(tasks)),
+        )
         errors = [msg for status, msg in outcomes.values() if status == "error"]
         if errors:
             cls, message = errors[0]
@@ -136,13 +157,34 @@ class PhaseRunner:
                     raise WorkerFailed(f"worker process {p.name} died (exit code {p.exitcode})") from None
         return outcomes
 
-    def _stop(self, procs: list[Any]) -> None:
+
+def run_processes(
+    procs: list[Any], barrier: Any, *, started: Callable[[], None], collect: Callable[[], Outcomes]
+) -> Outcomes:
+    """Start the worker processes and `collect` their outcomes; if anything fails on the way, the
+    start barrier is broken (no worker waits at it) and every worker is stopped before re-raising."""
+    try:
         for p in procs:
-            if p.is_alive():
-                p.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join()
+            p.start()
+        started()
+        outcomes = collect()
+    except BaseException:
+        barrier.abort()
+        stop_processes(procs)
+        raise
+    for p in procs:
+        p.join()
+    return outcomes
+
+
+def stop_processes(procs: list[Any]) -> None:
+    """Ask every live worker process to stop (SIGTERM), wait STOP_GRACE_S in all, then SIGKILL."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()

@@ -121,7 +121,15 @@ PHASE: dict[str, Any] = {
         None,
     ),
     "repeats": (list, "one phase result per repeat", PHASE_RESULT),
+    "nodes": (
+        list,
+        "only with --executor slurm on 2+ nodes: per node (median over repeats) node, workers, "
+        "bytes, ops, bandwidth_bytes_per_s, ops_per_s, elapsed_s (that node's first start to last "
+        "finish), p99_ms; the summary above is the aggregate of all nodes",
+        None,
+    ),
 }
+OPTIONAL = frozenset({"nodes"})  # present only in some runs; checked when present
 POINT: dict[str, Any] = {
     "pattern": (str, "shards, checkpoint, tokens or meta", None),
     "params": (dict, "the sweep point: workers/ranks, block_size, queue_depth, dirs...", None),
@@ -143,14 +151,17 @@ DOCUMENT: dict[str, Any] = {
         "(fs_type, source, mount_options, super_options), device (name, model, rotational, scheduler, "
         "max_sectors_kb, max_segments), memory_backed, transparent_hugepages, io_uring; "
         "small_file_timer {timer: c or python, reason} when meta runs on POSIX; endpoint_url and "
-        "bucket for S3",
+        "bucket for S3; with --executor slurm: nodes [{node (SLURMD_NODENAME), rank, host, clock "
+        "{offset_ns, rtt_ns, uncertainty_ns, samples, corrected}, free_bytes, direct, environment}] "
+        "(this document's own fields describe the coordinator's host)",
         None,
     ),
     "honesty": (
         dict,
         "direct {requested, effective, reason}, drop_caches {requested, done, reason} (the node-wide "
         "drop, only with --drop-caches), eviction {method, verified_with, files_evicted, "
-        "max_resident_before} (the run's own files)",
+        "max_resident_before} (the run's own files); with --executor slurm the probe, drop and "
+        "eviction ran on every node, and clocks {method, max_abs_offset_ns, max_uncertainty_ns}",
         None,
     ),
     "plan": (dict, "run_dir, peak_bytes, space_needed_bytes, notes", None),
@@ -164,7 +175,8 @@ DOCUMENT: dict[str, Any] = {
     "cleanup": (
         dict,
         "removed_files, leftovers (paths that could not be removed), reclaimed (run dirs of this "
-        "user's dead earlier runs removed first: run_dir, pid, bytes, why)",
+        "user's dead earlier runs removed first: run_dir, pid, bytes, why); with --executor slurm "
+        "nodes [{node, run_dir_gone}]: each node's own view that the run directory is gone",
         None,
     ),
     "warnings": (list, "honesty warnings: cache, O_DIRECT, RAM size, CPU-bound workers", None),
@@ -179,7 +191,8 @@ def validate(doc: Any, fields: dict[str, Any] = DOCUMENT, where: str = "") -> li
     for name, (types, _, nested) in fields.items():
         path = f"{where}.{name}" if where else name
         if name not in doc:
-            problems.append(f"{path}: missing")
+            if name not in OPTIONAL:
+                problems.append(f"{path}: missing")
             continue
         value = doc[name]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):

@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "gpu_tokens_per_s": None,
     "gpus": None,
     "target_checkpoint_s": 60.0,
+    "nodes": 1,
 }
 _MODEL_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([mMbB])\s*$")
 
@@ -137,6 +138,7 @@ class BenchSpec:
     gpu_tokens_per_s: float
     gpus: int
     target_checkpoint_s: float
+    nodes: int = 1  # > 1: --workers per node, --ranks spread over the nodes (bench/cluster)
 
     @property
     def window_bytes(self) -> int:
@@ -155,7 +157,8 @@ class BenchSpec:
 
     def parameters(self) -> dict[str, Any]:
         """Everything that shapes the numbers, JSON-ready and free of credentials."""
-        return {
+        # "nodes" only when > 1: a one-node run keeps the config hash it always had
+        return ({"nodes": self.nodes} if self.nodes > 1 else {}) | {
             "patterns": list(self.patterns),
             "target": self.target.display,
             "target_kind": self.target.kind,
@@ -266,6 +269,12 @@ def validate(spec: BenchSpec) -> BenchSpec:
     _check_range("--gpus", spec.gpus, 1, 10_000_000)
     if spec.gpu_tokens_per_s <= 0 or spec.target_checkpoint_s <= 0:
         raise UsageError("--gpu-tokens-per-s and --target-checkpoint-s must be greater than 0")
+    _check_range("--nodes", spec.nodes, 1, 4096)
+    if spec.nodes > 1 and "checkpoint" in spec.patterns and spec.ranks % spec.nodes:
+        raise UsageError(
+            f"--ranks {spec.ranks} cannot be spread evenly over --nodes {spec.nodes}",
+            hint="give a multiple of --nodes (ranks are the world size, workers are per node)",
+        )
     direct_posix = spec.direct and spec.target.kind == "posix"
     for bs in spec.block_sizes:
         if bs <= 0:
@@ -285,10 +294,10 @@ def validate(spec: BenchSpec) -> BenchSpec:
             raise UsageError(
                 f"--size {spec.size} must be a whole number of files of --file-size {spec.file_size}"
             )
-        if "shards" in spec.patterns and spec.shard_files < max(spec.workers):
+        if "shards" in spec.patterns and spec.shard_files < max(spec.workers) * spec.nodes:
             raise UsageError(
                 f"--size holds {spec.shard_files} files of --file-size; cannot give each of "
-                f"{max(spec.workers)} workers a file",
+                f"{max(spec.workers) * spec.nodes} workers a file",
                 hint="raise --size or lower --file-size",
             )
     if "tokens" in spec.patterns and spec.window_bytes > spec.file_size:
@@ -346,5 +355,6 @@ def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
         gpu_tokens_per_s=float(o["gpu_tokens_per_s"] or model.default_gpu_tokens_per_s()),
         gpus=int(o["gpus"] or o["ranks"]),
         target_checkpoint_s=float(o["target_checkpoint_s"]),
+        nodes=int(o["nodes"]),
     )
     return validate(spec)

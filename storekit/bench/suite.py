@@ -19,7 +19,7 @@ from typing import Any
 
 from storekit.bench import env, native, pagecache, uring
 from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan, iter_names
-from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase
+from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase, per_node
 from storekit.bench.runner import PhaseExecutor
 from storekit.bench.scratch import PosixScratch, S3Scratch
 from storekit.bench.stats import LatencyHistogram, median_spread
@@ -80,7 +80,7 @@ class Suite:
         self.scratch.check(plan.space_needed)
         started = datetime.now(UTC)
         environment = env.capture(spec.target, uring.available() if self.posix else None)
-        runner: PhaseExecutor = phase_runner(self.executor, spec.target.kind)
+        runner = self.make_runner()
         points: list[dict[str, Any]] = []
         setups: list[dict[str, Any]] = []
         cleanup: dict[str, Any] = {}
@@ -129,6 +129,12 @@ class Suite:
             "warnings": self.warnings,
         }
 
+    def make_runner(self) -> PhaseExecutor:
+        """The registered phase runner of `executor` (local: workers on this machine);
+        bench.cluster overrides this to run them on Slurm nodes."""
+        runner: PhaseExecutor = phase_runner(self.executor, self.spec.target.kind)
+        return runner
+
     def _step(self) -> None:
         self.steps_done += 1
         self.progress(self.steps_done, self.steps)
@@ -149,12 +155,14 @@ class Suite:
             results = repeats[phase.name]
             self._cpu_check(point, phase.name, results)
             self._throttle_check(point, phase.name, results)
+            nodes = per_node(phase.name, results)
             phases.append(
                 {
                     "phase": phase.name,
                     "op": phase.op,
                     "planned_bytes_per_repeat": phase.bytes,
                     "summary": summarize(results),
+                    **({"nodes": nodes} if nodes else {}),
                     "cache": caches[phase.name],
                     "repeats": [res.to_dict() for res in results],
                 }

@@ -159,6 +159,10 @@ class Ring:
         self._sqes["len"][:slots] = length
         self._sqes["user_data"][:slots] = np.arange(slots)
 
+    def mmaps(self) -> tuple[mmap.mmap, mmap.mmap, mmap.mmap]:
+        """The submission ring, completion ring and submission entries, for a compiled loop."""
+        return self._sq_mm, self._cq_mm, self._sqe_mm
+
     def enter_raw(self, submit: int, min_complete: int, flags: int) -> int:
         """io_uring_enter through the errno-keeping handle (no retries): the count submitted, or -errno."""
         ret = int(self._syscall(SYS_IO_URING_ENTER, self.fd, submit, min_complete, flags, None, 0))

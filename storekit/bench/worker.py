@@ -12,6 +12,7 @@ import resource
 import socket
 from typing import Any, Protocol
 
+from storekit import faults
 from storekit.bench.plan import WorkerTask
 from storekit.bench.recorder import Job, Recorder
 from storekit.bench.results import WorkerResult
@@ -38,6 +39,7 @@ def run_worker(task: WorkerTask, barrier: StartBarrier) -> dict[str, Any]:
     job = prepare_job(task)
     try:
         rec = Recorder()
+        faults.point("bench.worker.prepared")  # not timed: before the start barrier
         barrier.wait(timeout=BARRIER_TIMEOUT_S)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         start = rec.now()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storekit.errors import ConfigError
-from storekit.tomlkeys import get_str, reject_unknown
+from storekit.tomlkeys import get_bool, get_regex, get_str, reject_unknown
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 _KEYS = {
@@ -108,11 +108,7 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
     if not isinstance(body, dict):
         raise ConfigError(source, key, "expected a table")
     reject_unknown(body, _KEYS, source, key)
-    unit_text = get_str(body, "unit", source, f"{key}.unit")
-    try:
-        unit = re.compile(unit_text)
-    except re.error as exc:
-        raise ConfigError(source, f"{key}.unit", f"not a valid regular expression: {exc}") from None
+    unit = get_regex(body, "unit", source, f"{key}.unit")
     complete = body.get("complete")
     if (
         not isinstance(complete, list)
@@ -131,9 +127,7 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
     commit_file = body.get("commit_file")
     if commit_file is not None and not _glob(commit_file):
         raise ConfigError(source, f"{key}.commit_file", "expected a file name")
-    unit_files = body.get("unit_files", False)
-    if not isinstance(unit_files, bool):
-        raise ConfigError(source, f"{key}.unit_files", "expected true or false")
+    unit_files = get_bool(body, "unit_files", source, f"{key}.unit_files", False)
     return WriterProfile(
         name=name,
         description=get_str(body, "description", source, f"{key}.description", default=""),

@@ -19,7 +19,7 @@ torch.distributed when the script has initialised it (never imported otherwise).
 a function of the step alone, so ranks on different nodes sharing a Lustre directory agree on it.
 A rank whose block raises skips the barriers, so the others wait: end the job then, as a failed rank
 of any torch.distributed job must (the stage stays behind and the next commit removes it). Only the
-standard library, xxhash and storekit's own small durable helpers are imported.
+standard library, xxhash and storekit's own small helpers (durable, digest) are imported.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import Any
 import xxhash
 
 from storekit import __version__, faults
+from storekit.digest import hash_local
 from storekit.durable import fsync_dir, purge_tombstones, remove_tree, write_file_atomic
 
-CHUNK = 8 * 1024 * 1024
 MANIFEST = "manifest.json"
 LATEST = "latest"
 PART_PREFIX = ".storekit-part-"
@@ -152,14 +152,8 @@ class Stage:
 
     @staticmethod
     def _hash_existing(path: Path) -> tuple[int, str]:
-        h = xxhash.xxh3_128()
-        size = 0
-        with open(path, "rb") as fh:
-            while block := fh.read(CHUNK):
-                h.update(block)
-                size += len(block)
-            os.fsync(fh.fileno())
-        return size, h.hexdigest()
+        digest = hash_local(path, fsync=True)
+        return digest.size, digest.xxh3_128
 
     def finish_part(self) -> None:
         if self._open:

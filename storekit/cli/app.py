@@ -1,11 +1,19 @@
-"""The `storekit` command: nouns are registered here; errors become one line and an exit code."""
+"""The `storekit` command: nouns are registered here; errors become one line and an exit code.
+
+A run builds only the noun it invokes (`storekit prepare ...` never imports bench, ckpt or tier):
+importing every noun and building Typer's whole tree costs ~0.5 s a `prepare` run waits for.
+Help, typos and completion get the whole tree (`app`, built on first use).
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import signal
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import NoReturn
 
 import click
@@ -13,30 +21,25 @@ import typer
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli import bench, ckpt, config, dataset, jobs, layout, prepare, tier
-from storekit.cli.common import HELP_SETTINGS, exit_codes
+from storekit.cli.common import exit_codes, noun_app
 from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.interrupts import interrupt_on
 
-app = typer.Typer(
-    name="storekit",
-    help=(
-        "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
-        "prepare tokenized datasets, and benchmark parallel I/O.\n\n"
-        "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
-        "one local tier at ./storage is used. `storekit COMMAND --help` describes each command; "
-        "`storekit --install-completion` sets up tab completion for your shell."
-    ),
-    epilog=exit_codes(*ExitCode),
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
-    context_settings=HELP_SETTINGS,
-)
+# the first word of a command line -> the storekit.cli module that registers it (root help order)
+NOUNS = {
+    "init": "layout",
+    "status": "layout",
+    "layout": "layout",
+    "prepare": "prepare",
+    "dataset": "dataset",
+    "ckpt": "ckpt",
+    "tier": "tier",
+    "bench": "bench",
+    "jobs": "jobs",
+    "config": "config",
+}
 
 
 def _version(value: bool) -> None:
@@ -45,7 +48,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
@@ -54,14 +56,43 @@ def _root(
     """storekit: the storage tool for LLM training clusters."""
 
 
-layout.register(app)
-prepare.register(app)
-dataset.register(app)
-ckpt.register(app)
-tier.register(app)
-bench.register(app)
-jobs.register(app)
-config.register(app)
+def build_app(modules: Sequence[str] = tuple(dict.fromkeys(NOUNS.values()))) -> typer.Typer:
+    """The root command with the nouns of `modules` registered (all of them by default)."""
+    root = noun_app(
+        "storekit",
+        (
+            "Storage for self-hosted LLM training clusters: enforce the /storage layout on every tier, "
+            "prepare tokenized datasets, and benchmark parallel I/O.\n\n"
+            "Tiers come from storekit.toml (--config, $STOREKIT_CONFIG, ./storekit.toml); with no config, "
+            "one local tier at ./storage is used. `storekit COMMAND --help` describes each command; "
+            "`storekit --install-completion` sets up tab completion for your shell."
+        ),
+        epilog=exit_codes(*ExitCode),
+        add_completion=True,
+        pretty_exceptions_enable=False,
+    )
+    root.callback()(_root)
+    for name in modules:
+        importlib.import_module(f"storekit.cli.{name}").register(root)
+    return root
+
+
+def _modules_for(args: Sequence[str]) -> Sequence[str] | None:
+    """The one module `args` invoke, or None (help, a typo, completion): the whole tree then."""
+    if "_STOREKIT_COMPLETE" in os.environ:
+        return None
+    at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if at is None or args[at] not in NOUNS or {"-h", "--help"} & set(args[:at]):
+        return None
+    return (NOUNS[args[at]],)
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":  # the whole tree, for help tests and completion
+        built = build_app()
+        globals()["app"] = built
+        return built
+    raise AttributeError(name)
 
 
 def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
@@ -108,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     json_mode = "--json" in args
     reset_emitted()
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
-    command = get_command(app)
+    modules = _modules_for(args)
+    command = get_command(build_app() if modules is None else build_app(modules))
     try:
         _refuse_url_credentials(args)
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -29,6 +30,7 @@ from storekit.store import S3Store
 from storekit.units import format_bytes
 
 if TYPE_CHECKING:
+    from storekit.bench.cluster.launch import SlurmOptions
     from storekit.bench.plan import BenchPlan
 
 bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
@@ -80,6 +82,19 @@ its directory; the next run on the same host by the same user removes
 it once its owner process is provably gone (POSIX targets; --json:
 cleanup.reclaimed). Other users' and other hosts' runs are never touched.
 
+Several nodes (--executor slurm --nodes N): one agent per node, started
+once with srun --ntasks-per-node=1: inside an sbatch/salloc allocation
+on its nodes, else srun asks Slurm for N nodes (--partition,
+--time-limit, --account) and waits for them. The agents connect back to
+this command over TCP (--coordinator-address), which needs the target
+mounted too; it must be a shared filesystem. Workers wait on a two-level
+barrier (local, then all nodes); a node that fails, dies or falls silent
+stops every node before cleanup. Clock offsets are measured at the
+handshake and corrected; O_DIRECT, free space, the environment and cache
+eviction are checked on every node; reads are shifted by a node so no
+node reads what it wrote. --workers is per node, --ranks is the world
+size spread over the nodes. Results: per node and the aggregate.
+
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
 
@@ -95,6 +110,19 @@ Examples:
       --endpoint-url http://rgw:7480 --pattern meta --files 2000
   storekit bench io --json --prometheus /var/lib/node_exporter/sk.prom \\
       --plot bench.png
+  storekit bench io --executor slurm --nodes 4 --partition cpu \\
+      --target /lustre/storage --pattern shards,checkpoint --ranks 16
+"""
+
+AGENT_HELP = """Run one node's part of a multi-node bench io (srun starts it).
+
+Not for direct use: `bench io --executor slurm` starts one agent per node
+with srun and the run's one-time token in the environment; the agent
+connects back, serves the run and exits.
+
+\b
+Examples:
+  storekit bench agent --connect 10.0.0.5:41234
 """
 
 
@@ -298,6 +326,40 @@ def io(
             ),
         ),
     ] = None,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            metavar="local|slurm",
+            help=(
+                "local: workers on this machine. slurm: one agent per node started with srun "
+                "(--nodes N; inside an sbatch/salloc allocation its nodes, else srun asks Slurm "
+                "for them); --workers is then per node and --ranks is spread over the nodes."
+            ),
+        ),
+    ] = "local",
+    nodes: Annotated[
+        int | None,
+        typer.Option("--nodes", "-N", help="slurm: nodes to run on (default: the allocation's)."),
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", help="slurm, outside an allocation: partition.")
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option("--time-limit", help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00."),
+    ] = None,
+    account: Annotated[
+        str | None, typer.Option("--account", help="slurm, outside an allocation: account to charge.")
+    ] = None,
+    coordinator_address: Annotated[
+        str | None,
+        typer.Option(
+            "--coordinator-address",
+            metavar="HOST",
+            help="slurm: address the agents connect back to (default: this host's).",
+        ),
+    ] = None,
     print_schema: Annotated[
         bool, typer.Option("--print-schema", help="Print the --json document layout and exit.")
     ] = False,
@@ -309,10 +371,18 @@ def io(
 ) -> None:
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
+    from storekit.bench.cluster.launch import (
+        check_nodes,
+        launch,
+        processes_per_node,
+        refuse_unsupported,
+        srun_command,
+    )
+    from storekit.bench.cluster.suite import ClusterSuite
     from storekit.bench.patterns import build_plan, peak_bytes
     from storekit.bench.plan import space_needed
     from storekit.bench.report import build_document, require_matplotlib, write_plot, write_prometheus
-    from storekit.bench.scratch import open_scratch
+    from storekit.bench.scratch import PosixScratch, open_scratch
     from storekit.bench.suite import Suite, now_run_id
     from storekit.bench.verdict import judge
     from storekit.cli.bench_tables import render_human
@@ -328,6 +398,7 @@ def io(
         return
     if plot:
         require_matplotlib()
+    slurm = _slurm_options(executor, nodes, partition, time_limit, account, coordinator_address)
     spec = build_spec(
         _target(config, tier, target, endpoint_url),
         pattern=pattern,
@@ -353,7 +424,12 @@ def io(
         gpu_tokens_per_s=gpu_tokens_per_s,
         gpus=gpus,
         target_checkpoint_s=target_checkpoint_s,
+        nodes=slurm.nodes if slurm else 1,
     )
+    if slurm:
+        refuse_unsupported(spec.target.kind)
+        slurm = replace(slurm, processes_per_node=processes_per_node(spec))
+        cpus = check_nodes(slurm)  # no srun, no controller, too few nodes: refused before any write
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
     if not dry_run:  # what our killed predecessors left counts as free space again
@@ -371,6 +447,8 @@ def io(
             "plan": plan.to_dict(),
             "would_reclaim": scratch.reclaimable(),
         }
+        if slurm:
+            data["launch"] = {"executor": "slurm", "srun": srun_command(slurm, "COORDINATOR:PORT", cpus)}
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
     with contextlib.ExitStack() as stack:
@@ -381,13 +459,54 @@ def io(
                 bars.append(stack.enter_context(out.progress("bench io", total=total, unit="phases")))
             bars[0].advance(1 if done else 0)
 
-        run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
+        if slurm:
+            assert isinstance(scratch, PosixScratch)
+            with launch(slurm, out.info) as cluster:
+                run = ClusterSuite(plan, scratch, cluster, progress=advance, warn=out.warn).run()
+            run["cleanup"]["nodes"] = cluster.cleanup
+        else:
+            run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
     doc = build_document(plan, run, judge(spec, run["points"]))
     if prometheus:
         write_prometheus(prometheus, doc)
     if plot:
         write_plot(plot, doc)
     out.result("bench io", doc, lambda console: render_human(console, doc))
+
+
+def _slurm_options(
+    executor: str,
+    nodes: int | None,
+    partition: str | None,
+    time_limit: str | None,
+    account: str | None,
+    coordinator_address: str | None,
+) -> SlurmOptions | None:
+    from storekit.bench.cluster.launch import SlurmOptions, in_allocation
+
+    if executor not in ("local", "slurm"):
+        raise UsageError(f"--executor {executor!r}: expected local or slurm")
+    slurm_only = {"--nodes": nodes, "--partition": partition, "--time-limit": time_limit,
+                  "--account": account, "--coordinator-address": coordinator_address}  # fmt: skip
+    if executor == "local":
+        given = [name for name, value in slurm_only.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --executor slurm")
+        return None
+    if nodes is None:
+        if not in_allocation():
+            raise UsageError("--executor slurm needs --nodes N outside an sbatch/salloc allocation")
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+    return SlurmOptions(nodes=nodes, partition=partition, time_limit=time_limit, account=account,
+                        coordinator_address=coordinator_address)  # fmt: skip
+
+
+def agent(
+    connect: Annotated[str, typer.Option("--connect", metavar="HOST:PORT", help="The coordinator.")],
+) -> None:
+    from storekit.bench.cluster.agent import main
+
+    raise typer.Exit(main(connect))
 
 
 def _render_plan(console: Console, plan: BenchPlan) -> None:
@@ -415,4 +534,6 @@ def register(app: typer.Typer) -> None:
     E = ExitCode
     codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
     bench_app.command("io", help=IO_HELP, epilog=codes)(io)
+    agent_codes = exit_codes(E.ERROR, E.RETRYABLE)
+    bench_app.command("agent", hidden=True, help=AGENT_HELP, epilog=agent_codes)(agent)
     app.add_typer(bench_app, name="bench")

@@ -91,6 +91,7 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
                 str(s["stragglers"]),
             )
     console.print(table)
+    _render_nodes(console, doc)
     for line in bimodal:  # a median between two modes describes neither
         console.print(f"modes over repeats (median x repeats): {line}", markup=False)
     lines = verdict_lines(doc["verdict"])
@@ -102,3 +103,38 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
         console.print(f"note: {note}", markup=False)
     for warning in doc["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
+
+
+def _offset(clock: dict[str, Any]) -> str:
+    offset, error = clock.get("offset_ns", 0) / 1e6, clock.get("uncertainty_ns", 0) / 1e6
+    return f"{offset:+.2f} ms +/- {error:.2f}"
+
+
+def _render_nodes(console: Console, doc: dict[str, Any]) -> None:
+    """On several nodes: who ran where (clock offsets), and each node's own rate per phase."""
+    nodes = doc["environment"].get("nodes") or []
+    if not nodes:
+        return
+    clocks = ", ".join(f"{n['node']} ({_offset(n['clock'])})" for n in nodes)
+    console.print(f"{len(nodes)} nodes, clock offsets corrected: {clocks}", markup=False, soft_wrap=True)
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name, justify in (
+        ("pattern", "left"),
+        ("point", "left"),
+        ("phase", "left"),
+        ("node", "left"),
+        ("workers", "right"),
+        ("rate", "right"),
+        ("ops/s", "right"),
+        ("p99 ms", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for point in doc["results"]:
+        for ph in point["phases"]:
+            data = ph["op"] in ("write", "read", "randread")
+            for row in ph.get("nodes", []):
+                main = rate(row["bandwidth_bytes_per_s"]) if data else f"{count(row['ops_per_s'])} op/s"
+                table.add_row(point["pattern"], point["label"], ph["phase"], row["node"], str(row["workers"]),
+                              main, count(row["ops_per_s"]), ms(row["p99_ms"]))  # fmt: skip
+    console.print("per node (median over repeats):")
+    console.print(table)

@@ -191,7 +191,7 @@ def list_command(
             console.print(
                 f"{step:>9} {name[:22]:<22} {(stub.writer or '?')[:10]:<10} {'archived':<11} "
                 f"{format_bytes(stub.bytes):>9} {stub.files:>5} "
-                f"{stub.action}d to {stub.to_tier}:{stub.to_path}",
+                f"{stub.done_verb} to {stub.to_tier}:{stub.to_path}",
                 markup=False,
             )
         for p in scan.problems:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,8 +15,8 @@ from storekit.store import Store, open_store
 HELP_SETTINGS: dict[str, object] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def noun_app(name: str | None, help_text: str) -> typer.Typer:
-    """A command group (`layout`, `dataset`, ...) with the help and typo handling every group shares."""
+def noun_app(name: str | None, help_text: str, **extra: Any) -> typer.Typer:
+    """A command group (`layout`, `dataset`, ..., the root) with the help and typo handling all share."""
     return typer.Typer(
         name=name,
         help=help_text,
@@ -24,6 +24,7 @@ def noun_app(name: str | None, help_text: str) -> typer.Typer:
         rich_markup_mode=None,
         suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
         context_settings=HELP_SETTINGS,
+        **extra,
     )
 
 

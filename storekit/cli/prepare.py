@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -39,7 +38,6 @@ from storekit.cli.prepare_slurm import (
     submit_and_report,
 )
 from storekit.errors import ExitCode, UsageError
-from storekit.interrupts import interrupt_on
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -347,7 +345,6 @@ def prepare_dataset_command(
         return
     if executor != "local":
         raise UsageError(f"--executor {executor!r}: expected local or slurm")
-    interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # Slurm preemption stops like Ctrl-C: finished tasks kept
     with _progress(out) as progress:
         outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)
     _report(out, outcome)

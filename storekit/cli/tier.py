@@ -61,7 +61,7 @@ def _policies(site: SiteConfig) -> dict[str, Policy]:
     return merged_policies(site.policies, from_layouts)
 
 
-def _tier_rel(site: SiteConfig, where: str) -> tuple[str, str | None]:
+def tier_rel(site: SiteConfig, where: str) -> tuple[str, str | None]:
     """A path given on the command line: tier-relative, or absolute inside a configured POSIX tier."""
     if "://" in where:
         raise UsageError(f"{where}: give a path on a tier (checkpoints/run_001), not a URL")
@@ -97,7 +97,7 @@ def _request(
         if p.action != action:
             raise UsageError(f"policy {value} is a {p.action} policy", hint=f"storekit tier --policy {value}")
         return PlanRequest(p, tier)
-    rel, on_tier = _tier_rel(site, value)
+    rel, on_tier = tier_rel(site, value)
     if tier is not None and on_tier is not None and tier != on_tier:
         raise UsageError(f"{value} is on tier {on_tier}, not {tier}")
     return PlanRequest(adhoc_policy(action, paths=(rel,), area=rel.split("/")[0]), tier or on_tier)
@@ -105,7 +105,7 @@ def _request(
 
 def _unit_line(console: Console, u: dict[str, Any]) -> None:
     frm, to = u["src_tier"], u["dst_tier"]
-    free = "free source" if u["free_source"] else "keep source"
+    free = "" if u["action"] == "recall" else "free source" if u["free_source"] else "keep source"
     console.print(
         f"{u['action']:<8} {u['src_path'] if u['action'] != 'recall' else u['dst_path']}  "
         f"{format_bytes(u['bytes'])}, {u['files']} files  {frm} -> {to}  {free}",
@@ -284,3 +284,6 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
     out.result("tier", full, human)
     if code:
         raise typer.Exit(code)
+
+
+from storekit.cli import tier_audit  # noqa: E402,F401 -- registers `tier verify` and `tier gc`

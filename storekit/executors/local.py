@@ -115,7 +115,9 @@ def run_on_threads(
 
     The first failure is recorded (failed/NNNNNN.json), stops the other threads (between two
     steps) and is raised here; so is KeyboardInterrupt, once every thread has stopped and removed
-    its unfinished task.
+    its unfinished task. Tasks never run in the calling thread, even one: a stop signal raises
+    KeyboardInterrupt in the main thread wherever it is, and between a commit's hand-off to the
+    background committer and its bookkeeping that would lose track of a commit still renaming.
     """
     job.setup_process()
     stop = threading.Event()
@@ -135,6 +137,7 @@ def run_on_threads(
         index: int | None = -1
         try:
             while not stop.is_set() and (index := next_task()) is not None:
+                faults.point("executor.task-claimed")
                 runner.run(index, locked_progress, locked_done)
             runner.drain()
         except BaseException as exc:
@@ -150,23 +153,27 @@ def run_on_threads(
             failures.append(exc)
             stop.set()
 
-    if threads == 1:
-        loop()
-    else:
-        pool = [threading.Thread(target=loop, name=f"storekit-task-{i}") for i in range(threads)]
+    pool = [threading.Thread(target=loop, name=f"storekit-task-{i}") for i in range(threads)]
+    for t in pool:
+        t.start()
+    try:
         for t in pool:
-            t.start()
-        try:
-            for t in pool:
-                while t.is_alive():
-                    t.join(0.2)  # wakes up for signals (a bare join() would not)
-        except BaseException:
-            stop.set()
-            for t in pool:
-                t.join()
-            raise
+            while t.is_alive():
+                t.join(0.2)  # wakes up for signals (a bare join() would not)
+    except BaseException:
+        stop.set()  # each thread ends its task or discards it at its next step, then drains
+        faults.point("executor.stopping")
+        _join_through_signals(pool)  # the caller removes temp dirs: no thread may still write
+        raise
     if failures:
         raise failures[0]
+
+
+def _join_through_signals(pool: Sequence[threading.Thread]) -> None:
+    for t in pool:
+        while t.is_alive():
+            with contextlib.suppress(KeyboardInterrupt):  # a second stop: they are stopping already
+                t.join(0.2)
 
 
 def _record_failure(job: Job, index: int | None, exc: BaseException, log: str | None) -> None:

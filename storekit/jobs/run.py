@@ -21,6 +21,7 @@ def run_tasks(
     bad = [i for i in indexes if i >= total]
     if bad:
         raise UsageError(f"{path}: the plan has {total} tasks (0-{total - 1}); no task {bad[0]}")
+    job.dir.remove_dead_temps()
     scan = job.dir.scan()
     todo = [i for i in dict.fromkeys(indexes) if i not in scan.done]
 

@@ -11,13 +11,12 @@ Costs one listing of tasks/ and of failed/ plus one read per failed task, whatev
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from storekit.jobs.workdir import InFlight, JobDir, JobHeader, Submission
+from storekit.jobs.workdir import JobDir, JobHeader, Submission
 
 STATES = ("done", "running", "failed", "pending")
 
@@ -58,7 +57,7 @@ def job_status(job: JobDir) -> JobStatus:
     here = socket.gethostname()
     running: dict[int, str] = {}
     for flying in scan.in_flight:
-        if flying.index not in scan.done and _alive(flying, here):
+        if flying.index not in scan.done and flying.may_be_alive(here):
             running[flying.index] = f"pid {flying.pid} on {flying.host}"
     states: dict[str, list[int]] = {s: [] for s in STATES}
     failures: dict[int, dict[str, Any]] = {}
@@ -73,18 +72,6 @@ def job_status(job: JobDir) -> JobStatus:
         else:
             states["pending"].append(index)
     return JobStatus(str(job.path), header, states, failures, running, job.submissions())
-
-
-def _alive(flying: InFlight, here: str) -> bool:
-    if flying.host != here:
-        return True  # another node's run: only its scheduler knows (jobs status adds its view)
-    try:
-        os.kill(flying.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def ranges(indexes: Iterable[int]) -> str:

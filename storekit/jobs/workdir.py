@@ -42,7 +42,7 @@ from storekit import __version__, faults
 from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path
-from storekit.ops import FileDigest, hash_stream
+from storekit.ops import FileDigest, hash_local
 
 DONE = "done.json"
 PLAN = "plan.json"
@@ -70,6 +70,18 @@ class InFlight:
     name: str
     pid: int
     host: str
+
+    def may_be_alive(self, here: str) -> bool:
+        """False only when its run is known dead: on this host, and its pid is gone."""
+        if self.host != here:
+            return True  # another node's run: only its scheduler knows
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process: alive
+        return True
 
 
 @dataclass(frozen=True)
@@ -270,6 +282,17 @@ class JobDir:
                 if (mark in name) if own else (TMP_MARK in name):
                     remove_path(parent / name)
 
+    def remove_dead_temps(self) -> int:
+        """Temp dirs of runs on this host that died (SIGKILL, out of memory): a rerun's tasks take
+        no lock, so this is what clears them. Tombstone first: a run wrongly thought dead (a pid
+        in another namespace) then fails its commit cleanly instead of renaming a half-removed dir."""
+        here = socket.gethostname()
+        dead = [f for f in self.scan().in_flight if not f.may_be_alive(here)]
+        with io_errors(self.tasks):
+            for flying in dead:
+                remove_tree(self.tasks / flying.name)
+        return len(dead)
+
     # -- submissions (submitting process only) ---------------------------------------------------
     def record_submission(self, sub: Submission) -> None:
         subs = [asdict(s) for s in self.submissions()]
@@ -345,8 +368,7 @@ def _in_flight(name: str) -> InFlight | None:
 
 
 def part_digest(path: Path) -> FileDigest:
-    with open(path, "rb") as fh:
-        return hash_stream(fh.read)
+    return hash_local(path)
 
 
 def make_private_dir(path: Path) -> None:

@@ -15,7 +15,7 @@ from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
 from storekit.tier.policy import Policy, parse_policies
-from storekit.tomlkeys import get_str, get_table, parse_toml, reject_unknown
+from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -151,9 +151,7 @@ def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterPro
                 f"{key}.create[{i}]",
                 f"{c!r} does not match the first level's pattern {levels[0].pattern.pattern!r}",
             )
-    read_only = body.get("read_only", False)
-    if not isinstance(read_only, bool):
-        raise ConfigError(source, f"{key}.read_only", "expected true or false")
+    read_only = get_bool(body, "read_only", source, f"{key}.read_only", False)
     return AreaSpec(
         name=name,
         description=get_str(body, "description", source, f"{key}.description", default=""),
@@ -194,11 +192,7 @@ def _parse_level(i: int, raw: Any, source: str, key: str) -> LevelSpec:
     if not isinstance(raw, dict):
         raise ConfigError(source, key, "expected an inline table { name = ..., pattern = ... }")
     reject_unknown(raw, {"name", "pattern", "committed_by"}, source, key)
-    pattern_text = get_str(raw, "pattern", source, f"{key}.pattern")
-    try:
-        pattern = re.compile(pattern_text)
-    except re.error as exc:
-        raise ConfigError(source, f"{key}.pattern", f"not a valid regular expression: {exc}") from None
+    pattern = get_regex(raw, "pattern", source, f"{key}.pattern")
     committed_by = raw.get("committed_by")
     if committed_by is not None:
         committed_by = _component(committed_by, source, f"{key}.committed_by")

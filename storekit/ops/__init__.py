@@ -11,38 +11,22 @@ journaled uploads) is `storekit.ops.s3transfer`; checked S3 deletes are `storeki
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import xxhash
 
+from storekit.digest import CHUNK as CHUNK
+from storekit.digest import FileDigest as FileDigest
+from storekit.digest import fadvise_dontneed as fadvise_dontneed
+from storekit.digest import hash_bytes as hash_bytes
+from storekit.digest import hash_local as hash_local
+from storekit.digest import hash_stream as hash_stream
 from storekit.errors import MismatchError
 from storekit.store import Store
-
-CHUNK = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class FileDigest:
-    size: int
-    xxh3_128: str  # lowercase hex
-
-
-def hash_stream(read: Callable[[int], bytes], chunk: int = CHUNK) -> FileDigest:
-    h = xxhash.xxh3_128()
-    size = 0
-    while block := read(chunk):
-        h.update(block)
-        size += len(block)
-    return FileDigest(size=size, xxh3_128=h.hexdigest())
 
 
 def hash_file(store: Store, rel: str) -> FileDigest:
     with store.open_read(rel) as fh:
         return hash_stream(fh.read)
-
-
-def hash_bytes(data: bytes) -> FileDigest:
-    return FileDigest(size=len(data), xxh3_128=xxhash.xxh3_128_hexdigest(data))
 
 
 def copy_file(

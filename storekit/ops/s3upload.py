@@ -15,7 +15,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from storekit.errors import StorekitError, s3_error_code, storage_error
 from storekit.ops.journal import UploadEntry
 from storekit.ops.s3transfer import (
     DIGEST_META_KEY,
+    GONE_UPLOAD_CODES,
     NoSuchUpload,
     S3Transfer,
     UploadItem,
@@ -34,21 +35,46 @@ from storekit.ops.s3transfer import (
 )
 
 
-def upload_files(engine: S3Transfer, items: Sequence[UploadItem]) -> list[UploadResult]:
-    """Upload every item; waits for all started work, then raises the first failure (if any)."""
+def upload_files(
+    engine: S3Transfer, items: Sequence[UploadItem], on_done: Callable[[UploadResult], None] | None = None
+) -> list[UploadResult]:
+    """Upload every item; waits for all started work, then raises the first failure (if any).
+    `on_done(result)` is called as each file's upload completes (from a pool thread), e.g. to start
+    its read-back while the next files are still going up; its failure fails the call."""
     stop = threading.Event()
     futures: list[cf.Future[UploadResult]] = []
+    failed: list[BaseException] = []
+    called = threading.Condition()
+    ncalled = [0]  # callbacks finished: a future's waiters wake before its callbacks have run
+
+    def done(fut: cf.Future[UploadResult]) -> None:
+        try:
+            if on_done is not None and not fut.cancelled() and fut.exception() is None:
+                on_done(fut.result())
+        except BaseException as exc:
+            failed.append(exc)
+            stop.set()
+        finally:
+            with called:
+                ncalled[0] += 1
+                called.notify_all()
+
     try:
         for item in items:
             if stop.is_set():
                 break
             futures.append(_start(engine, item, stop))
+            futures[-1].add_done_callback(done)
     finally:
         cf.wait(futures)
+        with called:
+            called.wait_for(lambda: ncalled[0] == len(futures))
     for fut in futures:
         exc = fut.exception()
         if exc is not None:
             raise exc
+    if failed:
+        raise failed[0]
     return [fut.result() for fut in futures]
 
 
@@ -75,7 +101,7 @@ def _single_put(
     size = st.st_size
     engine.budget.acquire(size)
     try:
-        data = _pread_exact(item.path, fd, 0, size)
+        data = _read_part(engine, item.path, fd, 0, size, size == engine.part_size(size))
         fadvise_dontneed(fd, 0, size)
         _check_unchanged(item.path, fd, st)
     except BaseException as exc:
@@ -101,6 +127,7 @@ def _single_put(
             raise
         finally:
             engine.budget.release(size)
+            _part_sent(engine, data)
         return UploadResult(item.key, size, digest, parts=0, reused_parts=0, digest_in_metadata=True)
 
     return engine.pool.submit(send)
@@ -137,7 +164,8 @@ class _Multipart:
                 length = min(self.part_size, self.size - offset)
                 self.engine.budget.acquire(length)
                 try:
-                    data = _pread_exact(self.item.path, fd, offset, length)
+                    whole = length == self.part_size
+                    data = _read_part(self.engine, self.item.path, fd, offset, length, whole)
                 except BaseException:
                     self.engine.budget.release(length)
                     raise
@@ -148,6 +176,7 @@ class _Multipart:
                     # a part of the journaled upload found intact: the part's MD5 decides only
                     # whether to send it again, never what the file's digest is
                     self.engine.budget.release(length)
+                    _part_sent(self.engine, data)
                     self.reused += 1
                     self._part_done(number, f'"{known[1]}"')
                     continue
@@ -210,7 +239,7 @@ class _Multipart:
         faults.point("transfer.upload-journaled")
         return {}
 
-    def _send(self, number: int, data: bytes) -> None:
+    def _send(self, number: int, data: bytes | bytearray) -> None:
         engine = self.engine
         try:
             if self.future.done():
@@ -232,6 +261,7 @@ class _Multipart:
             self._fail(exc)
         finally:
             engine.budget.release(len(data))
+            _part_sent(engine, data)
 
     def _part_done(self, number: int, etag: str) -> None:
         with self._lock:
@@ -262,7 +292,7 @@ class _Multipart:
                 )
             except Exception as exc:
                 # a retried complete whose first answer was lost finds its upload already gone
-                if s3_error_code(exc) != "NoSuchUpload" or not self._object_is_there():
+                if s3_error_code(exc) not in GONE_UPLOAD_CODES or not self._object_is_there():
                     raise
             faults.point("transfer.completed")
             if engine.journal is not None:
@@ -324,7 +354,7 @@ def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple
                 ),
             )
         except Exception as exc:
-            if s3_error_code(exc) == "NoSuchUpload":
+            if s3_error_code(exc) in GONE_UPLOAD_CODES:
                 raise NoSuchUpload(key) from exc
             raise
         for p in page.get("Parts", []):
@@ -335,9 +365,36 @@ def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple
 
 
 def _object_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
-    from storekit.store import _encode_meta, check_metadata
+    from storekit.store import encode_s3_metadata
 
-    return {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
+    return encode_s3_metadata(metadata)
+
+
+def _read_part(
+    engine: S3Transfer, path: str, fd: int, offset: int, length: int, whole: bool
+) -> bytes | bytearray:
+    """A whole part goes into one of the engine's reused buffers (botocore sends a bytearray as it
+    is); a shorter one into a bytes object of its own size (the body must be exactly the part)."""
+    if not whole:
+        return _pread_exact(path, fd, offset, length)
+    buf = engine.buffers.take(length)
+    view, got = memoryview(buf), 0
+    try:
+        while got < length:
+            n = os.preadv(fd, [view[got:]], offset + got)
+            if n == 0:
+                raise StorekitError(f"{path}: file shrank while being read (at byte {offset + got})")
+            got += n
+    except OSError as exc:
+        raise _local_error(path, exc) from None
+    finally:
+        view.release()
+    return buf
+
+
+def _part_sent(engine: S3Transfer, data: bytes | bytearray) -> None:
+    if isinstance(data, bytearray):
+        engine.buffers.give(data)
 
 
 def _pread_exact(path: str, fd: int, offset: int, length: int) -> bytes:

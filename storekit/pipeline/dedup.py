@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-from storekit.pipeline.task import HASH_DTYPE
+from storekit.pipeline.taskparts import HASH_DTYPE
 
 BUCKET_ENTRIES = 4_000_000
 OPEN_BUCKETS = 256  # spill files open at once; more buckets take another pass over the tasks

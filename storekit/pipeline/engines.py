@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from storekit.errors import UsageError
@@ -18,7 +18,12 @@ from storekit.pipeline.plan import Piece, PrepPlan
 from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer, read_tokenizer_json
 
 ENGINES = ("auto", "hf", "tiktoken")
-SAMPLE_BYTES = 2 << 20  # input sampled at plan time: ~0.4 s of `tokenizers` on 2 cores
+# Input sampled at plan time: 1/256 of it, at least 512 KiB, at most 2 MiB. The `tokenizers` side
+# costs ~5x the fast engine per byte, so the check stays ~2% of the fast engine's work on the input
+# (it runs before any task: on 1 core it is serial time, on more it is spread over them).
+SAMPLE_MIN_BYTES = 512 << 10
+SAMPLE_MAX_BYTES = 2 << 20
+SAMPLE_SHARE = 256
 SAMPLE_PIECES = 16
 
 _COMPILED: dict[str, Any] = {}  # xxh3 of tokenizer.json -> Compiled or the NotCompilable reason (str)
@@ -27,9 +32,7 @@ _COMPILED: dict[str, Any] = {}  # xxh3 of tokenizer.json -> Compiled or the NotC
 def compiled_for(info: TokenizerInfo) -> Any:
     """The tokenizer's compiled form, or a str saying why it has none (cached per process)."""
     if info.xxh3_128 not in _COMPILED:
-        import json
-
-        from storekit.pipeline.fastbpe import NotCompilable, compile_fast
+        from storekit.pipeline.fastbpe import NotCompilable, compile_cached
 
         try:
             import tiktoken  # noqa: F401
@@ -37,13 +40,27 @@ def compiled_for(info: TokenizerInfo) -> Any:
             _COMPILED[info.xxh3_128] = "the tiktoken package is not installed"
             return _COMPILED[info.xxh3_128]
         try:
-            doc = json.loads(read_tokenizer_json(info.file))
-            _COMPILED[info.xxh3_128] = compile_fast(doc, load_tokenizer(info), proof_key=info.xxh3_128)
+            _COMPILED[info.xxh3_128] = compile_cached(info.xxh3_128, lambda: _doc(info), load_tokenizer(info))
         except NotCompilable as exc:
             _COMPILED[info.xxh3_128] = str(exc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an unexpected layout
             _COMPILED[info.xxh3_128] = f"unexpected tokenizer.json structure ({type(exc).__name__}: {exc})"
     return _COMPILED[info.xxh3_128]
+
+
+def _doc(info: TokenizerInfo) -> dict[str, Any]:
+    """The parsed tokenizer.json, provably the bytes `info` was made from (the cache key is their xxh3)."""
+    import json
+
+    import xxhash
+
+    from storekit.pipeline.fastbpe import NotCompilable
+
+    text = read_tokenizer_json(info.file)
+    if xxhash.xxh3_128_hexdigest(text.encode("utf-8")) != info.xxh3_128:
+        raise NotCompilable(f"{info.file} changed while storekit was reading it")
+    doc: dict[str, Any] = json.loads(text)
+    return doc
 
 
 def fast_encoder(info: TokenizerInfo, *, special_as_text: bool) -> Any:
@@ -106,27 +123,24 @@ def _with(info: TokenizerInfo, engine: str, reason: str, check: dict[str, Any] |
 
 def sample_check(info: TokenizerInfo, sample: Sample, *, special_as_text: bool) -> dict[str, Any]:
     """Encode the sample with both engines; the first document whose ids differ, if any."""
+    from concurrent.futures import ThreadPoolExecutor
+
     fast = fast_encoder(info, special_as_text=special_as_text)
     hf = load_tokenizer(info, special_as_text=special_as_text)
     docs = nbytes = tokens = 0
     first: dict[str, Any] | None = None
-    for batch in _batches(sample, 256):
-        texts, wheres = zip(*batch, strict=True)
-        expected = hf.encode_batch_fast(list(texts), add_special_tokens=False)
-        for where, text, enc in zip(wheres, texts, expected, strict=True):
-            ids = enc.ids
-            got = fast.encode(text)
-            docs += 1
-            nbytes += len(text.encode("utf-8", "surrogatepass"))
-            tokens += len(ids)
-            if got != ids and first is None:
-                at = next(
-                    (k for k, (a, b) in enumerate(zip(got, ids, strict=False)) if a != b),
-                    min(len(got), len(ids)),
-                )
-                first = {"where": where(), "at": at}
-        if first is not None:
-            break
+    # both engines release the GIL while they encode: the fast side runs beside `tokenizers`' pool
+    with ThreadPoolExecutor(1, thread_name_prefix="storekit-sample-check") as pool:
+        for batch in _batches(sample, 256):
+            texts, wheres = zip(*batch, strict=True)
+            fast_ids = pool.submit(_encode_all, fast, texts)
+            expected = hf.encode_batch_fast(list(texts), add_special_tokens=False)
+            first = _compare(wheres, expected, fast_ids.result())
+            docs += len(texts)
+            nbytes += sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+            tokens += sum(len(enc.ids) for enc in expected)
+            if first is not None:
+                break
     return {
         "documents": docs,
         "bytes": nbytes,
@@ -136,16 +150,41 @@ def sample_check(info: TokenizerInfo, sample: Sample, *, special_as_text: bool) 
     }
 
 
+def _encode_all(fast: Any, texts: Sequence[str]) -> list[list[int]]:
+    return [fast.encode(t) for t in texts]
+
+
+def _compare(
+    wheres: Sequence[Callable[[], str]], expected: Sequence[Any], got: Sequence[list[int]]
+) -> dict[str, Any] | None:
+    """Where the first document whose ids differ is, and the first differing token's index."""
+    for where, enc, ids in zip(wheres, expected, got, strict=True):
+        if ids != enc.ids:
+            at = next(
+                (k for k, (a, b) in enumerate(zip(ids, enc.ids, strict=False)) if a != b),
+                min(len(ids), len(enc.ids)),
+            )
+            return {"where": where(), "at": at}
+    return None
+
+
 def _batches(items: Sample, size: int) -> Iterator[list[tuple[str, Callable[[], str]]]]:
     it = iter(items)
     while batch := list(itertools.islice(it, size)):
         yield batch
 
 
+def sample_budget(total_bytes: int) -> int:
+    return min(SAMPLE_MAX_BYTES, max(SAMPLE_MIN_BYTES, total_bytes // SAMPLE_SHARE))
+
+
 def sample_documents(
-    plan: PrepPlan, fs: InputFS, budget: int = SAMPLE_BYTES
+    plan: PrepPlan, fs: InputFS, budget: int | None = None
 ) -> Iterator[tuple[str, Callable[[], str]]]:
-    """Documents from the start of the first sources and from pieces inside them, about `budget` bytes."""
+    """Documents from the start of the first sources and from pieces inside them, about `budget` bytes
+    (default: sample_budget of the input)."""
+    if budget is None:
+        budget = sample_budget(plan.total_bytes)
     from storekit.pipeline.encode import PIECE_CHARS
     from storekit.pipeline.readers import PieceReader
 

@@ -26,7 +26,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,13 @@ def bytes_to_unicode() -> dict[int, str]:
             out[b] = chr(256 + extra)
             extra += 1
     return out
+
+
+# byte-level symbol -> the character of its byte (then latin-1 gives the byte); any other character
+# below 256 -> U+FFFD, which latin-1 cannot encode, so a token outside the alphabet is refused
+_TO_LATIN1: dict[int, str] = {c: "\ufffd" for c in range(256)} | {
+    ord(c): chr(b) for b, c in bytes_to_unicode().items()
+}
 
 
 @dataclass(frozen=True)
@@ -238,12 +245,16 @@ def _model_ranks(doc: dict[str, Any]) -> tuple[dict[bytes, int], set[str], bool]
         raise _fail("merge results' ids do not grow with merge order")
     ignore_merges = bool(model.get("ignore_merges"))
     ranks: dict[bytes, int] = {}
+    to_bytes = _TO_LATIN1
     for token, token_id in vocab.items():
         if token not in results and not (len(token) == 1 and token in decode):
             if ignore_merges:
                 raise _fail(f"vocabulary token {token!r} is neither a byte nor a merge result")
             continue  # the model never emits it without ignore_merges: left out
-        ranks[bytes(decode[c] for c in token)] = int(token_id)
+        try:
+            ranks[token.translate(to_bytes).encode("latin-1")] = int(token_id)
+        except UnicodeEncodeError:
+            raise _fail(f"vocabulary token {token!r} is not made of byte-level symbols") from None
     return ranks, results, ignore_merges
 
 
@@ -298,6 +309,35 @@ def compile_fast(doc: dict[str, Any], hf_tokenizer: Any, *, proof_key: str | Non
         added=added,
         ignore_merges=ignore_merges,
     )
+
+
+def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], hf_tokenizer: Any) -> Compiled:
+    """compile_fast for the tokenizer file whose xxh3-128 is `key`, from the user's cache when an
+    entry of this compiler is there (`fastbpe_cache`); a fresh compile is stored for the next run."""
+    from storekit.pipeline import fastbpe_cache
+
+    cached = fastbpe_cache.load(key)
+    if cached is not None:
+        return Compiled(
+            pattern=cached.pattern,
+            pattern_name=cached.pattern_name,
+            ranks=cached.ranks,
+            normalizers=cached.normalizers,
+            added=_added(hf_tokenizer),
+            ignore_merges=cached.ignore_merges,
+        )
+    compiled = compile_fast(read_doc(), hf_tokenizer, proof_key=key)
+    fastbpe_cache.store(
+        key,
+        fastbpe_cache.CachedRanks(
+            pattern=compiled.pattern,
+            pattern_name=compiled.pattern_name,
+            normalizers=compiled.normalizers,
+            ignore_merges=compiled.ignore_merges,
+            ranks=compiled.ranks,
+        ),
+    )
+    return compiled
 
 
 def _check_whole_tokens(doc: dict[str, Any], ranks: dict[bytes, int]) -> None:

@@ -23,7 +23,7 @@ from storekit.pipeline.dedup import DropIndex, find_cross_task_duplicates
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.shards import ShardInfo, ShardSeries, ShardWriter
-from storekit.pipeline.task import read_task_array
+from storekit.pipeline.taskparts import read_task_array
 from storekit.pipeline.workdir import WorkDir
 
 SPLITS = ("train", "holdout")

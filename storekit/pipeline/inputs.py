@@ -1,4 +1,5 @@
-"""Opening input files: local paths directly, `s3://` through s3fs, `bundled:` from the package.
+"""Input files are listed, stat'ed and read through stores: local paths through a `PosixStore`, `s3://`
+through the bucket's store, `bundled:` through one on the package's samples.
 
 Credentials for `s3://bucket/...` come from the site config's S3 tier on that bucket (else its first
 S3 tier), are held in memory only and never written to the plan or the work dir.
@@ -6,149 +7,124 @@ S3 tier), are held in memory only and never written to the plan or the work dir.
 
 from __future__ import annotations
 
-import glob as globmod
 import os
-from typing import IO, Any, cast
+from pathlib import Path
+from typing import IO
 from urllib.parse import urlsplit
 
-from storekit.config import SiteConfig, mask_url
-from storekit.errors import InputError, StorekitError, storage_error
-from storekit.paths import resolves_outside
+from storekit.config import SiteConfig, TierConfig, refuse_url_credentials
+from storekit.errors import NotFoundError
 from storekit.pipeline.bundled import bundled_path, is_bundled
+from storekit.pipeline.inputlist import (
+    GLOB_CHARS,
+    Found,
+    expand_local,
+    folder_member,
+    input_error,
+    shown,
+    split_glob,
+)
 from storekit.places import is_s3_url, resolve_place
-
-GLOB_CHARS = ("*", "?", "[")
+from storekit.store import Entry, Store, open_store
 
 
 class InputFS:
-    """One place that knows how to list, stat and open every kind of input URL."""
+    """One place that knows which store lists, stats and reads each kind of input URL."""
 
     def __init__(self, site: SiteConfig | None) -> None:
         self.site = site
-        self._s3: dict[str, Any] = {}
+        self._s3: dict[str, Store] = {}
+        self._local: dict[str, Store] = {}
 
-    def s3(self, url: str) -> Any:
-        """The file system of the store `storekit.places` resolves the URL to (one per bucket)."""
-        bucket = urlsplit(url).netloc
-        if bucket not in self._s3:
-            self._s3[bucket] = resolve_place(url, self.site, what="input").store.fs
-        return self._s3[bucket]
+    def s3(self, url: str) -> tuple[Store, str]:
+        """The store of the URL's bucket (rooted at the bucket, one per bucket) and the key in it."""
+        refuse_url_credentials(url, "input")
+        parts = urlsplit(url)
+        if parts.netloc not in self._s3:
+            self._s3[parts.netloc] = resolve_place(f"s3://{parts.netloc}", self.site, what="input").store
+        return self._s3[parts.netloc], parts.path.lstrip("/")
+
+    def place(self, url: str) -> tuple[Store, str]:
+        """The store that reads the file `url` names and its path there. A local file is read from
+        the directory it really is in: which links may be followed was decided when listing."""
+        if is_s3_url(url):
+            return self.s3(url)
+        path = str(bundled_path(url)) if is_bundled(url) else os.path.expanduser(url)
+        parent, name = os.path.split(os.path.realpath(path))
+        return self.local_store(parent), name
+
+    def local_store(self, directory: str) -> Store:
+        """A store rooted at a local directory (one per directory); symlinks may not lead out of it."""
+        root = os.path.abspath(directory)
+        if root not in self._local:
+            self._local[root] = open_store(TierConfig(name="input", url=Path(root).as_uri()))
+        return self._local[root]
 
     def local_path(self, url: str) -> str | None:
-        if is_bundled(url):
-            return str(bundled_path(url))
-        return None if is_s3_url(url) else url
+        """An OS path for readers that want one (Arrow's OSFile); None for `s3://`."""
+        if is_s3_url(url):
+            return None
+        store, rel = self.place(url)
+        return store.local_path(rel)
 
     def open(self, url: str, *, block_size: int = 8 << 20) -> IO[bytes]:
         try:
-            path = self.local_path(url)
-            if path is not None:
-                return open(path, "rb")
-            return cast(
-                IO[bytes], self.s3(url).open(url, "rb", block_size=block_size, cache_type="readahead")
-            )
+            store, rel = self.place(url)
+            return store.open_read(rel, block_size=block_size)
         except Exception as exc:
-            raise _input_error(url, exc) from None
+            raise input_error(url, exc) from None
 
-    def expand(self, pattern: str) -> list[tuple[str, int, float | None]]:
-        """(url, size, mtime) of every file an input names: a file, a directory (recursive) or a glob."""
+    def info(self, url: str) -> Entry:
+        """Size and mtime of the file `url` names (a link named on its own: of its target)."""
+        try:
+            store, rel = self.place(url)
+            return store.info(rel)
+        except Exception as exc:
+            raise input_error(url, exc) from None
+
+    def expand(self, pattern: str) -> Found:
+        """Every file an input names: a file, a directory (recursive) or a glob. Hidden names below
+        the input are left out unless the glob spells their dot."""
         if is_bundled(pattern):
-            path = bundled_path(pattern)
-            st = path.stat()
-            return [(pattern, st.st_size, st.st_mtime)]
+            entry = self.info(pattern)
+            return [(pattern, entry.size, entry.mtime)]
         if is_s3_url(pattern):
             return self._expand_s3(pattern)
-        return _expand_local(os.path.expanduser(pattern))
-
-    def _expand_s3(self, pattern: str) -> list[tuple[str, int, float | None]]:
-        fs = self.s3(pattern)
         try:
-            if any(c in pattern for c in GLOB_CHARS):
-                infos = fs.glob(pattern, detail=True)
-            elif fs.isdir(pattern):
-                infos = fs.find(pattern, detail=True)
+            return expand_local(self.local_store, os.path.expanduser(pattern))
+        except Exception as exc:
+            raise input_error(pattern, exc) from None
+
+    def member(self, folder: str, name: str) -> Found:
+        """The file `name` in the input folder `folder` (a `save_to_disk` shard): like a file of a
+        directory input, a link is followed only while it stays inside the folder."""
+        if is_s3_url(folder):
+            return self.expand(f"{folder}/{name}")
+        try:
+            return folder_member(self.local_store, os.path.expanduser(folder), name)
+        except Exception as exc:
+            raise input_error(f"{folder}/{name}", exc) from None
+
+    def _expand_s3(self, pattern: str) -> Found:
+        store, key = self.s3(pattern)
+        try:
+            if any(c in key for c in GLOB_CHARS):
+                root, rest = split_glob(key)
+                entries = [e for e in store.glob(key) if shown(_below(e.path, root), rest)]
+            elif (entry := store.info(key)).is_dir:
+                entries = [e for e in store.walk(key) if not e.is_dir and shown(_below(e.path, key))]
             else:
-                info = fs.info(pattern)
-                infos = {info["name"]: info}
-        except FileNotFoundError:
+                entries = [entry]
+        except NotFoundError:
             return []
         except Exception as exc:
-            raise _input_error(pattern, exc) from None
-        out = []
-        for name, info in infos.items():
-            if info.get("type") == "directory" or _hidden(name.split("/", 1)[-1]):
-                continue
-            out.append((f"s3://{name}", int(info.get("size") or 0), None))
-        return sorted(out)
+            raise input_error(pattern, exc) from None
+        bucket = urlsplit(pattern).netloc
+        return sorted((f"s3://{bucket}/{e.path}", e.size, None) for e in entries)
 
 
-def _input_error(url: str, exc: Exception) -> StorekitError:
-    """Through the one translator; whatever it does not know is still bad input naming the URL."""
-    where = f"input {mask_url(url)}"
-    return storage_error(exc, where) or InputError(f"{where}: {type(exc).__name__}: {exc}")
-
-
-def _hidden(rel: str) -> bool:
-    return any(part.startswith(".") for part in rel.split("/") if part)
-
-
-def _expand_local(pattern: str) -> list[tuple[str, int, float | None]]:
-    """Files a local input names. A file named on its own is read even if it is a link (the user named
-    it); inside a directory or a glob, a link is followed only while its target stays inside that
-    input's root: one pointing out (`-> /etc/shadow`) is refused, so nobody's link can pull a file
-    the user did not name into a dataset (which may be world-readable)."""
-    if any(c in pattern for c in GLOB_CHARS):
-        root = _glob_root(pattern)
-        paths = sorted(
-            p
-            for p in globmod.glob(pattern, recursive=True)
-            if os.path.isfile(p) or not os.path.exists(p)  # broken links: refused below
-        )
-    elif os.path.isdir(pattern):
-        root = pattern
-        paths = []
-        for top, dirs, files in os.walk(pattern):  # never descends into linked directories
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for d in dirs:
-                if os.path.islink(os.path.join(top, d)):
-                    check_link(os.path.join(top, d), root)  # inside: walked where it really is
-            paths.extend(os.path.join(top, f) for f in files if not f.startswith("."))
-        paths.sort()  # the order of `find DIR | sort`, whatever order the file system lists in
-    elif os.path.isfile(pattern):
-        st = os.stat(pattern)
-        return [(os.path.abspath(pattern), st.st_size, st.st_mtime)]
-    else:
-        return []
-    out: list[tuple[str, int, float | None]] = []
-    for path in paths:
-        check_link(path, root)
-        st = os.stat(path)
-        out.append((os.path.abspath(path), st.st_size, st.st_mtime))
-    return out
-
-
-def _glob_root(pattern: str) -> str:
-    """The directory a glob starts from: its leading components without wildcards."""
-    parts = pattern.split(os.sep)
-    fixed = []
-    for part in parts[:-1]:
-        if any(c in part for c in GLOB_CHARS):
-            break
-        fixed.append(part)
-    return os.sep.join(fixed) or ("/" if pattern.startswith(os.sep) else ".")
-
-
-def check_link(path: str, root: str) -> None:
-    """Refuse a path that a symbolic link leads out of `root` (or nowhere)."""
-    outside = resolves_outside(path, root)
-    if outside is not None:
-        raise InputError(
-            f"input {root}: {path} is a symbolic link to {outside}, outside the input; links out of an "
-            "input directory or glob are not followed",
-            hint="give the target as its own --input if you mean to read it, or remove the link",
-        )
-    if not os.path.exists(path):
-        raise InputError(f"input {root}: {path} is a broken symbolic link (to {os.path.realpath(path)})")
+def _below(key: str, prefix: str) -> str:
+    return key[len(prefix.rstrip("/")) :].lstrip("/")
 
 
 def read_range(fs: InputFS, url: str, start: int, length: int) -> bytes:

@@ -12,19 +12,13 @@ alone. Its parts appear under the work dir by rename, with `done.json` as the co
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
-from array import array
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import orjson
 
 from storekit import faults
 from storekit.config import SiteConfig
@@ -36,14 +30,13 @@ from storekit.pipeline.encode import Encoder, Unsplittable, stripped_hash
 from storekit.pipeline.giant import BadText, measure, pieces
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.readers import EMPTY, OVERSIZED, PieceReader
+from storekit.pipeline.readers import EMPTY, OVERSIZED, Doc, PieceReader
+from storekit.pipeline.taskparts import TaskParts
 from storekit.pipeline.workdir import WorkDir
 
-HASH_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("doc", "<u4")])
 BATCH_CHARS = 256 * 1024  # text per encode call: small batches keep the tokenizer's memory low
 MAX_EXAMPLES = 5
 MAX_PRIOR_HASHES = 1_000_000  # ~100 MB: a cache that only saves work, never changes the result
-_LOW64 = (1 << 64) - 1
 ProgressFn = Callable[[int, int, int], None]  # (docs, tokens, input bytes) since the last call
 DoneFn = Callable[[int, dict[str, Any]], None]  # (task index, summary) once the task is committed
 
@@ -62,9 +55,64 @@ class TaskStats:
     examples: list[dict[str, str]] = field(default_factory=list)
 
 
-def holdout_flag(lo: int, fraction: float) -> int:
-    """Deterministic: the low 32 bits of the document hash, as a fraction, below the holdout share."""
-    return 1 if (lo & 0xFFFFFFFF) < fraction * 4294967296.0 else 0
+class _EncodeStage:
+    """Encode stage: short documents are batched (one tokenizer call per BATCH_CHARS), long and giant
+    ones encoded piece by piece straight into the parts; progress is reported per batch."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        parts: TaskParts,
+        stats: TaskStats,
+        progress: ProgressFn,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        self.encoder = encoder
+        self.parts = parts
+        self.stats = stats
+        self.progress = progress
+        self.should_stop = should_stop
+        self.batch: list[str] = []
+        self.batch_chars = 0
+        self.pending_docs = self.pending_bytes = 0  # read but not yet reported
+
+    def read(self, nbytes: int) -> None:
+        self.stats.docs_read += 1
+        self.stats.input_bytes += nbytes
+        self.pending_docs += 1
+        self.pending_bytes += nbytes
+
+    def add(self, doc: Doc, chars: int) -> None:
+        """Encode one kept document (raises Unsplittable, before writing anything, for one that can't)."""
+        text, giant = doc.text, doc.giant
+        if giant is not None or self.encoder.is_long(text or ""):
+            self.flush()
+            if giant is not None:
+                n_tokens = self.encoder.encode_pieces(pieces(giant.chunks()), self.parts.write_tokens)
+            else:
+                n_tokens = self.encoder.encode_long(text or "", self.parts.write_tokens)
+            self.parts.lengths.append(n_tokens)
+            self.stats.tokens += n_tokens
+        elif text is not None:
+            self.batch.append(text)
+            self.batch_chars += chars
+            if self.batch_chars >= BATCH_CHARS:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise Stopped
+        if self.batch:
+            tokens, lens = self.encoder.encode_batch(self.batch)
+            self.parts.write_tokens(tokens)
+            self.parts.lengths.extend(lens)
+            self.stats.tokens += len(tokens)
+            self.progress(self.pending_docs, len(tokens), self.pending_bytes)
+            self.pending_docs = self.pending_bytes = 0
+            self.batch, self.batch_chars = [], 0
+
+    def report(self) -> None:
+        self.progress(self.pending_docs, 0, self.pending_bytes)
 
 
 class TaskRunner:
@@ -90,6 +138,7 @@ class TaskRunner:
         opts = plan.options
         self.dedup = bool(opts["dedup"])
         self.holdout = float(opts["holdout"])
+        self.need_hash = self.dedup or self.holdout > 0
         self.min_chars = opts["min_chars"]
         self.max_chars = opts["max_chars"]
         self.fail = opts["on_error"] == "fail"
@@ -153,139 +202,111 @@ class TaskRunner:
             done(index, summary)
 
     def _reap(self) -> None:
-        finished = [f for f in self._pending if f.done()]
-        self._pending = [f for f in self._pending if not f.done()]
-        for future in finished:
-            future.result()  # re-raises a failed commit here, in the caller's thread
+        # one look per future: one finishing between two looks would lose its error
+        finished = {f: f.done() for f in self._pending}
+        self._pending = [f for f, done in finished.items() if not done]
+        for future, done in finished.items():
+            if done:
+                future.result()  # re-raises a failed commit here, in the caller's thread
 
     def drain(self) -> None:
-        """Wait for background commits; raise the first failure."""
-        for future in self._pending:
+        """Wait for every background commit, then raise the first failure: after a failure the
+        next commits may still be renaming, and the caller removes temp dirs once this returns."""
+        pending, self._pending = self._pending, []
+        wait(pending)
+        for future in pending:
             future.result()
-        self._pending = []
 
     def _run(self, index: int, tmp: Path, progress: ProgressFn) -> TaskStats:
+        """The fused loop: each document passes validate, length filter, hash, dedup, encode, split
+        and write (the methods below, `_EncodeStage`, `TaskParts`) in one pass; a stage that refuses
+        a document counts it and the next document starts."""
         stats = TaskStats()
-        encoder = self.encoder
-        need_hash = self.dedup or self.holdout > 0
-        seen: set[int] = set()
-        hashes_hi, hashes_lo = array("Q"), array("Q")
-        splits = array("B")
-        lengths = array("i")
-        batch: list[str] = []
-        batch_chars = 0
-        pending = [0, 0]  # docs, bytes not yet reported
+        seen: set[int] = set()  # hashes kept by this task
         opts = self.plan.options
-        with (
-            open(tmp / "tokens.bin", "wb") as tokens_fh,
-            _maybe_open(tmp / "meta.jsonl", bool(self.keep)) as meta_fh,
-        ):
-
-            def write_tokens(ids: np.ndarray) -> None:
-                tokens_fh.write(ids.data)
-
-            def flush() -> None:
-                nonlocal batch, batch_chars
-                if self.should_stop is not None and self.should_stop():
-                    raise Stopped
-                if batch:
-                    tokens, lens = encoder.encode_batch(batch)
-                    tokens_fh.write(tokens.data)
-                    lengths.extend(lens)
-                    stats.tokens += len(tokens)
-                    progress(pending[0], len(tokens), pending[1])
-                    pending[0] = pending[1] = 0
-                    batch, batch_chars = [], 0
-
+        parts = TaskParts(tmp, hashes=self.need_hash, holdout=self.holdout, keep_fields=bool(self.keep))
+        with parts:
+            encoding = _EncodeStage(self.encoder, parts, stats, progress, self.should_stop)
             for piece in self.plan.tasks[index].pieces:
-                src = self.plan.sources[piece.source]
                 reader = PieceReader(
                     self.fs,
-                    src,
+                    self.plan.sources[piece.source],
                     piece,
                     text_key=opts["text_key"],
                     keep_fields=self.keep,
                     max_doc_bytes=opts["max_doc_bytes"],
                 )
                 for doc in reader.docs():
-                    stats.docs_read += 1
-                    stats.input_bytes += doc.nbytes
-                    pending[0] += 1
-                    pending[1] += doc.nbytes
-                    text, giant = doc.text, doc.giant
-                    digest: int | None = 0
-                    if giant is not None:  # measured in a first pass, never held as one str
-                        try:
-                            info = measure(giant)
-                        except (BadText, Unsplittable) as exc:
-                            reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
-                            self._bad(stats, reason, reader, doc.position, str(exc))
-                            continue
-                        n, digest = info.chars, info.digest
-                    elif text is None:
-                        self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
+                    encoding.read(doc.nbytes)
+                    measured = self._validate(doc, reader, stats)
+                    if measured is None or not self._length_ok(measured[0], stats):
                         continue
-                    else:
-                        n = len(text)
-                    if self.min_chars is not None and n < self.min_chars:
-                        stats.filtered_short += 1
+                    digest = self._digest(doc, measured[1], reader, stats)
+                    if digest is None or self._duplicate(digest, index, seen, stats):
                         continue
-                    if self.max_chars is not None and n > self.max_chars:
-                        stats.filtered_long += 1
+                    try:
+                        encoding.add(doc, measured[0])
+                    except Unsplittable as exc:  # found before anything was written
+                        self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
                         continue
-                    if text is not None:
-                        digest = stripped_hash(text) if need_hash else (0 if text.strip() else None)
-                    if digest is None:
-                        self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
-                        continue
-                    h = digest
-                    if self.dedup and (h in seen or self.prior.get(h, index) < index):
-                        stats.duplicates += 1  # an earlier copy is kept: this one would be dropped
-                        continue
-                    if giant is not None or encoder.is_long(text or ""):
-                        flush()
-                        try:
-                            if giant is not None:
-                                n_tokens = encoder.encode_pieces(pieces(giant.chunks()), write_tokens)
-                            else:
-                                n_tokens = encoder.encode_long(text or "", write_tokens)
-                        except Unsplittable as exc:  # found before anything was written
-                            self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
-                            continue
-                        lengths.append(n_tokens)
-                        stats.tokens += n_tokens
-                    elif text is not None:
-                        batch.append(text)
-                        batch_chars += n
+                    parts.keep(digest, parts.split(digest), doc.meta)
                     if self.dedup:
-                        seen.add(h)
-                    if need_hash:
-                        lo = h & _LOW64
-                        hashes_hi.append(h >> 64)
-                        hashes_lo.append(lo)
-                        if self.holdout > 0:
-                            splits.append(holdout_flag(lo, self.holdout))
-                    if meta_fh is not None:
-                        meta_fh.write(
-                            orjson.dumps(doc.meta, default=str, option=orjson.OPT_SORT_KEYS) + b"\n"
-                        )
+                        seen.add(digest)
                     stats.docs_kept += 1
-                    if batch_chars >= BATCH_CHARS:
-                        flush()
-            flush()
-            progress(pending[0], 0, pending[1])
-        _write_array(
-            tmp / "lengths.i32", np.frombuffer(lengths, dtype=np.int32) if lengths else np.zeros(0, np.int32)
-        )
-        if need_hash:
-            _write_hashes(tmp / "hashes.rec", hashes_hi, hashes_lo)
+            encoding.flush()
+            encoding.report()
+        parts.finish()
         if self.dedup:
             self._remember(seen, index)
-        if self.holdout > 0:
-            _write_array(
-                tmp / "split.u8", np.frombuffer(splits, dtype=np.uint8) if splits else np.zeros(0, np.uint8)
-            )
         return stats
+
+    def _validate(self, doc: Doc, reader: PieceReader, stats: TaskStats) -> tuple[int, int | None] | None:
+        """Validate stage: (characters, a giant document's hash), or None for an unusable record.
+
+        A giant document is measured in a first pass (never held as one str); its hash comes with it.
+        """
+        if doc.giant is not None:
+            try:
+                info = measure(doc.giant)
+            except (BadText, Unsplittable) as exc:
+                reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
+                self._bad(stats, reason, reader, doc.position, str(exc))
+                return None
+            return info.chars, info.digest
+        if doc.text is None:
+            self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
+            return None
+        return len(doc.text), None
+
+    def _length_ok(self, chars: int, stats: TaskStats) -> bool:
+        """Length filter stage (--min-chars / --max-chars)."""
+        if self.min_chars is not None and chars < self.min_chars:
+            stats.filtered_short += 1
+            return False
+        if self.max_chars is not None and chars > self.max_chars:
+            stats.filtered_long += 1
+            return False
+        return True
+
+    def _digest(self, doc: Doc, giant: int | None, reader: PieceReader, stats: TaskStats) -> int | None:
+        """The stripped text's xxh3-128 (0 when neither dedup nor holdout needs it); None: empty text."""
+        text = doc.text
+        if text is None:
+            digest = giant
+        elif self.need_hash:
+            digest = stripped_hash(text)
+        else:
+            digest = 0 if text.strip() else None
+        if digest is None:
+            self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
+        return digest
+
+    def _duplicate(self, digest: int, index: int, seen: set[int], stats: TaskStats) -> bool:
+        """Dedup stage: a copy this task or an earlier task (plan order) kept makes this one a duplicate."""
+        if self.dedup and (digest in seen or self.prior.get(digest, index) < index):
+            stats.duplicates += 1  # an earlier copy is kept: this one would be dropped at finalize
+            return True
+        return False
 
     def _remember(self, kept: set[int], index: int) -> None:
         prior = self.prior
@@ -304,32 +325,6 @@ class TaskRunner:
         stats.errors[reason] = stats.errors.get(reason, 0) + 1
         if len(stats.examples) < MAX_EXAMPLES:
             stats.examples.append({"reason": reason, "where": reader.where(position), "detail": detail[:200]})
-
-
-def _maybe_open(path: Path, wanted: bool) -> Any:
-    return open(path, "wb") if wanted else contextlib.nullcontext()
-
-
-def _write_array(path: Path, arr: np.ndarray) -> None:
-    with open(path, "wb") as fh:
-        fh.write(np.ascontiguousarray(arr).data)
-
-
-def _write_hashes(path: Path, hi: array[int], lo: array[int]) -> None:
-    n = len(hi)
-    rec = np.empty(n, dtype=HASH_DTYPE)
-    if n:
-        hi_arr = np.frombuffer(hi, dtype=np.uint64)
-        lo_arr = np.frombuffer(lo, dtype=np.uint64)
-        order = np.lexsort((lo_arr, hi_arr))
-        rec["hi"], rec["lo"], rec["doc"] = hi_arr[order], lo_arr[order], order.astype(np.uint32)
-    _write_array(path, rec)
-
-
-def read_task_array(path: Path, dtype: Any) -> np.ndarray:
-    if not path.is_file() or os.path.getsize(path) == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.fromfile(path, dtype=dtype)
 
 
 def run_task(plan: PrepPlan, index: int, work: WorkDir, site: SiteConfig | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import xxhash
 
 from storekit.durable import write_file_atomic
-from storekit.errors import InputError, MismatchError
+from storekit.errors import InputError, MismatchError, NotFoundError
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.tokenizer import read_tokenizer_json
@@ -76,8 +76,8 @@ def _stat(url: str, display: str, fs: InputFS) -> tuple[int, float | None]:
         if local is not None:
             st = os.stat(local)
             return st.st_size, st.st_mtime
-        info = fs.s3(url).info(url)
-    except FileNotFoundError:
+        store, key = fs.s3(url)
+        entry = store.info(key)
+    except (FileNotFoundError, NotFoundError):
         raise InputError(f"input {display} is gone since it was planned") from None
-    mtime = info.get("LastModified")
-    return int(info["size"]), mtime.timestamp() if hasattr(mtime, "timestamp") else None
+    return entry.size, entry.mtime

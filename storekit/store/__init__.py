@@ -9,9 +9,15 @@ from storekit.durable import TMP_MARK
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
 from storekit.store.posix import PosixStore
 from storekit.store.registry import SCHEMES, open_store
-from storekit.store.s3 import S3_BLOCK_SIZE, S3_DEFAULT_CONFIG, S3_MAX_PARTS, S3Store, s3_filesystem
-from storekit.store.s3 import _decode_meta as _decode_meta  # S3 metadata encoding: ops/ shares it
-from storekit.store.s3 import _encode_meta as _encode_meta
+from storekit.store.s3 import (
+    S3_BLOCK_SIZE,
+    S3_DEFAULT_CONFIG,
+    S3_MAX_PARTS,
+    S3Store,
+    decode_s3_metadata,
+    encode_s3_metadata,
+    s3_filesystem,
+)
 from storekit.store.scan import ScanEntry, scan_tree
 
 __all__ = [
@@ -28,6 +34,8 @@ __all__ = [
     "ScanEntry",
     "Store",
     "check_metadata",
+    "decode_s3_metadata",
+    "encode_s3_metadata",
     "open_store",
     "s3_filesystem",
     "scan_tree",

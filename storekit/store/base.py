@@ -140,6 +140,11 @@ class Store(ABC):
         return True
 
     @abstractmethod
+    def glob(self, pattern: str) -> list[Entry]:
+        """Files whose path below the root matches `pattern` (`*`, `?`, `[...]`; `**` spans
+        directories), sorted; directories are not returned."""
+
+    @abstractmethod
     def list(self, rel: str = "") -> list[Entry]:
         """Immediate children of a directory, sorted by name."""
 
@@ -170,9 +175,11 @@ class Store(ABC):
         return None
 
     # -- data ------------------------------------------------------------------------------------
-    def open_read(self, rel: str) -> IO[bytes]:
+    def open_read(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
+        """A streaming reader; `block_size`: bytes a remote store fetches ahead per request."""
+        ahead = {} if block_size is None else {"block_size": block_size, "cache_type": "readahead"}
         with self._errors(rel):
-            return cast(IO[bytes], self.fs.open(self.full(rel), "rb"))
+            return cast(IO[bytes], self.fs.open(self.full(rel), "rb", **ahead))
 
     def read_bytes(self, rel: str) -> bytes:
         with self.open_read(rel) as fh:

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob as globmod
 import os
-import shutil
 import stat
-import sys
 from collections.abc import Iterator, Mapping
 from typing import IO
 
 from storekit.diskspace import free_bytes
-from storekit.durable import fsync_dir
-from storekit.errors import (
-    PathEscapeError,
-    StorekitError,
-    UnreachableError,
-)
+from storekit.durable import fsync_dir, remove_tombstone, tombstone
+from storekit.errors import PathEscapeError, StorekitError, UnreachableError, storage_error
 from storekit.paths import clean_rel, resolves_outside
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
 from storekit.store.probe import posix_capabilities
@@ -81,6 +76,16 @@ class PosixStore(Store):
         with self._errors(rel):
             st = os.lstat(full)
         return self._entry(full, st, stat.S_ISLNK(st.st_mode))
+
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        out = []
+        with self._errors(pattern):
+            for path in globmod.glob(full, recursive=True, include_hidden=True):
+                st = os.lstat(path)
+                if not stat.S_ISDIR(st.st_mode):  # like list(): a link is an entry, never followed
+                    out.append(self._entry(path, st, stat.S_ISLNK(st.st_mode)))
+        return sorted(out, key=lambda e: e.path)
 
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)
@@ -173,12 +178,12 @@ class PosixStore(Store):
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
         with self._errors(rel):
             st = os.lstat(full)
+        if stat.S_ISDIR(st.st_mode) and recursive:
+            self._delete_tree(full, rel)
+            return
         try:
             if stat.S_ISDIR(st.st_mode):
-                if recursive:
-                    _rmtree(full)
-                else:
-                    os.rmdir(full)
+                os.rmdir(full)
             else:
                 os.unlink(full)
         except OSError as exc:
@@ -194,20 +199,23 @@ class PosixStore(Store):
             os.rename(s, d)
             fsync_dir(os.path.dirname(d))
 
-
-def _rmtree(path: str) -> None:
-    """shutil.rmtree, but its first failure names the full path of the entry (rmtree's own error
-    names it relative to its directory)."""
-
-    def named(_func: object, failed: str, exc: BaseException) -> None:
-        if isinstance(exc, OSError):
-            raise OSError(exc.errno, exc.strerror, failed) from exc
-        raise exc
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=named)
-    else:
-        shutil.rmtree(path, onerror=lambda func, failed, info: named(func, failed, info[1]))
+    def _delete_tree(self, full: str, rel: str) -> None:
+        """Tombstone first (durable.remove_tree): a crash never leaves a half-deleted tree under its
+        name; what a failure leaves stays in the tombstone, named by its old path."""
+        with self._errors(rel):
+            tomb = tombstone(full)
+            if tomb is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), full)
+        try:
+            remove_tombstone(tomb)
+        except OSError as exc:
+            failed = exc.filename if isinstance(exc.filename, str) else tomb
+            where = f"{self.display_url}/{self.rel(full + failed[len(tomb) :])}"
+            err = storage_error(exc, where) or StorekitError(f"{where}: {exc.strerror}")
+            raise type(err)(
+                f"{err.message} (what is left is in the tombstone {self.display_url}/{self.rel(tomb)})",
+                hint="fix the cause, then `storekit layout clean` removes the tombstone",
+            ) from None
 
 
 def _missing_dirs(root: str, final: str) -> list[str]:

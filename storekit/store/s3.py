@@ -107,6 +107,13 @@ class S3Store(Store):
     def _not_a_directory(self, rel: str) -> NotFoundError:
         return NotFoundError(f"{self.display_url}/{rel}: not a directory")
 
+    def glob(self, pattern: str) -> list[Entry]:
+        full = self.full(pattern)
+        with self._errors(pattern):
+            infos = self.fs.glob(full, detail=True)
+        files = [self._entry(i) for name, i in infos.items() if i.get("type") != "directory"]
+        return sorted((e for e in files if not e.path.endswith("/")), key=lambda e: e.path)
+
     def list(self, rel: str = "") -> list[Entry]:
         full = self.full(rel)
         with self._errors(rel):
@@ -127,10 +134,10 @@ class S3Store(Store):
             raise self._not_a_directory(rel)
         yield from sorted(entries, key=lambda e: e.path.split("/"))
 
-    def open_read(self, rel: str) -> IO[bytes]:
+    def open_read(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
         """A streaming reader pinned to the object's ETag: if the object is replaced while being read,
         reading raises a retryable error (exit 5) instead of returning bytes of two versions."""
-        fh = super().open_read(rel)
+        fh = super().open_read(rel, block_size=block_size)
         details = getattr(fh, "details", None) or {}
         if details.get("type") == "directory":  # s3fs would read a prefix as an empty file
             fh.close()
@@ -174,14 +181,14 @@ class S3Store(Store):
     def get_metadata(self, rel: str) -> dict[str, str]:
         with self._errors(rel):
             head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel))
-        return {k: _decode_meta(v) for k, v in head.get("Metadata", {}).items()}
+        return decode_s3_metadata(head.get("Metadata", {}))
 
     def _key(self, rel: str) -> str:
         return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
-        meta = {k: _encode_meta(v) for k, v in check_metadata(metadata).items()}
+        meta = encode_s3_metadata(metadata)
         kwargs: dict[str, Any] = {"block_size": self.part_size(0)}
         if meta:
             kwargs["Metadata"] = meta
@@ -287,14 +294,24 @@ def _make_inert(fh: Any) -> None:
 _RFC2047_PREFIX, _RFC2047_SUFFIX = "=?UTF-8?B?", "?="
 
 
-def _encode_meta(value: str) -> str:
+def encode_s3_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """User metadata checked (`check_metadata`) and encoded for S3 headers: what every PUT sends."""
+    return {k: _encode_value(v) for k, v in check_metadata(metadata).items()}
+
+
+def decode_s3_metadata(headers: Mapping[str, str]) -> dict[str, str]:
+    """User metadata as `encode_s3_metadata` was given it, from a HEAD's `Metadata`."""
+    return {k: _decode_value(v) for k, v in headers.items()}
+
+
+def _encode_value(value: str) -> str:
     plain = value.isascii() and value.isprintable() and value == value.strip()
     if plain and not value.startswith("=?"):
         return value
     return _RFC2047_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + _RFC2047_SUFFIX
 
 
-def _decode_meta(value: str) -> str:
+def _decode_value(value: str) -> str:
     if value.startswith(_RFC2047_PREFIX) and value.endswith(_RFC2047_SUFFIX):
         with contextlib.suppress(ValueError):
             return base64.b64decode(value[len(_RFC2047_PREFIX) : -len(_RFC2047_SUFFIX)]).decode("utf-8")

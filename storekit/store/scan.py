@@ -5,10 +5,12 @@ files stay well under 1 GiB). Order: depth first, a directory's entry before its
 sorted within a directory by their bytes (as `LC_ALL=C sort`), so a subtree's entries are contiguous
 and two scans of an unchanged tree agree. Links are never followed.
 
-One directory is listed per call of a small C helper (scan_dir.c: getdents + fstatat relative to
-the directory, on two threads for a big directory, sorted there) where a C compiler exists, and
-with os.scandir otherwise (STOREKIT_SCAN_NATIVE=0 forces that); both give the same entries in the
-same order.
+Where a C compiler exists, a small C walker (scan_dir.c) lists and lstats (getdents + fstatat
+relative to the directory, as find) on its own thread and hands over batches of 4,096 entries while
+this thread makes their objects: the system calls and the Python side overlap instead of adding up.
+It reads at most two batches ahead, so a change made during the scan may or may not be seen, as with
+find. Without a compiler (or STOREKIT_SCAN_NATIVE=0) os.scandir lists one directory at a time; both
+give the same entries in the same order.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import errno
 import functools
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -28,9 +30,11 @@ from storekit import cbuild
 from storekit.errors import storage_errors
 
 SOURCE = Path(__file__).with_name("scan_dir.c")
-ABI = 2  # SK_SCAN_ABI in scan_dir.c
+ABI = 3  # SK_SCAN_ABI in scan_dir.c
 CFLAGS = [*cbuild.CFLAGS, "-pthread"]
-FIELDS = 5  # int64 per entry: size, mtime_ns, ctime_ns, inode, mode
+FIELDS = 5  # int64 columns: size, mtime_ns, ctime_ns, inode, mode
+BATCH = 4096  # entries per batch the walker hands over
+NAMES_BYTES = 1 << 20  # bytes of names per batch (a batch ends early when they fill up)
 _SKIP = (errno.ENOENT, errno.ENOTDIR)  # removed or replaced since its parent was listed
 
 
@@ -51,7 +55,6 @@ class ScanEntry(NamedTuple):
         return stat.S_ISLNK(self.mode)
 
 
-Listing = Callable[[str, str], list[ScanEntry]]  # (directory path, rel prefix) -> its entries, sorted
 _new = tuple.__new__
 _mode = itemgetter(5)
 
@@ -60,13 +63,16 @@ def scan_tree(path: str, prefix: str = "") -> Iterator[ScanEntry]:
     """Every entry below the directory `path`, streamed (see the module doc); `path` itself is not
     yielded. NotFoundError when `path` does not exist; a subdirectory removed while scanning is
     left out (as find does), any other failure is a StorekitError naming the directory."""
-    listing = lister()
+    native, _why = load()
+    if native is not None:
+        yield from native.walk(path, prefix)
+        return
     with storage_errors(path):
-        top = listing(path, prefix)
-    yield from _preorder(listing, path, prefix, top)
+        top = python_listing(path, prefix)
+    yield from _preorder(path, prefix, top)
 
 
-def _preorder(listing: Listing, path: str, prefix: str, top: list[ScanEntry]) -> Iterator[ScanEntry]:
+def _preorder(path: str, prefix: str, top: list[ScanEntry]) -> Iterator[ScanEntry]:
     # each level: (its directory path, its prefix, its entries, positions of its subdirectories, next)
     stack = [(path, prefix, top, _dirs(top), [0, 0])]
     while stack:
@@ -82,7 +88,7 @@ def _preorder(listing: Listing, path: str, prefix: str, top: list[ScanEntry]) ->
         rel = entries[i].rel
         sub = f"{here}/{rel[len(pre) :]}"
         try:
-            below = listing(sub, rel + "/")
+            below = python_listing(sub, rel + "/")
         except OSError as exc:
             if exc.errno in _SKIP:
                 continue
@@ -95,20 +101,15 @@ def _dirs(entries: list[ScanEntry]) -> list[int]:
     return list(compress(range(len(entries)), map(stat.S_ISDIR, map(_mode, entries))))
 
 
-def lister() -> Listing:
-    """The compiled listing where it can be built and loaded, else os.scandir's."""
-    native, _why = load()
-    return native.listing() if native is not None else python_listing
-
-
 def python_listing(path: str, prefix: str) -> list[ScanEntry]:
+    """One directory's entries, sorted (the walk without a C compiler)."""
     out = []
     with os.scandir(path) as it:
         for de in it:
             try:
                 st = de.stat(follow_symlinks=False)
             except FileNotFoundError:
-                continue  # removed since the listing, as the compiled helper leaves it out
+                continue  # removed since the listing, as the compiled walker leaves it out
             row = (prefix + de.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
             out.append(_new(ScanEntry, row))
     out.sort(key=lambda e: os.fsencode(e.rel))
@@ -116,77 +117,60 @@ def python_listing(path: str, prefix: str) -> list[ScanEntry]:
 
 
 class NativeScan:
-    """The loaded scan_dir library."""
+    """The loaded scan_dir library: a walker thread lists and stats while this thread makes objects."""
+
+    batch = BATCH  # entries per batch handed over (tests lower it)
+    threaded = True  # False: nothing is listed before the caller asks for it (tests)
 
     def __init__(self, lib: Any) -> None:
-        self.fn = lib.sk_scan_dir
+        self.lib = lib
 
-    def listing(self) -> Listing:
-        """A listing function with its own buffers (grown when a directory needs more)."""
-        fn, used = self.fn, ctypes.c_long()
-        bufs: list[Any] = []
-
-        def alloc(entries: int) -> None:
-            recs, names = bytearray(entries * FIELDS * 8), bytearray(entries * 64)
-            bufs[:] = [recs, names, (ctypes.c_char * len(recs)).from_buffer(recs),
-                       (ctypes.c_char * len(names)).from_buffer(names), entries]  # fmt: skip
-
-        alloc(4096)
-
-        def listing(path: str, prefix: str) -> list[ScanEntry]:
-            while True:
-                recs, names, recs_p, names_p, cap = bufs
-                n = fn(os.fsencode(path), recs_p, cap, names_p, len(names), ctypes.byref(used))
-                if n != -errno.ENOBUFS:
-                    break
-                alloc(cap * 4)
+    def walk(self, path: str, prefix: str) -> Iterator[ScanEntry]:
+        lib, cap = self.lib, self.batch
+        pre = os.fsencode(prefix)
+        names_cap = NAMES_BYTES + 4096 + len(pre)  # at least one entry of the deepest allowed path
+        cols, names, used = bytearray(cap * FIELDS * 8), bytearray(names_cap), ctypes.c_long()
+        cols_p = (ctypes.c_char * len(cols)).from_buffer(cols)
+        names_p = (ctypes.c_char * len(names)).from_buffer(names)
+        view = memoryview(cols).cast("q")
+        handle = lib.sk_walk_open(os.fsencode(path), pre, cap, names_cap, int(self.threaded))
+        if not handle:
+            raise MemoryError(f"cannot start the scan of {path}")
+        try:
+            while (n := lib.sk_walk_next(handle, cols_p, names_p, ctypes.byref(used))) > 0:
+                rels = names[: used.value - 1].decode("utf-8", "surrogateescape").split("\0")
+                fields = [view[f * cap : f * cap + n].tolist() for f in range(FIELDS)]
+                yield from map(_new, repeat(ScanEntry), zip(rels, *fields, strict=True))
             if n < 0:
-                raise OSError(-n, os.strerror(-n), path)
-            if n == 0:
-                return []
-            text = names[: used.value - 1].decode("utf-8", "surrogateescape").split("\0")
-            nums = memoryview(recs)[: n * FIELDS * 8].cast("q").tolist()
-            rels = map(prefix.__add__, text)
-            rows = zip(rels, nums[0::5], nums[1::5], nums[2::5], nums[3::5], nums[4::5], strict=True)
-            return list(map(_new, repeat(ScanEntry), rows))
-
-        return listing
-
-
-def disabled() -> bool:
-    return os.environ.get("STOREKIT_SCAN_NATIVE", "1").strip().lower() in ("0", "no", "off", "false")
+                where = os.fsdecode(lib.sk_walk_error_path(handle) or os.fsencode(path))
+                with storage_errors(where):
+                    raise OSError(-n, os.strerror(-n), where)
+        finally:
+            lib.sk_walk_close(handle)
 
 
 @functools.cache
 def load() -> tuple[NativeScan | None, str]:
     """(the compiled helper, "") or (None, why not). Builds it when it is not cached yet."""
-    if disabled():
-        return None, "STOREKIT_SCAN_NATIVE=0"
-    try:
-        path = cbuild.library_path(SOURCE, ABI)
-        cbuild.private_dir(path.parent)
-        if path.exists():
-            try:
-                return NativeScan(_open(path)), ""
-            except cbuild.Unavailable:
-                path.unlink(missing_ok=True)  # damaged: build it again
-        cbuild.build(SOURCE, path, CFLAGS)
-        return NativeScan(_open(path)), ""
-    except cbuild.Unavailable as exc:
-        return None, str(exc)
+    return cbuild.load(
+        SOURCE, ABI, CFLAGS, lambda path: NativeScan(_open(path)), switch="STOREKIT_SCAN_NATIVE"
+    )
 
 
 def _open(path: Path) -> Any:
-    # CDLL, not PyDLL: the GIL is released while a directory is listed
-    try:
-        lib = ctypes.CDLL(str(path))
-        version = lib.sk_scan_abi()
-    except (OSError, AttributeError) as exc:
-        raise cbuild.Unavailable(f"cannot load {path}: {exc}") from None
-    if version != ABI:
-        raise cbuild.Unavailable(f"{path}: ABI {version}, expected {ABI}")
-    fn = lib.sk_scan_dir
-    fn.restype = ctypes.c_long
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long,
-                   ctypes.POINTER(ctypes.c_long)]  # fmt: skip
+    lib = cbuild.open_library(path, "sk_scan_abi", ABI, keep_gil=False)  # released while a tree is walked
+    lib.sk_walk_open.restype = ctypes.c_void_p
+    lib.sk_walk_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
+    lib.sk_walk_next.restype = ctypes.c_long
+    lib.sk_walk_next.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_long),
+    ]
+    lib.sk_walk_error_path.restype = ctypes.c_char_p
+    lib.sk_walk_error_path.argtypes = [ctypes.c_void_p]
+    lib.sk_walk_live.restype = ctypes.c_long
+    lib.sk_walk_close.restype = None
+    lib.sk_walk_close.argtypes = [ctypes.c_void_p]
     return lib

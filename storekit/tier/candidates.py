@@ -159,7 +159,7 @@ def _stub_candidate(store: Store, path: str, kind: str, run: str | None) -> Cand
     unit = unit_rel_of(path)
     try:
         stub: Stub | None = parse_stub(store.read_bytes(path), f"{store.display_url}/{path}")
-        reason = f"{stub.action}d to tier {stub.to_tier}" if stub else ""
+        reason = f"{stub.done_verb} to tier {stub.to_tier}" if stub else ""
     except StorekitError as exc:
         stub, reason = None, exc.message
     return Candidate(

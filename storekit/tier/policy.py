@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from storekit.errors import ConfigError
-from storekit.tomlkeys import get_str, reject_unknown
+from storekit.tomlkeys import get_bool, get_str, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def parse_policy(name: str, body: Any, source: str) -> Policy:
         keep_every=_opt(body, "keep_every", _positive, source, key, "a whole number ≥ 1"),
         high_watermark=_opt(body, "high_watermark", _percent, source, key, 'a percentage such as "85%"'),
         low_watermark=_opt(body, "low_watermark", _percent, source, key, 'a percentage such as "70%"'),
-        free_source=_bool(body, "free_source", source, key, default=True),
+        free_source=get_bool(body, "free_source", source, f"{key}.free_source", True),
         verify_max_age_s=_opt(body, "verify_max_age", parse_duration, source, key, "a duration such as 7d"),
     )
     check_conditions(policy)
@@ -261,13 +261,6 @@ def _globs(body: Mapping[str, Any], name: str, source: str, key: str) -> tuple[s
             source, f"{key}.{name}", 'expected a list of tier-relative globs ("checkpoints/run_0*")'
         )
     return tuple(v.strip("/") for v in value)
-
-
-def _bool(body: Mapping[str, Any], name: str, source: str, key: str, *, default: bool) -> bool:
-    value = body.get(name, default)
-    if not isinstance(value, bool):
-        raise ConfigError(source, f"{key}.{name}", f"expected true or false, got {value!r}")
-    return value
 
 
 def _opt(body: Mapping[str, Any], name: str, parse: Any, source: str, key: str, expected: str) -> Any:

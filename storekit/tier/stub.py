@@ -52,6 +52,10 @@ class Stub:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": STUB_SCHEMA, "kind": STUB_KIND, **asdict(self)}
 
+    @property
+    def done_verb(self) -> str:
+        return {"archive": "archived", "drain": "drained"}[self.action]
+
 
 def is_stub_name(name: str) -> bool:
     return name.endswith(STUB_SUFFIX) and len(name) > len(STUB_SUFFIX)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,13 +10,13 @@ import pytest
 from storekit.bench.schema import validate
 from storekit.config import TierConfig
 from storekit.store import Store
-from tests.conftest import run_storekit
+from tests.conftest import Ran, run_storekit
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ceph
 
 
-def storekit(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def storekit(*args: str, env: dict[str, str]) -> Ran:
     return run_storekit(args, env=env, timeout=300)
 
 

@@ -12,14 +12,8 @@ import pytest
 from storekit import faults
 from storekit.config import TierConfig
 from storekit.store import Store
-from tests.unit.pipeline.helpers import (
-    TOKENIZER,
-    expected_ids,
-    run_cli,
-    run_subprocess,
-    sample_records,
-    write_jsonl,
-)
+from tests.conftest import run_cli, run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, expected_ids, sample_records, write_jsonl
 
 pytestmark = pytest.mark.ceph
 
@@ -149,14 +143,45 @@ def test_s3_finalize_killed_then_resumed(tmp_path: Path, s3_tier: TierConfig, s3
         "--shard-size",
         "16KiB",
     ]
-    killed = run_subprocess(args, tmp_path, env={faults.ENV: "finalize.shard-closed@2=kill"})
+    killed = run_storekit(args, cwd=tmp_path, env={faults.ENV: "finalize.shard-closed@2=kill"})
     assert killed.code == -9
     rel = "datasets/text/k/v1"
     assert not s3_store.exists(f"{rel}/manifest.json")  # shards without a manifest: not a dataset
     assert s3_store.exists(f"{rel}/train-00000.bin")
-    res = run_subprocess(args, tmp_path)
+    res = run_storekit(args, cwd=tmp_path)
     assert res.code == 0, res.stderr
     assert _documents_s3(s3_store, rel) == expected_ids([r["text"] for r in records])
     assert (
-        run_subprocess(["dataset", "verify", rel, "--tier", "archive", "-c", str(config)], tmp_path).code == 0
+        run_storekit(["dataset", "verify", rel, "--tier", "archive", "-c", str(config)], cwd=tmp_path).code
+        == 0
     )
+
+
+def test_s3_inputs_are_listed_and_read_through_the_bucket_store(
+    tmp_path: Path, s3_tier: TierConfig, s3_store: Store
+) -> None:
+    from storekit.config import load_config
+    from storekit.pipeline.inputs import InputFS
+
+    for rel, data in {
+        "in/a.jsonl": b"aa",
+        "in/b.jsonl": b"bbb",
+        "in/.tmp.jsonl": b"x",
+        "in/s/c.txt": b"c",
+    }.items():
+        s3_store.write_bytes(rel, data)
+    fs = InputFS(load_config(str(_config(tmp_path, s3_tier))))
+    base = f"{s3_tier.url}/in"
+    assert fs.expand(f"{base}/*.jsonl") == [(f"{base}/a.jsonl", 2, None), (f"{base}/b.jsonl", 3, None)]
+    assert fs.expand(base) == [
+        (f"{base}/a.jsonl", 2, None),
+        (f"{base}/b.jsonl", 3, None),
+        (f"{base}/s/c.txt", 1, None),
+    ]
+    assert fs.expand(f"{base}/s/c.txt") == [(f"{base}/s/c.txt", 1, None)]
+    assert fs.expand(f"{base}/.*.jsonl") == [(f"{base}/.tmp.jsonl", 1, None)]  # as a local glob
+    assert fs.expand(f"{base}/none/*.jsonl") == [] and fs.expand(f"{base}/missing.jsonl") == []
+    with fs.open(f"{base}/b.jsonl", block_size=2) as fh:
+        assert fh.read() == b"bbb"
+    store, key = fs.s3(f"{base}/b.jsonl")
+    assert store.root == s3_tier.url.removeprefix("s3://").split("/")[0] and key.endswith("/in/b.jsonl")

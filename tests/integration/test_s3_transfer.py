@@ -80,10 +80,10 @@ def test_multipart_with_metadata_round_trip(tmp_path: Path) -> None:
 
 
 def _decoded(engine: object, key: str) -> dict[str, str]:
-    from storekit.store import _decode_meta
+    from storekit.store import decode_s3_metadata
 
     head = engine.client.head_object(Bucket=engine.bucket, Key=key)  # type: ignore[attr-defined]
-    return {k: _decode_meta(v) for k, v in head["Metadata"].items()}
+    return decode_s3_metadata(head["Metadata"])
 
 
 def test_part_count_ceiling_grows_parts_instead(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_storekit
+
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).parents[2]
@@ -89,6 +91,15 @@ def test_sbatch_array_runs_storekit_on_a_shared_tier(slurm_cluster: None, tmp_pa
     assert states == [(i, "COMPLETED", "0:0") for i in range(TASKS)], records
 
     expected_url = (shared / "storage").resolve().as_uri()
+    # the capabilities each task probes on its node must be what this host probes for the same shared path
+    here = subprocess.run(
+        [sys.executable, "-m", "storekit", "config", "check", "--tier", "shared", "--json",
+         "--config", str(cfg)],
+        env=env, cwd=shared, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert here.returncode == 0, here.stderr
+    expected_caps = json.loads(here.stdout)["tiers"][0]["capabilities"]
+    assert expected_caps["atomic_rename"] is True and expected_caps["free_space"] is True
     job_ids = set()
     for i in range(TASKS):
         out = outdir / f"task_{i}"
@@ -104,7 +115,15 @@ def test_sbatch_array_runs_storekit_on_a_shared_tier(slurm_cluster: None, tmp_pa
             ("shared", expected_url, "parallel")
         ]
         check = json.loads(Path(f"{out}.check.json").read_text())
-        assert check["tiers"] == [{"name": "shared", "url": expected_url, "reachable": True, "error": None}]
+        assert check["tiers"] == [
+            {
+                "name": "shared",
+                "url": expected_url,
+                "reachable": True,
+                "error": None,
+                "capabilities": expected_caps,
+            }
+        ]
         init = json.loads(Path(f"{out}.init.json").read_text())
         assert init["command"] == "init" and init["applied"] is True
     assert len(job_ids) == TASKS  # each array task is its own Slurm job
@@ -113,10 +132,7 @@ def test_sbatch_array_runs_storekit_on_a_shared_tier(slurm_cluster: None, tmp_pa
     assert sorted(p.name for p in (shared / "storage").iterdir()) == [
         "checkpoints", "datasets", "logs", "models", "scratch",
     ]  # fmt: skip
-    check = subprocess.run(
-        [sys.executable, "-m", "storekit", "layout", "check", "--json", "--config", str(cfg)],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    check = run_storekit(["layout", "check", "--json", "--config", str(cfg)], env=env, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -18,7 +18,7 @@ from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.errors import EXIT_CODE_TABLE
-from tests.conftest import run_storekit
+from tests.conftest import Ran, run_storekit
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = get_command(app)
@@ -105,7 +105,7 @@ def test_a_typo_suggests_the_command_once() -> None:
     assert result.output.count("Did you mean 'status'?") == 1, result.output
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str) -> Ran:
     return run_storekit(args, timeout=60)
 
 

@@ -37,6 +37,16 @@ def test_fires_on_the_nth_time_only(monkeypatch: pytest.MonkeyPatch) -> None:
     faults.point("a")  # the 4th time passes
 
 
+def test_star_counts_every_point_of_any_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.ENV, "*@4=eio")
+    for name in ("a", "b", "a"):
+        faults.point(name)
+    with pytest.raises(OSError, match="injected at c"):
+        faults.point("c")
+    faults.point("a")
+    assert (faults.reached(), faults.reached("a")) == (5, 3)
+
+
 def test_unknown_action_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(faults.ENV, "a=explode")
     with pytest.raises(ValueError, match="'explode' for a"):

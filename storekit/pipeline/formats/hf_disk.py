@@ -6,12 +6,10 @@ Not a file format of its own: it decides which files an input folder means, and 
 from __future__ import annotations
 
 import json
-import os
 
 from storekit.config import mask_url
-from storekit.errors import InputError, NotFoundError
-from storekit.pipeline.inputs import InputFS, check_link
-from storekit.places import is_s3_url
+from storekit.errors import InputError, NotFoundError, StorekitError
+from storekit.pipeline.inputs import InputFS
 
 NAME = "hf-disk"
 
@@ -25,7 +23,7 @@ def save_to_disk_files(pattern: str, fs: InputFS) -> list[tuple[str, int, float 
         with fs.open(f"{base}/state.json") as fh:
             state = json.loads(fh.read())
     except (NotFoundError, InputError, OSError, ValueError):
-        if not is_s3_url(pattern) and os.path.isfile(os.path.join(base, "dataset_dict.json")):
+        if _is_file(fs, f"{base}/dataset_dict.json"):
             raise InputError(
                 f"{pattern} is a DatasetDict (several splits)",
                 hint=f"point --input at one split folder, e.g. {base}/train",
@@ -38,10 +36,15 @@ def save_to_disk_files(pattern: str, fs: InputFS) -> list[tuple[str, int, float 
     for name in names:
         if "/" in name or name in ("", ".", "..") or any(c in name for c in "*?["):
             raise InputError(f"{mask_url(base)}/state.json names {name!r}, which is not a file name in it")
-        if not is_s3_url(base) and os.path.lexists(f"{base}/{name}"):
-            check_link(f"{base}/{name}", base)
-        files = fs.expand(f"{base}/{name}")
+        files = fs.member(base, name)
         if not files:
             raise InputError(f"{mask_url(base)}/state.json names {name}, which does not exist")
         out.extend(files)
     return out
+
+
+def _is_file(fs: InputFS, url: str) -> bool:
+    try:
+        return not fs.info(url).is_dir
+    except StorekitError:
+        return False

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storekit.bench import pagecache as cache
-from tests.unit.pipeline.helpers import run_cli
+from tests.conftest import run_cli
 
 MiB = 1024 * 1024
 ARGS = ["--pattern", "shards", "--size", "8M", "--file-size", "2M", "--workers", "1", "--repeat", "2"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storekit.bench import engine_posix, native, uring
+from storekit.bench import engine_posix, native, uring, uring_loop
 from storekit.bench.engine_posix import O_DIRECT, RandRead, SeqRead, SeqWrite
 from storekit.bench.iobuf import IOBuffer
 from storekit.bench.plan import PhasePlan, WorkerTask
@@ -142,8 +142,18 @@ def test_seq_write_never_overwrites_an_existing_file(tmp_path: Path) -> None:
     assert (tmp_path / "taken.bin").read_bytes() == b"not yours"
 
 
+@pytest.fixture(params=["c", "python"])
+def uring_driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Queue-depth reads driven by the compiled loop, or by the Python loop it falls back to."""
+    if request.param == "python":
+        monkeypatch.setattr(uring_loop, "loop_function", lambda: (None, "no compiler (test)"))
+    elif uring_loop.loop_function()[0] is None:
+        pytest.skip("no compiled loop here: " + uring_loop.loop_function()[1])
+    return str(request.param)
+
+
 @pytest.mark.parametrize("qd", [1, 8])
-def test_random_window_reads_count_whole_aligned_windows(tmp_path: Path, qd: int) -> None:
+def test_random_window_reads_count_whole_aligned_windows(tmp_path: Path, qd: int, uring_driver: str) -> None:
     (tmp_path / "s.bin").write_bytes(os.urandom(2048 * KiB))
     t = task(
         tmp_path,
@@ -161,6 +171,9 @@ def test_random_window_reads_count_whole_aligned_windows(tmp_path: Path, qd: int
     job.run(rec)
     job.close()
     assert job.engine == ("psync" if qd == 1 else ("io_uring" if uring.available()[0] else "threads"))
+    if qd > 1 and job.engine == "io_uring":
+        assert (uring_driver == "python") == any("driven from Python" in n for n in job.notes)
+        assert sum(rec.trace.bytes) == rec.bytes and sum(rec.trace.ops) == rec.ops
     assert rec.ops > 10
     if job.direct:  # a 6000-byte window is read as the 4 KiB-aligned range covering it: 8 or 12 KiB
         assert rec.bytes % 4096 == 0 and 8192 * rec.ops <= rec.bytes <= 12288 * rec.ops
@@ -216,7 +229,7 @@ def test_without_io_uring_a_queue_depth_runs_on_threads_and_says_so(
 
 
 @pytest.mark.parametrize("short", [0, 1])
-def test_io_uring_requests_reach_every_file(tmp_path: Path, short: int) -> None:
+def test_io_uring_requests_reach_every_file(tmp_path: Path, short: int, uring_driver: str) -> None:
     """Each resubmission rewrites its entry's fd: a file too short for the plan must fail the run."""
     if not uring.available()[0]:
         pytest.skip("io_uring unavailable here")

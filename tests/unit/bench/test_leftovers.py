@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from storekit.bench.leftovers import OWNER_FILE, owner_record
 from storekit.durable import TOMBSTONE_MARK
-from tests.unit.pipeline.helpers import REPO, run_cli
+from tests.conftest import run_cli, run_storekit, start_storekit
 
 META = ["--pattern", "meta", "--files", "5", "--workers", "1", "--repeat", "1", "--json", "-q"]
 
@@ -91,12 +92,10 @@ def test_a_run_killed_with_sigkill_is_reclaimed_by_the_next(
     target: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Killed at a fault point while its workers run; the next run removes what it left."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "STOREKIT_FAULTS": "bench.write.started=kill"}
+    env = {"STOREKIT_FAULTS": "bench.write.started=kill"}
     args = ["bench", "io", "--target", str(target), "--pattern", "shards", "--size", "8M",
             "--file-size", "2M", "--workers", "2", "--repeat", "1", "-q"]  # fmt: skip
-    killed = subprocess.run(
-        [sys.executable, "-m", "storekit", *args], env=env, capture_output=True, timeout=120
-    )
+    killed = run_storekit(args, env=env, timeout=120)
     assert killed.returncode == -9, killed.stderr  # its pipes are closed: workers and forkserver are gone
     (run,) = (target / "scratch").iterdir()
     record = json.loads((run / OWNER_FILE).read_text())
@@ -106,3 +105,25 @@ def test_a_run_killed_with_sigkill_is_reclaimed_by_the_next(
     assert res.code == 0, res.stderr
     assert [r["run_dir"] for r in res.json()["cleanup"]["reclaimed"]] == [str(run)]
     assert not (target / "scratch").exists() or list((target / "scratch").iterdir()) == []
+
+
+def test_workers_of_a_killed_run_die_with_it(target: Path, tmp_path: Path) -> None:
+    """The worker is held before the start barrier (fault point `pause`, never released) when the
+    coordinator is SIGKILLed: it must end by itself. It holds the command's output pipes, so the
+    output closing proves it is gone; a leaked worker would keep them open until its barrier
+    timeout (600 s), and this test would hit its 60 s limit instead."""
+    env = {"STOREKIT_FAULTS": "bench.worker.prepared=pause", "STOREKIT_FAULT_DIR": str(tmp_path)}
+    args = ["bench", "io", "--target", str(target), "--pattern", "shards", "--size", "1M",
+            "--file-size", "1M", "--workers", "1", "--repeat", "1", "-q"]  # fmt: skip
+    proc = start_storekit(args, env=env)
+    reached = tmp_path / "bench.worker.prepared.reached"
+    try:
+        while not reached.exists():  # an event (the worker at its step), not a duration
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.02)
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -9, err
+    assert len(list((target / "scratch").iterdir())) == 1  # left for the next run to reclaim

@@ -17,7 +17,7 @@ import pytest
 from storekit.bench.patterns import build_plan
 from storekit.bench.plan import NameRange
 from storekit.bench.spec import TargetSpec, build_spec
-from tests.unit.pipeline.helpers import run_cli
+from tests.conftest import run_cli
 
 MiB = 1024 * 1024
 BOUND = 2 * MiB  # what planning may allocate at its peak, whatever the size

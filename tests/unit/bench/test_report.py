@@ -138,3 +138,38 @@ def test_the_table_marks_a_bimodal_phase_and_lists_both_modes() -> None:
     assert "2400% (modes)" in text
     assert "modes over repeats (median x repeats): meta w=1 dirs=unique create: " in text
     assert "create: 1390 op/s x5, 34.0k op/s x2" in text
+
+
+def test_a_multi_node_run_shows_each_node_in_the_table_prometheus_and_plot(
+    promtool: Callable[[str], None],
+) -> None:
+    rows = [
+        {"node": n, "workers": 2, "bytes": 1, "ops": 1, "bandwidth_bytes_per_s": bw, "ops_per_s": 5.0,
+         "elapsed_s": 1.0, "p99_ms": 2.0}
+        for n, bw in (("gpu-a01", 1.5e9), ("gpu-a02", 0.5e9))
+    ]  # fmt: skip
+    read = point("shards", "w=2", "read", 2e9, workers=2)
+    read["phases"][0].update(nodes=rows, repeats=[], cache=[])
+    read["phases"][0]["summary"].update(max_worker_pct_of_core=20.0, stragglers=0)
+    clock = {"offset_ns": 1_500_000, "uncertainty_ns": 40_000}
+    doc = {
+        "environment": {"target": "/lustre", "nodes": [{"node": "gpu-a01", "clock": clock},
+                                                       {"node": "gpu-a02", "clock": clock}]},
+        "honesty": {}, "run_id": "r", "config_hash": "c", "parameters": {"repeat": 1}, "results": [read],
+        "verdict": {"thresholds": {}, "model": {"name": "7b"}, "data": [], "checkpoint": None, "pass": None},
+        "plan": {"notes": []}, "warnings": [], "duration_s": 1.0,
+    }  # fmt: skip
+    console = Console(width=160, record=True, force_terminal=False)
+    render_human(console, doc)
+    text = console.export_text()
+    assert "2 nodes, clock offsets corrected: gpu-a01 (+1.50 ms +/- 0.04)" in text
+    assert "gpu-a01" in text.split("per node")[1] and "1.50 GB/s" in text and "500.00 MB/s" in text
+    prom = prometheus_text(doc)
+    promtool(prom)
+    assert "storekit_bench_io_node_bandwidth_bytes_per_second{" in prom and 'node="gpu-a02"' in prom
+    pytest.importorskip("matplotlib")
+    from storekit.bench.plot import node_bars, render_png
+
+    labels, per_node = node_bars(doc)
+    assert labels == ["shards read\nw=2"] and per_node == {"gpu-a01": [1.5e9], "gpu-a02": [0.5e9]}
+    assert render_png(doc).startswith(b"\x89PNG")

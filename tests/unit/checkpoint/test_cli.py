@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,55 +12,18 @@ from typing import Any
 import pytest
 
 from storekit.checkpoint import commit
-from storekit.cli.app import main
+from tests.conftest import Ran, run_storekit
 
-ROOT = Path(__file__).parents[3]
 RUN = "storage/checkpoints/run_001"
 
 
-class Ran:
-    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def ck_in(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
-    """The CLI in this process (fast); the kill tests below run it as a subprocess."""
-
-    def run(cwd: Path, *args: str) -> Ran:
-        monkeypatch.chdir(cwd)
-        monkeypatch.setenv("COLUMNS", "80")
-        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
-        monkeypatch.delenv("STOREKIT_FAULTS", raising=False)
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, err)
-
-    return run
-
-
-def ck(cwd: Path, *args: str, faults: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
-    env.pop("STOREKIT_CONFIG", None)
-    env.pop("STOREKIT_FAULTS", None)
-    if faults:
-        env["STOREKIT_FAULTS"] = faults
-    return subprocess.run(
-        [sys.executable, "-m", "storekit", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def ck(cwd: Path, *args: str, faults: str | None = None) -> Ran:
+    return run_storekit(
+        args, cwd=cwd, env={"COLUMNS": "80", **({"STOREKIT_FAULTS": faults} if faults else {})}, timeout=120
     )
 
 
-def doc(proc: subprocess.CompletedProcess[str] | Ran) -> Any:
+def doc(proc: Ran) -> Any:
     return json.loads(proc.stdout)
 
 
@@ -75,67 +36,67 @@ def old(path: Path, days: float = 1.0) -> None:
 
 
 @pytest.fixture
-def cwd(tmp_path: Path, ck_in: Any) -> Path:
-    assert ck_in(tmp_path, "init", "--quiet").returncode == 0
+def cwd(tmp_path: Path, sk: Any) -> Path:
+    assert sk(tmp_path, "init", "--quiet").returncode == 0
     for step in (100, 200, 300, 400):
         with commit(tmp_path / RUN, step) as stage, stage.open("model.bin") as fh:
             fh.write(bytes([step % 7]) * (step * 10))
     return tmp_path
 
 
-def test_list_and_latest(cwd: Path, ck_in: Any) -> None:
+def test_list_and_latest(cwd: Path, sk: Any) -> None:
     (cwd / RUN / "step_000500").mkdir()  # being written right now
-    listed = ck_in(cwd, "ckpt", "list", "run_001", "--json")
+    listed = sk(cwd, "ckpt", "list", "run_001", "--json")
     assert listed.returncode == 0, listed.stderr
     units = {u["name"]: u for u in doc(listed)["units"]}
     assert [u["state"] for u in units.values()] == ["complete"] * 4 + ["in-progress"]
     assert units["step_000400"]["tracked_by"] == "latest" and units["step_000100"]["bytes"] > 1000
     assert units["step_000100"]["location"] == str(cwd / RUN / "step_000100")
-    latest = ck_in(cwd, "ckpt", "latest", "run_001")
+    latest = sk(cwd, "ckpt", "latest", "run_001")
     assert (latest.returncode, latest.stdout) == (0, f"{cwd / RUN / 'step_000400'}\n")
-    assert ck_in(cwd, "ckpt", "latest", "checkpoints/run_001").stdout == latest.stdout
-    assert ck_in(cwd, "ckpt", "latest", str(cwd / RUN)).stdout == latest.stdout
-    human = ck_in(cwd, "ckpt", "list", "run_001")
+    assert sk(cwd, "ckpt", "latest", "checkpoints/run_001").stdout == latest.stdout
+    assert sk(cwd, "ckpt", "latest", str(cwd / RUN)).stdout == latest.stdout
+    human = sk(cwd, "ckpt", "list", "run_001")
     assert "step_000500" in human.stdout and "in-progress" in human.stdout
     assert max(len(line) for line in human.stdout.splitlines()) <= 110
 
 
-def test_latest_exit_codes(cwd: Path, ck_in: Any) -> None:
-    missing = ck_in(cwd, "ckpt", "latest", "run_009", "--json")
+def test_latest_exit_codes(cwd: Path, sk: Any) -> None:
+    missing = sk(cwd, "ckpt", "latest", "run_009", "--json")
     assert missing.returncode == 3 and "no such run" in doc(missing)["error"]["message"]
     (cwd / "storage/checkpoints/run_002").mkdir()
-    none = ck_in(cwd, "ckpt", "latest", "run_002")
+    none = sk(cwd, "ckpt", "latest", "run_002")
     assert none.returncode == 3 and none.stdout == "" and "no complete checkpoint" in none.stderr
 
 
-def test_verify_names_the_file_that_differs(cwd: Path, ck_in: Any) -> None:
-    ok = ck_in(cwd, "ckpt", "verify", "run_001", "--json")
+def test_verify_names_the_file_that_differs(cwd: Path, sk: Any) -> None:
+    ok = sk(cwd, "ckpt", "verify", "run_001", "--json")
     assert ok.returncode == 0 and doc(ok)["ok"] is True and len(doc(ok)["results"]) == 4
     target = cwd / RUN / "step_000200/model.bin"
     data = bytearray(target.read_bytes())
     data[7] ^= 1
     target.write_bytes(bytes(data))
-    bad = ck_in(cwd, "ckpt", "verify", "run_001/step_000200")
+    bad = sk(cwd, "ckpt", "verify", "run_001/step_000200")
     assert bad.returncode == 4
     assert "model.bin: xxh3-128" in bad.stdout
-    assert ck_in(cwd, "ckpt", "verify", "run_001/step_000100").returncode == 0
-    nothing = ck_in(cwd, "ckpt", "verify", "run_001/step_000999", "--json")
+    assert sk(cwd, "ckpt", "verify", "run_001/step_000100").returncode == 0
+    nothing = sk(cwd, "ckpt", "verify", "run_001/step_000999", "--json")
     assert nothing.returncode == 3 and "not a checkpoint" in doc(nothing)["error"]["message"]
 
 
-def test_adopt_a_foreign_checkpoint_then_verify(cwd: Path, ck_in: Any) -> None:
+def test_adopt_a_foreign_checkpoint_then_verify(cwd: Path, sk: Any) -> None:
     unit = cwd / RUN / "checkpoint-50"
     unit.mkdir()
     (unit / "model.safetensors").write_bytes(b"w" * 999)
     (unit / "trainer_state.json").write_text("{}")
     os.chmod(unit / "model.safetensors", 0o640)
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in unit.iterdir()}
-    rule_only = ck_in(cwd, "ckpt", "verify", "run_001/checkpoint-50", "--json")
+    rule_only = sk(cwd, "ckpt", "verify", "run_001/checkpoint-50", "--json")
     result = doc(rule_only)["results"][0]
     assert rule_only.returncode == 0 and result["digest"] is False and "no digest exists" in result["note"]
-    dry = ck_in(cwd, "ckpt", "adopt", "run_001/checkpoint-50", "--dry-run", "--json")
+    dry = sk(cwd, "ckpt", "adopt", "run_001/checkpoint-50", "--dry-run", "--json")
     assert dry.returncode == 0 and doc(dry)["files"] == 2 and not (unit / "manifest.json").exists()
-    done = ck_in(cwd, "ckpt", "adopt", "run_001/checkpoint-50")
+    done = sk(cwd, "ckpt", "adopt", "run_001/checkpoint-50")
     assert done.returncode == 0, done.stderr
     manifest = json.loads((unit / "manifest.json").read_text())
     assert manifest["writer"] == "hf-trainer" and manifest["adopted"] is True
@@ -143,23 +104,23 @@ def test_adopt_a_foreign_checkpoint_then_verify(cwd: Path, ck_in: Any) -> None:
     assert {
         p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in unit.iterdir() if p.name in before
     } == before
-    rehashed = ck_in(cwd, "ckpt", "verify", "run_001/checkpoint-50", "--json")
+    rehashed = sk(cwd, "ckpt", "verify", "run_001/checkpoint-50", "--json")
     assert rehashed.returncode == 0 and doc(rehashed)["results"][0]["digest"] is True
-    again = ck_in(cwd, "ckpt", "adopt", "run_001/checkpoint-50")
+    again = sk(cwd, "ckpt", "adopt", "run_001/checkpoint-50")
     assert again.returncode == 1 and "already has manifest.json" in again.stderr
 
 
-def test_adopt_refuses_an_incomplete_checkpoint(cwd: Path, ck_in: Any) -> None:
+def test_adopt_refuses_an_incomplete_checkpoint(cwd: Path, sk: Any) -> None:
     unit = cwd / RUN / "checkpoint-60"
     unit.mkdir()
     (unit / "optimizer.pt").write_bytes(b"o")
     old(unit)
-    proc = ck_in(cwd, "ckpt", "adopt", "run_001/checkpoint-60")
+    proc = sk(cwd, "ckpt", "adopt", "run_001/checkpoint-60")
     assert proc.returncode == 1 and "not a complete checkpoint" in proc.stderr
     assert "hf-trainer: no trainer_state.json" in proc.stderr and not (unit / "manifest.json").exists()
 
 
-def test_prune_plan_keeps_what_it_must(cwd: Path, ck_in: Any) -> None:
+def test_prune_plan_keeps_what_it_must(cwd: Path, sk: Any) -> None:
     run = cwd / RUN
     (run / "step_000050").mkdir()  # an old incomplete leftover
     (run / "step_000050/model.bin").write_bytes(b"x")
@@ -214,16 +175,16 @@ def test_prune_killed_at_each_step_then_rerun(cwd: Path, point: str) -> None:
     assert check.returncode == 0, check.stdout
 
 
-def test_bad_arguments(cwd: Path, ck_in: Any) -> None:
-    assert ck_in(cwd, "ckpt", "prune", "run_001", "--keep-last", "0").returncode == 2
-    usage = ck_in(cwd, "ckpt", "adopt", "run_001", "--json")
+def test_bad_arguments(cwd: Path, sk: Any) -> None:
+    assert sk(cwd, "ckpt", "prune", "run_001", "--keep-last", "0").returncode == 2
+    usage = sk(cwd, "ckpt", "adopt", "run_001", "--json")
     assert usage.returncode == 2 and "name one checkpoint" in doc(usage)["error"]["message"]
-    assert ck_in(cwd, "ckpt", "list", "run_001/step_000100/deeper").returncode == 2
+    assert sk(cwd, "ckpt", "list", "run_001/step_000100/deeper").returncode == 2
 
 
 @pytest.mark.parametrize("command", ["list", "latest", "verify", "adopt", "prune"])
-def test_help_fits_80_columns_with_examples(tmp_path: Path, command: str, ck_in: Any) -> None:
-    proc = ck_in(tmp_path, "ckpt", command, "--help")
+def test_help_fits_80_columns_with_examples(tmp_path: Path, command: str, sk: Any) -> None:
+    proc = sk(tmp_path, "ckpt", command, "--help")
     assert proc.returncode == 0
     assert "Examples" in proc.stdout and "storekit ckpt " + command in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80

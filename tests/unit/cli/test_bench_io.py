@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from storekit.bench.schema import validate
-from tests.conftest import run_storekit
+from tests.conftest import Ran, run_storekit
 
 REPO = Path(__file__).resolve().parents[3]
 SMALL = [
@@ -26,9 +25,7 @@ SMALL = [
 ]  # fmt: skip
 
 
-def storekit(
-    *args: str, timeout: float = 180, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def storekit(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> Ran:
     return run_storekit(args, env=env, timeout=timeout)
 
 
@@ -58,7 +55,7 @@ def target(tmp_path: Path) -> Path:
     return root
 
 
-def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(proc: Ran) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stderr
     assert lines and lines[0].startswith("error: "), proc.stderr
@@ -236,12 +233,11 @@ def test_interrupting_a_run_stops_workers_removes_scratch_and_exits_130(target: 
     before = snapshot(target)
     # the signal arrives while the random-read workers run: a fault point, not a sleep, says when
     name = {signal.SIGINT: "int", signal.SIGTERM: "term"}[sig]
-    proc = subprocess.run(
-        [sys.executable, "-m", "storekit", "bench", "io", "--target", str(target), "--pattern", "tokens",
+    proc = run_storekit(
+        ["bench", "io", "--target", str(target), "--pattern", "tokens",
          "--workers", "2", "--queue-depth", "4", "--duration", "30", "--repeat", "1", "--size", "8M",
          "--file-size", "2M", "--no-drop-caches", "-q"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "STOREKIT_FAULTS": f"bench.randread.started={name}"},
+        cwd=REPO, timeout=300, env={"STOREKIT_FAULTS": f"bench.randread.started={name}"},
     )  # fmt: skip
     assert proc.returncode == 130, proc.stderr
     assert "interrupted" in proc.stderr and "Traceback" not in proc.stderr

@@ -15,17 +15,17 @@ import pytest
 
 from storekit.config import TierConfig
 from storekit.store import open_store
-from tests.conftest import run_storekit, s3_options
+from tests.conftest import Ran, run_storekit, s3_options
 
 SECRET = "TopSecret-9f2c"  # must never appear in any output
 KEY_ID = "AKIDEXAMPLE77"
 
 
-def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
     return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 
-def one_json(proc: subprocess.CompletedProcess[str]) -> Any:
+def one_json(proc: Ran) -> Any:
     return json.loads(proc.stdout)  # fails unless stdout is exactly one JSON document
 
 

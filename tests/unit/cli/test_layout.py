@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import run_storekit
+from tests.conftest import Ran, run_storekit
 
 
-def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
     return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 
-def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+def as_json(proc: Ran) -> Any:
     return json.loads(proc.stdout)
 
 

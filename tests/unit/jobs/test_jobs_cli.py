@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from storekit import faults
-from tests.conftest import run_storekit
+from tests.conftest import run_storekit, start_storekit
+from tests.integration.s3_helpers import wait_for
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, tree_bytes, write_jsonl
 
 ARGS = [
@@ -62,13 +63,10 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert not (corpus / "storage" / DATASET).exists()  # nothing published with tasks missing
 
         every = ["jobs", "run-task", str(work), "--tasks", f"0-{total - 1}", "--json"]
-        # Slurm's preemption notice right after one more task: it stays, the one in flight goes
-        usr1 = {faults.ENV: "prepare.task-done@1=usr1"}
-        stopped = run_storekit([*every, "--workers", "1"], cwd=corpus, env=usr1)
-        assert stopped.returncode == 130, stopped.stderr
-        kept = len(list(work.glob("tasks/[0-9]*")))
-        assert 3 <= kept < total
-        assert not list(work.glob("tasks/.*storekit-tmp-*"))  # the task in flight was discarded
+        kept = _preempted_run_task([*every, "--workers", "1"], corpus)
+        assert kept == 3  # the task finished before the signal stays, the one claimed after goes
+        # ... and the SIGKILLed prepare's temp dirs (a dead pid on this host) were reclaimed
+        assert not list(work.glob("tasks/.*storekit-tmp-*"))
         ran = run_storekit(every, cwd=corpus)
         assert ran.returncode == 0, ran.stderr
         assert json.loads(ran.stdout)["run"] == total - kept and json.loads(ran.stdout)["skipped"] == kept
@@ -86,6 +84,30 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert json.loads(rerun.stdout)["status"] == "unchanged"
     finally:
         shutil.rmtree(corpus / "storage", ignore_errors=True)
+
+
+def _preempted_run_task(args: list[str], cwd: Path) -> int:
+    """Run-task stopped by Slurm's preemption notice while one task is done and the next claimed
+    (held there by a fault point until the stop is under way); returns the tasks then done."""
+    events = cwd / "events"
+    events.mkdir()
+    try:
+        held = {
+            faults.ENV: "executor.task-claimed@2=pause,executor.stopping=pause",
+            faults.DIR_ENV: str(events),
+        }
+        proc = start_storekit(args, cwd=cwd, env=held)
+        wait_for("the second task claimed", (events / "executor.task-claimed.reached").exists)
+        proc.send_signal(signal.SIGUSR1)
+        wait_for("the stop under way", (events / "executor.stopping.reached").exists)
+        (events / "executor.task-claimed.go").touch()
+        (events / "executor.stopping.go").touch()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert json.loads(out)["error"]["exit_code"] == 130
+        return len(list(cwd.glob("storage/scratch/*/tasks/[0-9]*")))
+    finally:
+        shutil.rmtree(events)
 
 
 def test_failed_task_is_named_with_its_error(corpus: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import MismatchError, NotFoundError
+from storekit.jobs.run import run_tasks
 from storekit.jobs.status import job_status, parse_ranges, ranges
 from storekit.jobs.workdir import JobDir, Submission
 from tests.conftest import storekit_env
@@ -121,6 +122,20 @@ def test_own_temps_only_spares_other_runs(tmp_path: Path) -> None:
     assert job_status(work).running == {1: "pid 4242 on node17"}  # another node: the scheduler knows
     work.remove_temps()
     assert not theirs.exists()
+
+
+def test_run_tasks_reclaims_the_temps_of_dead_runs_only(tmp_path: Path) -> None:
+    work = echo_job.make(tmp_path / "job", [100, 100, 100])
+    assert _run_one(work, 1, "jobs.before-commit=kill").returncode == -9  # a dead run on this host
+    other = JobDir(work.path)
+    other.run_tag = "4242@node17"
+    theirs = other.new_task_dir(2)  # another node's: only its scheduler knows whether it lives
+    mine = work.new_task_dir(2)  # this process: alive
+    assert len(work.scan().in_flight) == 3
+    run_tasks(work.path, [0], None, workers=1)
+    scan = work.scan()
+    assert scan.done == {0} and {f.name for f in scan.in_flight} == {theirs.name, mine.name}
+    assert not [n for n in os.listdir(work.tasks) if n not in {"000000", theirs.name, mine.name}]
 
 
 def test_a_live_run_on_this_host_is_running(tmp_path: Path) -> None:

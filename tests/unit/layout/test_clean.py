@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from storekit.durable import TOMBSTONE_MARK
 from storekit.layout.clean import SlurmUnreachable, apply_clean, job_ids_in_name, plan_clean
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
-from tests.conftest import run_storekit
+from tests.conftest import Ran, run_storekit
 
 DAY = 86400.0
 
@@ -40,7 +39,7 @@ def make(root: Path, rel: str, days: float, *, fresh_inside: str | None = None) 
     return path
 
 
-def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
     return run_storekit(args, cwd=cwd, env=env, timeout=120)
 
 

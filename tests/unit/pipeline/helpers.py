@@ -1,23 +1,18 @@
 """Test helpers for `prepare dataset`: real sample text, writers for every input format, an
 independent Megatron reader (written from the format description, not from storekit's writer),
-and a CLI runner (in-process for speed, or a subprocess for kill/signal tests)."""
+(the CLI runner is tests/conftest.py's)."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import signal
 import struct
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from tests.conftest import storekit_env
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE_CORPUS = REPO / "storekit" / "samples" / "cpython-stdlib-sample.jsonl.gz"
@@ -143,52 +138,3 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
                 data = json.dumps(doc, sort_keys=True).encode()
             out[path.relative_to(root).as_posix()] = data
     return out
-
-
-# -- running the CLI ------------------------------------------------------------------------------
-@dataclass
-class Result:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> dict[str, Any]:
-        return json.loads(self.stdout)
-
-
-def run_cli(args: Sequence[str], capsys: Any) -> Result:
-    """In-process `storekit ...` (the current directory is the tier root's parent)."""
-    from storekit.cli.app import main
-
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
-    out = capsys.readouterr()
-    return Result(code, out.out, out.err)
-
-
-def cli_subprocess(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, **kw: Any) -> Any:
-    return subprocess.Popen(
-        [sys.executable, "-m", "storekit", *args],
-        cwd=cwd,
-        env=storekit_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
-
-
-def run_subprocess(
-    args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 120
-) -> Result:
-    proc = cli_subprocess(args, cwd, env)
-    out, err = proc.communicate(timeout=timeout)
-    return Result(proc.returncode, out, err)

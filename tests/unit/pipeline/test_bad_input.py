@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli, run_storekit
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     dataset_documents,
     expected_ids,
-    run_cli,
-    run_subprocess,
     sample_records,
     write_jsonl,
 )
@@ -201,7 +200,7 @@ def test_a_document_of_hundreds_of_megabytes_is_skipped_in_bounded_memory(tmp_pa
             fh.write(block)
         fh.write(b'"}\n')
         fh.write(json.dumps(good[1]).encode() + b"\n")
-    res = run_subprocess([*BASE, "-i", "huge.jsonl"], tmp_path)
+    res = run_storekit([*BASE, "-i", "huge.jsonl"], cwd=tmp_path)
     assert res.code == 0, res.stderr
     doc = res.json()
     assert doc["manifest"]["stats"]["errors"] == {"oversized": 1}
@@ -232,7 +231,7 @@ def small_fs(tmp_path: Path) -> Any:
 def test_full_disk_is_refused_up_front(tmp_path: Path, small_fs: Any) -> None:
     fs = small_fs("1m")
     write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=3_000_000, max_doc=200_000))
-    res = run_subprocess([*BASE, "-i", str(tmp_path / "a.jsonl"), "--output", str(fs / "ds")], tmp_path)
+    res = run_storekit([*BASE, "-i", str(tmp_path / "a.jsonl"), "--output", str(fs / "ds")], cwd=tmp_path)
     assert res.code == 6, res.stderr
     assert "not enough free space" in res.stderr
     assert list(fs.iterdir()) == []
@@ -284,7 +283,7 @@ def test_fail_from_a_worker_names_file_and_line(tmp_path: Path, workers: str) ->
     good = [json.dumps(r).encode() for r in sample_records(limit_bytes=60_000, max_doc=6_000)]
     write_jsonl(tmp_path / "a.jsonl", [*good, b'{"text": 7}', *good[:3]])
     args = [*BASE, "-i", "a.jsonl", "--on-error", "fail", "--workers", workers, "--task-size", "8KiB"]
-    res = run_subprocess(args, tmp_path)
+    res = run_storekit(args, cwd=tmp_path)
     assert res.code == 1, res.stderr
     assert f"error: {tmp_path / 'a.jsonl'}:{len(good) + 1}: non string: 'text' is a int" in res.stderr
     assert json.loads(res.stdout)["error"]["exit_code"] == 1

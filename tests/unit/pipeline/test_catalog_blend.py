@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.unit.pipeline.helpers import TOKENIZER, read_megatron, run_cli, sample_records, write_jsonl
+from tests.conftest import run_cli
+from tests.unit.pipeline.helpers import TOKENIZER, read_megatron, sample_records, write_jsonl
 
 
 def prepare(tmp_path: Path, capsys: Any, name: str, records: list[dict[str, Any]], *extra: str) -> Path:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from storekit.pipeline import dedup
-from storekit.pipeline.task import HASH_DTYPE
+from storekit.pipeline.taskparts import HASH_DTYPE
 
 _counting: list[int] = []
 

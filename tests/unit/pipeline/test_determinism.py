@@ -9,11 +9,11 @@ from typing import Any
 
 import xxhash
 
+from tests.conftest import run_cli
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     dataset_documents,
     expected_ids,
-    run_cli,
     sample_records,
     tree_bytes,
     write_jsonl,

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import run_cli
 from tests.unit.pipeline import tokfiles
-from tests.unit.pipeline.helpers import TOKENIZER, run_cli, sample_records, tree_bytes, write_jsonl
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, tree_bytes, write_jsonl
 
 MULTILINGUAL = [
     "Привет, мир! Это тест. " * 20,

@@ -212,3 +212,9 @@ def test_tokenizer_pattern_is_what_the_tekken_file_says() -> None:
     data = json.loads(tokfiles.tekken_file().read_text())
     assert data["config"]["pattern"] == tokfiles.SPLIT_PATTERNS["tekken"]
     assert Tokenizer.from_str(json.dumps(tokenizer_doc("tekken"))).get_vocab_size() > tokfiles.TEKKEN_TOKENS
+
+
+def test_sample_is_a_share_of_the_input_within_bounds() -> None:
+    assert engines.sample_budget(0) == engines.sample_budget(120_000_000) == 512 << 10
+    assert engines.sample_budget(256 << 20) == 1 << 20  # 1/256 of the input between the bounds
+    assert engines.sample_budget(10 << 30) == 2 << 20

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from storekit.pipeline import giant
+from tests.conftest import run_cli
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     dataset_documents,
     expected_ids,
-    run_cli,
     sample_records,
     write_jsonl,
 )

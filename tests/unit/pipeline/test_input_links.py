@@ -16,7 +16,8 @@ import pytest
 from storekit.errors import InputError
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.sources import discover_sources
-from tests.unit.pipeline.helpers import TOKENIZER, run_cli, write_jsonl
+from tests.conftest import run_cli
+from tests.unit.pipeline.helpers import TOKENIZER, write_jsonl
 
 SECRET = "root:$6$SHADOW-HASH-LINE"
 
@@ -103,3 +104,40 @@ def test_prepare_refuses_before_writing_and_never_copies_the_target(
         ["prepare", "dataset", "-i", str(corpus), "--tokenizer", TOKENIZER, "--name", "c", "--json"], capsys
     )
     assert ok.code == 0, ok.stderr
+
+
+def test_a_glob_reads_hidden_names_only_where_it_spells_their_dot(corpus: Path) -> None:
+    write_jsonl(corpus / ".cache" / "x.jsonl", [{"text": "cached"}])
+    write_jsonl(corpus / ".y.jsonl", [{"text": "dotted"}])
+    assert discover(f"{corpus}/.cache/*.jsonl") == [str(corpus / ".cache" / "x.jsonl")]
+    assert discover(f"{corpus}/.*.jsonl") == [str(corpus / ".y.jsonl")]
+    plain = [str(corpus / "a.jsonl"), str(corpus / "sub" / "b.jsonl")]
+    assert discover(f"{corpus}/**/*.jsonl") == plain  # ** does not enter .cache, * skips .y
+    assert discover(str(corpus)) == plain
+
+
+def test_a_glob_matching_a_linked_directory_walks_it_where_it_is_or_refuses_it(corpus: Path) -> None:
+    (corpus / "again").symlink_to(corpus / "sub", target_is_directory=True)
+    assert discover(f"{corpus}/*") == [str(corpus / "a.jsonl")]  # a directory is not a file
+    (corpus / "more").symlink_to(corpus.parent.parent / "outside", target_is_directory=True)
+    with pytest.raises(InputError, match="more is a symbolic link"):
+        discover(f"{corpus}/*")  # as a directory input refuses it: the glob cannot read past it
+
+
+def test_local_inputs_are_read_through_a_store_and_named_as_given(corpus: Path, tmp_path: Path) -> None:
+    from storekit.errors import NotFoundError
+    from storekit.store import PosixStore
+
+    fs = InputFS(None)
+    named = tmp_path / "named.jsonl"
+    named.symlink_to(tmp_path / "outside" / "shadow.jsonl")
+    store, rel = fs.place(str(named))
+    assert isinstance(store, PosixStore) and store.root == str(tmp_path / "outside") and rel == "shadow.jsonl"
+    with fs.open(str(named)) as fh:
+        assert SECRET.encode() in fh.read()  # the user named the link: read where it leads
+    assert fs.info(str(named)).size == (tmp_path / "outside" / "shadow.jsonl").stat().st_size
+    gone = corpus / "gone.jsonl"
+    for call in (fs.open, fs.info):
+        with pytest.raises(NotFoundError) as err:
+            call(str(gone))
+        assert err.value.message == f"input {gone} does not exist"  # not its file:// URL

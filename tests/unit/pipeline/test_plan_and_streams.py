@@ -214,7 +214,7 @@ def test_cross_task_dedup_keeps_the_first_occurrence_in_plan_order(
     import numpy as np
 
     from storekit.pipeline import dedup
-    from storekit.pipeline.task import HASH_DTYPE
+    from storekit.pipeline.taskparts import HASH_DTYPE
 
     monkeypatch.setattr(dedup, "BUCKET_ENTRIES", bucket_entries)
     rng = random.Random(11)

@@ -9,14 +9,8 @@ from pathlib import Path
 import pytest
 
 from storekit import faults
-from tests.unit.pipeline.helpers import (
-    TOKENIZER,
-    run_cli,
-    run_subprocess,
-    sample_records,
-    tree_bytes,
-    write_jsonl,
-)
+from tests.conftest import run_cli, run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, tree_bytes, write_jsonl
 
 ARGS = [
     "prepare",
@@ -46,7 +40,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def baseline(corpus: Path) -> dict[str, bytes]:
-    res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+    res = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
     assert res.code == 0, res.stderr
     tree = tree_bytes(corpus / FINAL)
     assert len([n for n in tree if n.endswith(".bin")]) >= 3
@@ -75,14 +69,14 @@ def test_sigkill_then_rerun_is_byte_identical(
 ) -> None:
     try:
         kill = {faults.ENV: f"{hook[0]}@{hook[1]}=kill"}  # SIGKILL the hook[1]-th time the point is reached
-        killed = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus, env=kill)
+        killed = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus, env=kill)
         assert killed.code == -signal.SIGKILL
         assert not (corpus / FINAL).exists()  # no dataset without its manifest
         scratch = corpus / "storage" / "scratch"
         done = list(scratch.glob("storekit-prepare-*/tasks/[0-9]*"))
         if hook[0] == "prepare.task-done":
             assert len(done) >= int(hook[1])
-        res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        res = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert res.code == 0, res.stderr
         assert res.json()["tasks_resumed"] == len(done)
         assert tree_bytes(corpus / FINAL) == baseline
@@ -105,7 +99,7 @@ def test_preemption_signal_stops_cleanly_and_resumes(
     from a fault point in the run itself: never before the run started or after it ended."""
     try:
         faults = {"STOREKIT_FAULTS": f"prepare.task-done@1={signal_name}"}
-        res = run_subprocess([*ARGS, "--task-size", "16KiB", "--workers", workers], corpus, env=faults)
+        res = run_storekit([*ARGS, "--task-size", "16KiB", "--workers", workers], cwd=corpus, env=faults)
         assert res.code == 130, res.stderr
         assert "rerun" in res.stderr
         assert res.json()["error"]["exit_code"] == 130
@@ -113,7 +107,7 @@ def test_preemption_signal_stops_cleanly_and_resumes(
         tasks = corpus / "storage" / "scratch"
         assert list(tasks.glob("storekit-prepare-*/tasks/[0-9]*"))  # the first task's record was kept
         assert not list(tasks.glob("storekit-prepare-*/tasks/.*storekit-tmp-*"))  # no half-written task
-        res = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        res = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert res.code == 0, res.stderr
         assert res.json()["tasks_resumed"] >= 1
         assert tree_bytes(corpus / FINAL) == baseline
@@ -124,12 +118,12 @@ def test_preemption_signal_stops_cleanly_and_resumes(
 @pytest.mark.slow
 def test_rerun_of_finished_dataset_is_a_noop_unless_forced(corpus: Path, baseline: dict[str, bytes]) -> None:
     try:
-        assert run_subprocess([*ARGS, "--task-size", "16KiB"], corpus).code == 0
+        assert run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus).code == 0
         manifest = (corpus / FINAL / "manifest.json").read_bytes()
-        again = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        again = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert again.code == 0 and again.json()["status"] == "unchanged"
         assert (corpus / FINAL / "manifest.json").read_bytes() == manifest  # not rewritten
-        forced = run_subprocess([*ARGS, "--task-size", "16KiB", "--force"], corpus)
+        forced = run_storekit([*ARGS, "--task-size", "16KiB", "--force"], cwd=corpus)
         assert forced.code == 0 and forced.json()["status"] == "prepared"
         assert tree_bytes(corpus / FINAL) == baseline
     finally:
@@ -158,7 +152,7 @@ def test_a_stop_signal_while_finalizing_is_reported_and_resumable(
         assert "error: interrupted" in res.stderr and "rerun" in res.stderr
         assert res.json()["error"]["exit_code"] == 130
         assert not (corpus / FINAL).exists()
-        again = run_subprocess([*ARGS, "--task-size", "16KiB"], corpus)
+        again = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert again.code == 0, again.stderr
         assert tree_bytes(corpus / FINAL) == baseline
     finally:

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import run_cli
 from tests.unit.pipeline.helpers import (
     EOS_ID,
     TOKENIZER,
     dataset_documents,
     expected_ids,
     read_megatron,
-    run_cli,
     sample_records,
     tokenizer,
     write_jsonl,

@@ -19,13 +19,8 @@ from storekit.config import TierConfig
 from storekit.layout.check import check_layout
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
-from tests.unit.pipeline.helpers import (
-    TOKENIZER,
-    run_cli,
-    run_subprocess,
-    sample_records,
-    write_jsonl,
-)
+from tests.conftest import run_cli, run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 FINAL = Path("storage/datasets/text/cn/v1")
 BASE = ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "cn", "-i", "corpus.jsonl"]
@@ -41,23 +36,8 @@ def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def nested_cli(args: list[str]) -> tuple[int, str]:
     """`storekit ARGS` run inside another run's fault point (same process, like a second user)."""
-    from storekit.cli.app import main
-
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
-    return code, err.getvalue()
+    ran = run_cli(args)  # no capsys: the outer run's output capture stays untouched
+    return ran.code, ran.stderr
 
 
 def verify(capsys: Any) -> int:
@@ -120,7 +100,7 @@ def test_a_second_prepare_of_the_same_plan_exits_5_not_2(corpus: Path, capsys: A
 
 
 def test_the_lease_of_a_killed_run_is_broken_by_the_next_run(corpus: Path, capsys: Any) -> None:
-    killed = run_subprocess(BASE, corpus, env={"STOREKIT_FAULTS": "finalize.staged=kill"})
+    killed = run_storekit(BASE, cwd=corpus, env={"STOREKIT_FAULTS": "finalize.staged=kill"})
     assert killed.code == -signal.SIGKILL
     lease = corpus / FINAL.parent / ".v1.storekit-lease"
     assert json.loads(lease.read_bytes())["pid"] > 0  # left behind by the dead process
@@ -191,7 +171,7 @@ def test_a_doctored_part_is_caught_at_finalize(corpus: Path, capsys: Any) -> Non
 
 # -- item 8: the work dir goes tombstone-first; a rerun finishes a stopped removal ---------------
 def test_a_kill_while_removing_the_work_dir_is_finished_by_the_next_run(corpus: Path, capsys: Any) -> None:
-    killed = run_subprocess(BASE, corpus, env={"STOREKIT_FAULTS": "durable.tombstoned=kill"})
+    killed = run_storekit(BASE, cwd=corpus, env={"STOREKIT_FAULTS": "durable.tombstoned=kill"})
     assert killed.code == -signal.SIGKILL
     assert verify(capsys) == 0  # committed before the removal started
     scratch = corpus / "storage" / "scratch"
@@ -229,7 +209,7 @@ def test_a_kill_between_the_renames_of_a_replace_is_recovered_by_the_next_run(
     corpus: Path, capsys: Any
 ) -> None:
     old = _prepared_other(corpus, capsys)
-    killed = run_subprocess([*BASE, "--force"], corpus, env={"STOREKIT_FAULTS": "commit.old-moved=kill"})
+    killed = run_storekit([*BASE, "--force"], cwd=corpus, env={"STOREKIT_FAULTS": "commit.old-moved=kill"})
     assert killed.code == -signal.SIGKILL
     assert not (corpus / FINAL).exists()
     (moved,) = (corpus / FINAL).parent.glob(".v1.storekit-tmp-old-*")
@@ -291,7 +271,7 @@ def test_layout_check_calls_a_live_runs_temp_dirs_in_progress(corpus: Path, caps
 
 def test_layout_check_reports_a_dead_runs_leftovers(corpus: Path, capsys: Any) -> None:
     assert run_cli(["init", "--json"], capsys).code == 0
-    killed = run_subprocess(BASE, corpus, env={"STOREKIT_FAULTS": "finalize.staged=kill"})
+    killed = run_storekit(BASE, cwd=corpus, env={"STOREKIT_FAULTS": "finalize.staged=kill"})
     assert killed.code == -signal.SIGKILL
     report = _check(corpus)
     incomplete = sorted(f.path for f in report.findings if f.rule == "incomplete")

@@ -14,7 +14,8 @@ from storekit.errors import InputError, NotFoundError
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.sources import discover_sources, uncompressed_size
 from storekit.pipeline.tokenizer import resolve_tokenizer
-from tests.unit.pipeline.helpers import REPO, TOKENIZER, expected_ids, run_cli, sample_records, write_jsonl
+from tests.conftest import run_cli
+from tests.unit.pipeline.helpers import REPO, TOKENIZER, expected_ids, sample_records, write_jsonl
 
 TOKENIZER_JSON = gzip.decompress((REPO / "storekit/samples/anthropic-bpe-65k.tokenizer.json.gz").read_bytes())
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import xxhash
 
-from tests.unit.pipeline.helpers import TOKENIZER, read_megatron, run_cli, sample_records, write_jsonl
+from tests.conftest import run_cli
+from tests.unit.pipeline.helpers import TOKENIZER, read_megatron, sample_records, write_jsonl
 
 DS = "datasets/text/v/v1"
 

@@ -14,13 +14,8 @@ from typing import Any
 import pytest
 
 from storekit.pipeline.prepare import check_space
-from tests.unit.pipeline.helpers import (
-    TOKENIZER,
-    run_cli,
-    run_subprocess,
-    sample_records,
-    write_jsonl,
-)
+from tests.conftest import run_cli, run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 FINAL = Path("storage/datasets/text/vs/v1")
 BASE = ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "vs", "--json", "--quiet", "--workers", "1"]
@@ -31,7 +26,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One prepared dataset; each test gets its own copy to damage."""
     root = tmp_path_factory.mktemp("verify")
     write_jsonl(root / "a.jsonl", sample_records(limit_bytes=30_000, max_doc=4_000))
-    res = run_subprocess([*BASE, "-i", "a.jsonl", "--shard-size", "8KiB"], root)
+    res = run_storekit([*BASE, "-i", "a.jsonl", "--shard-size", "8KiB"], cwd=root)
     assert res.code == 0, res.stderr
     assert len(json.loads((root / FINAL / "manifest.json").read_bytes())["shards"]) >= 2
     return root / "storage"
@@ -202,8 +197,8 @@ def test_free_space_check_refuses_below_the_bound(tmp_path: Path, monkeypatch: A
 # -- item 14: stop signals while the command is starting ------------------------------------------
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
 def test_a_stop_signal_while_starting_exits_130(tmp_path: Path, signame: str) -> None:
-    res = run_subprocess(
-        ["layout", "check", "--json"], tmp_path, env={"STOREKIT_TEST_SIGNAL_AT_START": signame}
+    res = run_storekit(
+        ["layout", "check", "--json"], cwd=tmp_path, env={"STOREKIT_TEST_SIGNAL_AT_START": signame}
     )
     assert res.code == 130, (res.code, res.stderr)
     assert res.code != -getattr(signal, signame)

@@ -92,19 +92,49 @@ def test_prefix_and_subdirectory(tree: Path, listing_kind: str) -> None:
     assert got[0].rel == "runs/run_001/latest"
 
 
-def test_both_listings_agree(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("batch", "threaded"), [(1, False), (3, True), (4096, True)])
+def test_the_walker_agrees_with_scandir_at_any_batch_size(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int, threaded: bool
+) -> None:
     monkeypatch.setenv("STOREKIT_CACHE_DIR", str(tmp_path / "cache"))
     scanmod.load.cache_clear()
     native, why = scanmod.load()
     if native is None:
         pytest.fail(why) if IN_CI else pytest.skip(why)
-    compiled = native.listing()
+    monkeypatch.setattr(scanmod.NativeScan, "batch", batch)
+    monkeypatch.setattr(scanmod.NativeScan, "threaded", threaded)
     for sub in ("", "run_001", "run_001/step_10", "empty"):
-        assert compiled(str(tree / sub), "p/") == python_listing(str(tree / sub), "p/")
+        want = list(scanmod._preorder(str(tree / sub), "p/", python_listing(str(tree / sub), "p/")))
+        assert list(native.walk(str(tree / sub), "p/")) == want
     scanmod.load.cache_clear()
 
 
-def test_a_big_directory_grows_the_buffers(tmp_path: Path, listing_kind: str) -> None:
+def test_a_walk_left_early_stops_its_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOREKIT_CACHE_DIR", str(tmp_path / "cache"))
+    scanmod.load.cache_clear()
+    native, why = scanmod.load()
+    if native is None:
+        pytest.fail(why) if IN_CI else pytest.skip(why)
+    monkeypatch.setattr(scanmod.NativeScan, "batch", 16)
+    for d in range(20):
+        (tmp_path / "t" / f"d{d:02d}").mkdir(parents=True)
+        for f in range(50):
+            (tmp_path / "t" / f"d{d:02d}" / f"f{f:02d}").touch()
+    it = scan_tree(str(tmp_path / "t"))
+    assert [next(it).rel for _ in range(3)] == ["d00", "d00/f00", "d00/f01"]
+    assert native.lib.sk_walk_live() == 1  # waiting with its read-ahead
+    it.close()
+    assert native.lib.sk_walk_live() == 0  # stopped and joined
+    assert sum(1 for _ in scan_tree(str(tmp_path / "t"))) == 20 * 51
+    assert native.lib.sk_walk_live() == 0
+    scanmod.load.cache_clear()
+
+
+@pytest.mark.parametrize("names_bytes", [0, scanmod.NAMES_BYTES])
+def test_a_big_directory_spans_batches(
+    tmp_path: Path, listing_kind: str, names_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scanmod, "NAMES_BYTES", names_bytes)  # 0: each batch ends when ~4 KiB of names fill
     top = tmp_path / "big"
     top.mkdir()
     names = [f"{i:05d}-" + "n" * 150 for i in range(5000)]  # > 4,096 entries and > 64 bytes per name
@@ -114,7 +144,11 @@ def test_a_big_directory_grows_the_buffers(tmp_path: Path, listing_kind: str) ->
     assert [e.rel for e in got] == names and got == expected(top)
 
 
-def test_it_is_lazy_and_a_directory_removed_meanwhile_is_left_out(tmp_path: Path, listing_kind: str) -> None:
+def test_it_is_lazy_and_a_directory_removed_meanwhile_is_left_out(
+    tmp_path: Path, listing_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scanmod.NativeScan, "batch", 1)  # the walker lists nothing before it is asked
+    monkeypatch.setattr(scanmod.NativeScan, "threaded", False)
     top = tmp_path / "t"
     for rel in ("a/1", "b/2", "c/3"):
         (top / rel).parent.mkdir(parents=True)
@@ -147,7 +181,6 @@ def test_why_not_native(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     scanmod.load.cache_clear()
     native, why = scanmod.load()
     assert native is None and why == "false could not compile scan_dir.c: exit 1"
-    assert scanmod.lister() is python_listing
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").touch()
     assert [e.rel for e in scan_tree(str(tmp_path / "d"))] == ["x"]  # scans all the same

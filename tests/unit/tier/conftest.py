@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from storekit.cli.app import main
 from storekit.config import SiteConfig, load_config
 from storekit.layout.init import apply_init, plan_init
 from storekit.layout.spec import load_layout
@@ -72,33 +67,3 @@ def tree_state(root: Path) -> dict[str, tuple[bytes | None, int, int, int]]:
             data = p.read_bytes() if p.is_file() and not p.is_symlink() else None
             out[str(p.relative_to(root))] = (data, st.st_mode, st.st_mtime_ns, st.st_ino)
     return out
-
-
-class Ran:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def json(self) -> dict[str, object]:
-        doc = json.loads(self.out)
-        assert isinstance(doc, dict)
-        return doc
-
-
-@pytest.fixture
-def sk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """The CLI in this process, in `cwd`, with no site config from the environment."""
-
-    def run(cwd: Path, *args: str) -> Ran:
-        monkeypatch.chdir(cwd)
-        monkeypatch.setenv("COLUMNS", "80")
-        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return Ran(code, out, err)
-
-    return run

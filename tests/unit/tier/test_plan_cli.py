@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ import pytest
 from storekit.tier.apply import apply_plan
 from storekit.tier.plan import PlanUnit, body_digest, load_plan
 from storekit.tier.stub import Stub, render_stub
-from tests.unit.tier.conftest import DAY, Ran, aged, dcp_unit, make_site, tree_state
+from tests.conftest import Ran
+from tests.unit.tier.conftest import DAY, aged, dcp_unit, make_site, tree_state
 
 ARCHIVED = Stub(
     unit="step_000050",
@@ -49,8 +51,8 @@ def site_dir(tmp_path: Path) -> Path:
 
 
 def only_error_line(ran: Ran) -> str:
-    lines = [line for line in ran.err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, ran.err
+    lines = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, ran.stderr
     return lines[0]
 
 
@@ -70,10 +72,10 @@ def test_dry_run_creates_nothing_and_says_what_why_and_where(
 ) -> None:
     before = tree_state(site_dir)
     human = sk(site_dir, "tier", *args, "--dry-run")
-    assert human.code == 0, human.err
-    assert human.out.startswith("would ")
+    assert human.code == 0, human.stderr
+    assert human.stdout.startswith("would ")
     ran = sk(site_dir, "tier", *args, "--dry-run", "--json")
-    assert ran.code == 0, ran.err
+    assert ran.code == 0, ran.stderr
     doc = ran.json()
     assert doc["schema_version"] == 1 and doc["dry_run"] is True and doc["kind"] == "storekit-tier-plan"
     for unit in doc["units"]:  # type: ignore[attr-defined]
@@ -107,11 +109,15 @@ def test_recall_plans_from_stubs(site_dir: Path, sk: Callable[..., Ran]) -> None
             for u in doc["units"]  # type: ignore[attr-defined]
         ] == [("recall", "vault", ARCHIVED.to_path, "lustre", ARCHIVED.to_path, ARCHIVED.manifest_xxh3)]
         assert doc["passed"] == []  # only stubs are looked at
+    drained = replace(ARCHIVED, unit="step_000060", action="drain", to_tier="lustre")
+    (site_dir / "nvme/checkpoints/run_001/step_000060.storekit-stub").write_bytes(render_stub(drained))
+    listing = sk(site_dir, "ckpt", "list", "run_001", "--tier", "nvme")
+    assert "drained to lustre:checkpoints/run_001/step_000050" in listing.stdout  # its to_path
 
 
 def make_plan(site_dir: Path, sk: Callable[..., Ran]) -> Path:
     ran = sk(site_dir, "tier", "--archive", "old-runs", "--plan-out", "plan.json", "--json")
-    assert ran.code == 0, ran.err
+    assert ran.code == 0, ran.stderr
     assert ran.json()["plan_out"] == "plan.json"
     return site_dir / "plan.json"
 
@@ -145,7 +151,7 @@ def test_an_edited_plan_is_refused_with_one_line_exit_4(site_dir: Path, sk: Call
     plan.write_text(json.dumps(doc))
     for extra in ((), ("--dry-run",), ("--json",)):
         ran = sk(site_dir, "tier", "--apply", "plan.json", *extra)
-        assert ran.code == 4, ran.err
+        assert ran.code == 4, ran.stderr
         assert "changed after it was made (digest mismatch)" in only_error_line(ran)
     plan.write_text("{not json")
     assert sk(site_dir, "tier", "--apply", "plan.json").code == 2
@@ -179,7 +185,7 @@ def test_a_stale_plan_or_one_for_other_tiers_is_refused_exit_1(
 
 def test_a_drain_plan_made_on_another_node_is_refused(site_dir: Path, sk: Callable[..., Ran]) -> None:
     ran = sk(site_dir, "tier", "--drain", "--plan-out", "drain.json")
-    assert ran.code == 0, ran.err
+    assert ran.code == 0, ran.stderr
     redigest(site_dir / "drain.json", host="other-node")
     ran = sk(site_dir, "tier", "--apply", "drain.json")
     assert ran.code == 1 and "made on other-node for node-local tier nvme" in only_error_line(ran)
@@ -239,7 +245,7 @@ def test_usage_errors_are_one_line_with_their_exit_code(
     if not args:
         args = ("--dry-run",)
     ran = sk(site_dir, "tier", *args, "--json")
-    assert ran.code == code, ran.err
+    assert ran.code == code, ran.stderr
     doc = ran.json()
     if code:
         assert words in only_error_line(ran) and doc["error"]["exit_code"] == code  # type: ignore[index]

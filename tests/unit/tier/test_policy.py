@@ -11,7 +11,8 @@ from storekit.config import parse_config
 from storekit.errors import ConfigError
 from storekit.layout.spec import parse_layout
 from storekit.tier.policy import resolve_policy
-from tests.unit.tier.conftest import CONFIG, Ran, make_site
+from tests.conftest import Ran
+from tests.unit.tier.conftest import CONFIG, make_site
 
 LAYOUTS = Path(__file__).parents[3] / "layouts"
 
@@ -51,9 +52,9 @@ def test_a_bad_policy_is_one_line_naming_the_key_exit_2(
     site_with(tmp_path, "[policies.p]\n" + body)
     for extra in ((), ("--json",)):
         ran = sk(tmp_path, "tier", "--policy", "p", "--dry-run", *extra)
-        assert ran.code == 2, ran.err
-        lines = [line for line in ran.err.splitlines() if line.startswith("error:")]
-        assert len(lines) == 1 and f"storekit.toml: {key}" in lines[0] and words in lines[0], ran.err
+        assert ran.code == 2, ran.stderr
+        lines = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and f"storekit.toml: {key}" in lines[0] and words in lines[0], ran.stderr
         if extra:
             assert ran.json()["error"]["exit_code"] == 2  # type: ignore[index]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["storekit.toml"]  # nothing was created

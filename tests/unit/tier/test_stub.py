@@ -14,7 +14,8 @@ from storekit.layout.check import check_layout
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
 from storekit.tier.stub import StubError, parse_stub, render_stub, stub_rel, unit_rel_of
-from tests.unit.tier.conftest import Ran, dcp_unit, make_site
+from tests.conftest import Ran
+from tests.unit.tier.conftest import dcp_unit, make_site
 from tests.unit.tier.test_plan_cli import ARCHIVED
 
 
@@ -86,7 +87,7 @@ def test_ckpt_list_shows_archived_checkpoints(tmp_path: Path, sk: Callable[..., 
     dcp_unit(run, "step_000100")
     (run / "step_000050.storekit-stub").write_bytes(render_stub(ARCHIVED))
     ran = sk(tmp_path, "ckpt", "list", "run_001", "--json")
-    assert ran.code == 0, ran.err
+    assert ran.code == 0, ran.stderr
     doc = ran.json()
     assert [u["name"] for u in doc["units"]] == ["step_000100"]  # type: ignore[attr-defined]
     archived = doc["archived"]
@@ -94,4 +95,5 @@ def test_ckpt_list_shows_archived_checkpoints(tmp_path: Path, sk: Callable[..., 
     assert archived[0]["path"] == "checkpoints/run_001/step_000050" and archived[0]["to_tier"] == "vault"
     assert archived[0]["state"] == "archived" and doc["problems"] == []
     human = sk(tmp_path, "ckpt", "list", "run_001")
-    assert "step_000050" in human.out and "archived to vault:checkpoints/run_001/step_000050" in human.out
+    assert "step_000050" in human.stdout
+    assert "archived to vault:checkpoints/run_001/step_000050" in human.stdout

@@ -1,0 +1,225 @@
+"""`tier verify` (re-read archived units against their manifests) and `tier gc` (what crashes left).
+
+verify follows each stub to its manifest, checks the manifest's digest against the stub's, and reads
+back every file (or a sample) from the destination: the audit that catches a flipped bit or a lost
+object long after the move. gc takes only what a journal names: for a move abandoned before its
+commit (no live lease), the journaled multipart uploads are aborted (never a bucket's others), the
+objects or temp copies it wrote are removed and the journal goes; committed moves are left for a
+rerun to finish. Tombstones (interrupted deletes) below the given roots are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storekit.config import SiteConfig
+from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
+from storekit.errors import BusyError, MismatchError, NotFoundError
+from storekit.lease import Lease, binding_lease, sibling_lease_path
+from storekit.ops.journal import FileUploadJournal
+from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
+from storekit.tier.mover import posix_temp_tag, source_of_stub
+from storekit.tier.stub import STUB_SUFFIX, is_stub_name
+from storekit.tier.stubfile import read_stub
+from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
+from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
+
+
+@dataclass
+class VerifyResult:
+    stub: str
+    url: str
+    manifest_url: str = ""
+    manifest_xxh3_128: str = ""
+    files_checked: int = 0
+    bytes_checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def find_stubs(paths: Iterable[Path]) -> Iterator[Path]:
+    """Stub files named directly, or found below directories (sorted; tombstones and temps skipped)."""
+    for path in paths:
+        if path.name.endswith(STUB_SUFFIX) and path.is_file():
+            yield path
+            continue
+        candidate = path.parent / f"{path.name}{STUB_SUFFIX}"
+        if candidate.is_file():
+            yield candidate
+            continue
+        if not path.is_dir():
+            raise NotFoundError(f"{path}: no such stub or directory")
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = sorted(d for d in dirnames if not is_tombstone(d) and TMP_MARK not in d)
+            for name in sorted(filenames):
+                if is_stub_name(name):
+                    yield Path(dirpath) / name
+
+
+def verify_stub(
+    stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None
+) -> VerifyResult:
+    """Re-read the archived unit a stub names; problems listed (never raised) except a damaged stub."""
+    stub = read_stub(stub_file)
+    if stub is None:
+        raise NotFoundError(f"{stub_file}: no such stub")
+    source = source_of_stub(stub, site)
+    result = VerifyResult(
+        stub=str(stub_file),
+        url=source.url,
+        manifest_url=source.manifest_url,
+        manifest_xxh3_128=stub.manifest_xxh3,
+    )
+    try:
+        data = source.manifest()
+        if data is None:
+            result.problems.append(f"{source.manifest_url}: archive manifest missing (the archive is gone)")
+            return result
+        if manifest_digest(data) != stub.manifest_xxh3:
+            result.problems.append(f"{source.manifest_url}: manifest digest differs from the stub's")
+            return result
+        try:
+            manifest = parse_manifest(data, source.manifest_url)
+        except MismatchError as exc:
+            result.problems.append(str(exc))
+            return result
+        files = manifest.files
+        if sample < 1.0:
+            rng = random.Random(seed)
+            files = [f for f in files if rng.random() < sample] or files[:1]
+        result.problems.extend(source.readback(files))
+        result.files_checked = len(files)
+        result.bytes_checked = sum(f.size for f in files)
+    finally:
+        source.close()
+    return result
+
+
+@dataclass
+class GcReport:
+    rolled_back: list[str] = field(default_factory=list)  # unit journals whose uncommitted copy was removed
+    aborted_uploads: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # "<journal>: why" (in use, committed: rerun)
+    tombstones: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gc(
+    journal_dir: Path, *, roots: Iterable[Path] = (), site: SiteConfig | None = None, dry_run: bool = False
+) -> GcReport:
+    report = GcReport()
+    for journal in journals(journal_dir, tidy=not dry_run):
+        _gc_journal(journal, site, dry_run, report)
+    for root in roots:
+        for directory in _dirs_with_tombstones(root):
+            if dry_run:
+                report.tombstones.extend(str(directory / n) for n in os.listdir(directory) if is_tombstone(n))
+            else:
+                report.tombstones.extend(str(directory / n) for n in purge_tombstones(directory))
+    return report
+
+
+def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, report: GcReport) -> None:
+    doc = journal.doc
+    unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+    lease_path = sibling_lease_path(unit)
+    if dry_run:
+        holder = binding_lease(lease_path)
+        if holder is not None:
+            report.left.append(f"{journal.path}: in use by {holder.describe()}")
+        elif _finishable(journal, report):
+            report.rolled_back.append(str(journal.path))
+        return
+    try:  # held while rolling back: no rerun starts on the unit meanwhile; a dead holder's lease goes
+        lease = Lease(lease_path, purpose=f"tier gc of {unit}")
+        lease.acquire()
+    except BusyError as exc:
+        report.left.append(f"{journal.path}: in use ({exc.message})")
+        return
+    try:
+        if journal.load() and _finishable(journal, report):
+            _roll_back(journal, unit, site, report)
+    finally:
+        lease.release()
+
+
+def _finishable(journal: UnitJournal, report: GcReport) -> bool:
+    """False (and reported) for a move a rerun must finish: it is committed."""
+    doc = journal.doc
+    action = str(doc.get("action"))
+    temp = Path(str(doc.get("temp", ""))) if action == "recall" else None
+    renamed = temp is not None and journal.state == "verified" and not os.path.lexists(temp)
+    if state_index(journal.state) >= state_index("committed") or renamed:
+        # a recall killed right after its rename: the unit is back whole, only the stub is left to go
+        report.left.append(f"{journal.path}: {action} committed; rerun it to finish")
+        return False
+    return True
+
+
+def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:
+    doc = journal.doc
+    action = str(doc.get("action"))
+    if action == "purge" or (action != "recall" and not doc.get("dest")):
+        pass  # killed before anything was copied; a purge's copy predates it and is never removed
+    elif action == "recall":
+        temp = Path(str(doc.get("temp", "")))
+        if temp.name:
+            remove_partial(temp)
+    else:
+        dest = _dest_of(journal, site)
+        try:
+            if isinstance(dest, S3Destination):
+                report.aborted_uploads.extend(dest.engine.abort_journaled())
+            dest.discard(_files_of(doc))
+        finally:
+            dest.close()
+    journal.purge_temps()
+    log_action(journal.dir, "gc.rolled-back", journal.id, state=journal.state, unit=str(unit))
+    journal.finish()
+    report.rolled_back.append(str(journal.path))
+
+
+def _recall_target(doc: dict[str, Any]) -> Path:
+    return Path(str(doc["target"]))
+
+
+def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
+    doc = journal.doc
+    url = str(doc.get("dest", ""))
+    if url.startswith("s3://"):
+        from storekit.config import TierConfig
+        from storekit.places import s3_options_for
+
+        bucket, _, key = url[len("s3://") :].partition("/")
+        tier = TierConfig(
+            name=str(doc.get("tier", "")), url=f"s3://{bucket}", options=s3_options_for(url, site)
+        )
+        return S3Destination(tier, key, journal=FileUploadJournal(journal.uploads_path), config=None)
+    from urllib.parse import unquote, urlsplit
+
+    tag = posix_temp_tag(str(doc.get("action")), journal.id)
+    return PosixDestination(Path(unquote(urlsplit(url).path)), temp_tag=tag)
+
+
+def _files_of(doc: dict[str, Any]) -> list[UnitEntry]:
+    out = []
+    for path, kind, *_ in doc.get("fingerprint", []):
+        if kind == FILE:
+            out.append(UnitEntry(path=str(path), type=FILE, mode=0, mtime_ns=0))
+    return out
+
+
+def _dirs_with_tombstones(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        if any(is_tombstone(n) for n in dirnames + filenames):
+            yield Path(dirpath)
+        dirnames[:] = [d for d in dirnames if not is_tombstone(d)]

@@ -1,0 +1,421 @@
+"""Where a unit's copy lives: an S3 prefix (archive) or a POSIX directory (drain), one interface.
+
+copy(src, files)   copy every file, hashing it in the reading pass; each finished file is
+                   read back (every byte, from the destination) while the next ones are copied;
+                   returns {path: xxh3-128} of the source bytes, raises MismatchError on a
+                   read-back that differs
+commit(manifest)   make the copy count: the manifest goes last (present = complete)
+fetch(m, into)     materialize the files into the temp directory `into`, checked in the same pass
+readback(m)        re-read every file against the manifest (`tier verify`)
+discard(m)         remove an uncommitted copy (rollback, `tier gc`)
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import xxhash
+
+from storekit import faults
+from storekit.config import TierConfig
+from storekit.durable import TMP_MARK, fsync_dir, remove_tree, write_file_atomic
+from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
+from storekit.ops import hash_local
+from storekit.ops.journal import FileUploadJournal
+from storekit.ops.s3delete import check_unversioned, delete_keys
+from storekit.ops.s3readback import readback_digest
+from storekit.ops.s3transfer import (
+    DownloadItem,
+    S3Transfer,
+    TransferConfig,
+    UploadItem,
+    UploadResult,
+    fadvise_dontneed,
+    tier_bucket_prefix,
+)
+from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry
+
+CHUNK = 8 * 1024 * 1024
+COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the others' copying
+
+
+class Destination(Protocol):
+    url: str
+    manifest_url: str
+
+    def copy(
+        self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]: ...
+
+    def precheck(self) -> None:
+        """Before anything is planned: can this destination hold a committed copy at all?"""
+
+    def commit(self, manifest: bytes) -> None: ...
+
+    def manifest(self) -> bytes | None: ...
+
+    def uncommit(self) -> None: ...
+
+    def fetch(self, files: Sequence[tuple[UnitEntry, str]]) -> None: ...
+
+    def readback(self, files: Sequence[UnitEntry]) -> list[str]: ...
+
+    def discard(self, files: Sequence[UnitEntry]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ReadBacks:
+    """Read-backs running beside a copy, one file at a time on their own thread: `submit` each file
+    as it lands, `wait` raises the first mismatch; leaving the block cancels those not started (the
+    copy failed) and waits for the one running."""
+
+    def __init__(self) -> None:
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="storekit-readback")
+        self._futures: list[cf.Future[None]] = []
+
+    def submit(self, check: Callable[..., None], *args: object) -> None:
+        self._futures.append(self._pool.submit(check, *args))
+
+    def wait(self) -> None:
+        for fut in self._futures:
+            fut.result()
+
+    def __enter__(self) -> ReadBacks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fut in self._futures:
+            fut.cancel()
+        self._pool.shutdown(wait=True)
+
+
+def _join(base: str, rel: str) -> str:
+    return base if rel == "." else f"{base}/{rel}"
+
+
+def _mismatch(where: str, entry: UnitEntry, size: int, digest: str) -> str:
+    want = f"{entry.size} bytes xxh3-128 {entry.xxh3_128}"
+    return f"{where}: expected {want}, found {size} bytes xxh3-128 {digest}"
+
+
+# UNSIGNED-PAYLOAD: every file's bytes are read back and checked with xxh3-128 before its source is
+# freed, so the SHA-256 body signature (CPU on the client and again in the gateway) adds no integrity;
+# GET responses are never signed either. The manifest carries a Content-MD5 the gateway checks.
+ARCHIVE_TRANSFER = TransferConfig(sign_payload=False)
+
+
+class S3Destination:
+    """The unit's files under `<prefix>/<unit>/`, its manifest at `<prefix>/<unit>.storekit-archive.json`."""
+
+    def __init__(
+        self,
+        tier: TierConfig,
+        unit_rel: str,
+        *,
+        journal: FileUploadJournal | None,
+        config: TransferConfig | None,
+    ) -> None:
+        self.engine = S3Transfer.for_tier(tier, config=config or ARCHIVE_TRANSFER, journal=journal)
+        if tier.name:  # every message names the tier, not just its endpoint
+            self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
+        bucket, prefix = tier_bucket_prefix(tier)
+        self.base = f"{prefix}/{unit_rel}".strip("/")
+        self.manifest_key = f"{self.base}{MANIFEST_SUFFIX}"
+        self.url = f"s3://{bucket}/{self.base}"
+        self.manifest_url = f"s3://{bucket}/{self.manifest_key}"
+
+    def key(self, rel: str) -> str:
+        return _join(self.base, rel)
+
+    def precheck(self) -> None:
+        check_unversioned(self.engine)  # a versioned bucket keeps every "freed" byte forever
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def copy(
+        self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]:
+        files = [e for e in entries if e.type == "file"]
+        by_key = {self.key(f.path): f for f in files}
+        digests: dict[str, str] = {}
+        with ReadBacks() as checks:
+
+            def uploaded(r: UploadResult) -> None:
+                """A file is up: its read-back starts now, while the next files still go up (one
+                upload call for the whole unit, so the pipeline never drains between files)."""
+                f = by_key[r.key]
+                digests[f.path] = r.xxh3_128
+                faults.point("tier.file-copied")
+                if r.size == f.size:  # else the unit changed: reported below, before any read-back counts
+                    checks.submit(self._check, [f], {f.path: r.xxh3_128})
+
+            items = [UploadItem(_join(str(src), f.path), self.key(f.path)) for f in files]
+            results = self.engine.upload_files(items, on_done=uploaded)
+            for f, r in zip(files, results, strict=True):
+                if r.size != f.size:
+                    raise StorekitError(f"{_join(str(src), f.path)}: changed while being copied")
+            on_copied(digests)
+            checks.wait()
+        return digests
+
+    def _check(self, batch: Sequence[UnitEntry], digests: dict[str, str]) -> None:
+        for f in batch:
+            size, digest = readback_digest(self.engine, self.key(f.path))
+            if (size, digest) != (f.size, digests[f.path]):
+                want = UnitEntry(
+                    path=f.path, type=f.type, mode=f.mode, mtime_ns=0, size=f.size, xxh3_128=digests[f.path]
+                )
+                raise MismatchError(
+                    _mismatch(f"s3://{self.engine.bucket}/{self.key(f.path)}", want, size, digest)
+                )
+
+    def commit(self, manifest: bytes) -> None:
+        self.engine.call(
+            f"upload {self.manifest_url}",
+            lambda: self.engine.client.put_object(
+                Bucket=self.engine.bucket,
+                Key=self.manifest_key,
+                Body=manifest,
+                ContentMD5=base64.b64encode(hashlib.md5(manifest).digest()).decode(),
+            ),
+        )
+
+    def manifest(self) -> bytes | None:
+        def get() -> bytes | None:
+            try:
+                resp = self.engine.client.get_object(Bucket=self.engine.bucket, Key=self.manifest_key)
+            except Exception as exc:
+                if _s3_missing(exc):
+                    return None
+                raise
+            data: bytes = resp["Body"].read()
+            return data
+
+        return self.engine.call(f"read {self.manifest_url}", get)
+
+    def uncommit(self) -> None:
+        """Remove the manifest first: from then on no reader takes the copy as complete."""
+        delete_keys(self.engine, [self.manifest_key])
+
+    def fetch(self, files: Sequence[tuple[UnitEntry, str]]) -> None:
+        # one call for the whole unit: ranges stream through the engine's window, each file's fsync
+        # overlaps the next file's download instead of stopping the pipeline between batches
+        self.engine.download_files([DownloadItem(self.key(f.path), t, f.xxh3_128) for f, t in files])
+        for _ in files:
+            faults.point("tier.file-fetched")
+
+    def readback(self, files: Sequence[UnitEntry]) -> list[str]:
+        problems = []
+        for f in files:
+            where = f"s3://{self.engine.bucket}/{self.key(f.path)}"
+            try:
+                size, digest = readback_digest(self.engine, self.key(f.path))
+            except StorekitError as exc:
+                if "NoSuchKey" in str(exc) or "404" in str(exc):
+                    problems.append(f"{where}: missing")
+                    continue
+                raise
+            if (size, digest) != (f.size, f.xxh3_128):
+                problems.append(_mismatch(where, f, size, digest))
+        return problems
+
+    def discard(self, files: Sequence[UnitEntry]) -> None:
+        self.engine.abort_journaled()
+        delete_keys(self.engine, [self.manifest_key] + [self.key(f.path) for f in files])
+
+
+def _s3_missing(exc: BaseException) -> bool:
+    from storekit.errors import s3_error_code
+
+    return s3_error_code(exc) in ("NoSuchKey", "404", "NotFound")
+
+
+class PosixDestination:
+    """The unit copied to `dest` (renamed into place from a temp sibling), the manifest beside it."""
+
+    def __init__(self, dest: Path, *, temp_tag: str) -> None:
+        self.dest = dest
+        self.temp = dest.parent / f".{dest.name}{TMP_MARK}{temp_tag}"
+        self.manifest_path = dest.parent / f"{dest.name}{MANIFEST_SUFFIX}"
+        self.url = dest.as_uri()
+        self.manifest_url = self.manifest_path.as_uri()
+
+    def close(self) -> None:
+        pass
+
+    def precheck(self) -> None:
+        pass
+
+    def copy(
+        self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]:
+        """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
+        remove_partial(self.temp)  # a killed run's partial copy: never committed
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        digests: dict[str, str] = {}
+        with (
+            cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="storekit-copy") as copier,
+            ReadBacks() as checks,
+        ):
+
+            def copy_one(f: UnitEntry, target: str) -> None:
+                digests[f.path] = _copy_file(_join(str(src), f.path), target, f)
+                checks.submit(_check_local, target, f, digests[f.path])
+
+            def put_files(files: list[tuple[UnitEntry, str]]) -> None:
+                copies = [copier.submit(copy_one, f, t) for f, t in files]
+                try:
+                    for fut in copies:
+                        fut.result()
+                finally:
+                    for fut in copies:
+                        fut.cancel()
+                    cf.wait(copies)
+
+            materialize(entries, self.temp, put_files)
+            fsync_dir(self.dest.parent)
+            on_copied(digests)
+            checks.wait()
+        return digests
+
+    def commit(self, manifest: bytes) -> None:
+        if self.temp.exists():
+            os.rename(self.temp, self.dest)
+            fsync_dir(self.dest.parent)
+            faults.point("tier.renamed")
+        elif not self.dest.exists():
+            raise NotFoundError(f"{self.dest}: the copy to commit is gone (neither it nor its temp exists)")
+        write_file_atomic(self.manifest_path, manifest, mode=0o644)
+        fsync_dir(self.dest.parent)
+
+    def manifest(self) -> bytes | None:
+        try:
+            return self.manifest_path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def uncommit(self) -> None:
+        try:
+            self.manifest_path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(self.dest.parent)
+
+    def fetch(self, files: Sequence[tuple[UnitEntry, str]]) -> None:
+        for f, target in files:
+            size, digest = _copy_file_hash(_join(str(self.dest), f.path), target)
+            if (size, digest) != (f.size, f.xxh3_128):
+                raise MismatchError(_mismatch(_join(str(self.dest), f.path), f, size, digest))
+            faults.point("tier.file-fetched")
+
+    def readback(self, files: Sequence[UnitEntry]) -> list[str]:
+        problems = []
+        base = self.temp if os.path.lexists(self.temp) else self.dest  # before the commit's rename
+        for f in files:
+            path = _join(str(base), f.path)
+            try:
+                got = hash_local(path, drop_cache=True)
+            except FileNotFoundError:
+                problems.append(f"{path}: missing")
+                continue
+            if (got.size, got.xxh3_128) != (f.size, f.xxh3_128):
+                problems.append(_mismatch(path, f, got.size, got.xxh3_128))
+        return problems
+
+    def discard(self, files: Sequence[UnitEntry]) -> None:
+        """Only for a journaled move before its commit: the destination did not exist before it."""
+        self.uncommit()
+        remove_partial(self.temp)
+        remove_partial(self.dest)
+
+
+def materialize(
+    entries: Sequence[UnitEntry], root: Path, put_files: Callable[[list[tuple[UnitEntry, str]]], None]
+) -> None:
+    """Create the unit's tree at `root` (must not exist): dirs, the files (`put_files` writes them),
+    links, then modes and mtimes exactly, directories deepest first once their contents are in."""
+    single = len(entries) == 1 and entries[0].type != "dir"
+    if not single:
+        root.mkdir(mode=0o700)
+    targets = [(e, str(root) if e.path == "." else _join(str(root), e.path)) for e in entries]
+    for e, target in targets:
+        if e.type == "dir" and e.path != ".":
+            os.mkdir(target, 0o700)
+    files = [(e, t) for e, t in targets if e.type == "file"]
+    put_files(files)
+    for e, target in targets:
+        if e.type == "file":
+            os.chmod(target, e.mode)
+            os.utime(target, ns=(e.mtime_ns, e.mtime_ns))
+        elif e.type == "symlink":
+            os.symlink(e.target, target)
+            os.utime(target, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
+    dirs = [(e, t) for e, t in targets if e.type == "dir"]
+    for e, target in sorted(dirs, key=lambda et: -et[0].path.count("/") - (et[0].path != ".")):
+        os.chmod(target, e.mode)
+        os.utime(target, ns=(e.mtime_ns, e.mtime_ns))
+        fsync_dir(target)
+
+
+def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:
+    """Copy with the digest of the source bytes computed in the same pass; fsync; drop the cache."""
+    size, digest = _copy_file_hash(src, dst)
+    if size != entry.size:
+        raise StorekitError(f"{src}: changed while being copied (size {entry.size} -> {size})")
+    st = os.stat(src)
+    if (st.st_size, st.st_mtime_ns) != (entry.size, entry.mtime_ns):
+        raise StorekitError(f"{src}: changed while being copied", hint="copy it once its writer has finished")
+    faults.point("tier.file-copied")
+    return digest
+
+
+def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
+    """One reused buffer per file; each chunk's writeback is started as the next one is written
+    (fadvise DONTNEED on dirty pages starts it), so the disk works during the copy and the final
+    fsync waits for the last chunk, not the whole file."""
+    hasher = xxhash.xxh3_128()
+    size = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    try:
+        with open(src, "rb", buffering=0) as fin, open(dst, "xb", buffering=0) as fout:
+            out = fout.fileno()
+            while n := fin.readinto(buf):
+                chunk = view[:n]
+                hasher.update(chunk)
+                while chunk:
+                    chunk = chunk[os.write(out, chunk) :]
+                if size:
+                    fadvise_dontneed(out, size - CHUNK, CHUNK)
+                size += n
+            os.fsync(out)
+            fadvise_dontneed(fin.fileno(), 0, 0)
+            fadvise_dontneed(out, 0, 0)  # the read-back must come from the device
+    except OSError as exc:
+        raise storage_error(exc, src) or StorekitError(f"{src}: {exc}") from None
+    return size, hasher.hexdigest()
+
+
+def _check_local(path: str, entry: UnitEntry, expected: str) -> None:
+    got = hash_local(path, drop_cache=True)
+    size, digest = got.size, got.xxh3_128
+    if (size, digest) != (entry.size, expected):
+        want = UnitEntry(path=entry.path, type="file", mode=0, mtime_ns=0, size=entry.size, xxh3_128=expected)
+        raise MismatchError(_mismatch(path, want, size, digest))
+    faults.point("tier.file-read-back")
+
+
+def remove_partial(path: Path) -> None:
+    if path.exists() or path.is_symlink():
+        if path.is_dir() and not path.is_symlink():
+            remove_tree(path)
+        else:
+            path.unlink()

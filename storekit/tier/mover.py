@@ -1,0 +1,544 @@
+"""Moving one unit: archive (POSIX -> S3), drain (POSIX -> POSIX), recall (back from either).
+
+Every move is journaled (storekit.tier.unitjournal) and runs under the unit's lease
+(`.NAME.storekit-lease` beside it, storekit.lease: no flock). The order never changes:
+
+    planned    the unit's fingerprint (size, mtime_ns, ctime_ns, inode of every entry) recorded
+    copying    files copied, each hashed (xxh3-128) in the reading pass; every finished batch read
+               back from the destination while the next one is copied
+    copied     all bytes sent; the manifest (digests from the reading pass) kept in the journal
+    verified   every byte read back equals what was read from the source
+    committed  the manifest is on the destination (present = complete; uploaded last)
+    stubbed    `<unit>.storekit-stub` written beside the source (only if the source is to be freed)
+    freed      the source removed through a tombstone, after checking its fingerprint once more
+
+A rerun after a kill anywhere resumes from the last durable step. Before `committed` nothing on the
+destination counts; the source is touched only after `committed`, and never if it changed since
+`planned` (UnitChanged). A recall fetches into a temp sibling, checks every byte and entry against
+the manifest, restores modes and mtimes, renames into place, then removes the stub.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from storekit import faults
+from storekit.config import SiteConfig, TierConfig, mask_url
+from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
+from storekit.errors import MismatchError, NotFoundError, StorekitError, UsageError
+from storekit.lease import Lease, sibling_lease_path
+from storekit.ops.journal import FileUploadJournal
+from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
+from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, remove_partial
+from storekit.tier.stub import STUB_SUFFIX, Stub
+from storekit.tier.stubfile import read_stub, stub_path, write_stub
+from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
+from storekit.tier.unitmanifest import (
+    FILE,
+    MANIFEST_SUFFIX,
+    UnitEntry,
+    UnitManifest,
+    fingerprint,
+    manifest_digest,
+    parse_manifest,
+    walk_unit,
+)
+from storekit.tier.verified import record_verified
+
+
+class UnitChanged(StorekitError):
+    """The unit changed since it was planned or copied: it is not freed (exit 1)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UnitResult:
+    unit: str  # relative to its tier root
+    action: str  # archive | drain | recall
+    state: str  # done | already-moved | already-present
+    files: int
+    bytes: int
+    dest_url: str
+    manifest_xxh3_128: str
+    resumed: bool  # a journal of an earlier, interrupted run was found and finished
+    freed: bool  # the source was removed (archive/drain) or the stub (recall)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UnitInfo:
+    """What the stub says about the unit besides where it went (from the plan's scan)."""
+
+    unit_kind: str = "checkpoint"  # checkpoint | dataset
+    writer: str | None = None
+    step: int | None = None
+
+
+def tier_root(tier: TierConfig) -> Path:
+    """The local directory of a POSIX tier."""
+    if tier.scheme != "file":
+        raise StorekitError(f"tier {tier.name} is not a POSIX tier ({mask_url(tier.url)})")
+    return Path(unquote(urlsplit(tier.url).path))
+
+
+def archive_unit(
+    src_root: Path,
+    unit_rel: str,
+    dst: TierConfig,
+    *,
+    journal_dir: Path,
+    free_source: bool = True,
+    transfer: TransferConfig | None = None,
+    info: UnitInfo | None = None,
+    dst_rel: str | None = None,
+) -> UnitResult:
+    """Copy the unit at `src_root/unit_rel` to the archive tier `dst` (at `dst_rel`, default the same
+    relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
+    free the source. An archive tier that is a POSIX directory takes the drain's way there."""
+    if dst.scheme == "file":
+        return _to_posix("archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+    if dst.scheme != "s3":
+        raise UsageError(
+            f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
+        )
+    to_path = dst_rel or unit_rel
+    bucket, prefix = tier_bucket_prefix(dst)
+    dest_url = f"s3://{bucket}/{prefix}/{to_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
+    journal = UnitJournal(journal_dir, unit_id("archive", str(src_root / unit_rel), dest_url))
+
+    def make() -> Destination:
+        uploads = FileUploadJournal(journal.uploads_path)
+        return S3Destination(dst, to_path, journal=uploads, config=transfer)
+
+    return _move(
+        "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info
+    )
+
+
+def drain_unit(
+    src_root: Path,
+    unit_rel: str,
+    dst: TierConfig,
+    *,
+    journal_dir: Path,
+    free_source: bool = True,
+    info: UnitInfo | None = None,
+    dst_rel: str | None = None,
+) -> UnitResult:
+    """Copy the unit to the POSIX tier `dst` (at `dst_rel`, default the same relative path; a temp
+    sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
+    free the source."""
+    return _to_posix("drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+
+
+def posix_temp_tag(action: str, uid: str) -> str:
+    """The copy's temp sibling is `.NAME.storekit-tmp-<tag>` (`tier gc` finds it from the journal)."""
+    return f"{action}-{uid}"
+
+
+def _to_posix(
+    action: str,
+    src_root: Path,
+    unit_rel: str,
+    dst: TierConfig,
+    journal_dir: Path,
+    free_source: bool,
+    info: UnitInfo | None,
+    dst_rel: str | None,
+) -> UnitResult:
+    to_path = dst_rel or unit_rel
+    dest = tier_root(dst) / to_path
+    journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), dest.as_uri()))
+
+    def make() -> Destination:
+        return PosixDestination(dest, temp_tag=posix_temp_tag(action, journal.id))
+
+    if not journal.load(tidy=False) and (  # read-only: its temps are tidied under the lease
+        os.path.lexists(dest) or os.path.lexists(PosixDestination(dest, temp_tag="").manifest_path)
+    ):
+        raise StorekitError(f"{dest}: already exists on the destination; refusing to {action} over it")
+    return _move(
+        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
+    )
+
+
+def _move(
+    action: str,
+    src_root: Path,
+    unit_rel: str,
+    journal: UnitJournal,
+    make: Any,
+    dest_url: str,
+    to: tuple[str, str],  # (tier name, path on it)
+    free_source: bool,
+    info: UnitInfo | None,
+) -> UnitResult:
+    src = src_root / unit_rel
+    if not src.parent.is_dir():
+        raise NotFoundError(f"{src}: no such unit")
+    with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
+        purge_tombstones(src.parent)  # a free that a kill interrupted
+        remove_own_temps(src)
+        resumed = journal.load()
+        if not resumed:
+            stub = read_stub(stub_path(src))
+            present = os.path.lexists(src)
+            if stub is not None and not present:
+                return _result(action, unit_rel, dest_url, stub, "already-moved", resumed=False, freed=True)
+            if not present:
+                raise NotFoundError(f"{src}: no such unit")
+            if stub is not None:
+                raise StorekitError(
+                    f"{src}: both the unit and its stub exist (a recall not finished?)",
+                    hint=f"run `storekit tier --recall {src}` to finish the recall first",
+                )
+            entries = walk_unit(src)
+            dest_check: Destination = make()
+            try:
+                dest_check.precheck()
+            finally:
+                dest_check.close()
+            journal.advance(
+                "planned",
+                action=action,
+                source=str(src),
+                unit=unit_rel,
+                dest=dest_url,
+                tier=to[0],
+                to_path=to[1],
+                free_source=free_source,
+                info=dataclasses.asdict(info or UnitInfo()),
+                fingerprint=fingerprint(entries),
+            )
+        dest: Destination = make()
+        try:
+            return _resume(action, src, unit_rel, journal, dest, resumed)
+        finally:
+            dest.close()
+
+
+def _resume(
+    action: str,
+    src: Path,
+    unit_rel: str,
+    journal: UnitJournal,
+    dest: Destination,
+    resumed: bool,
+) -> UnitResult:
+    uid = journal.id
+    jdir = journal.dir
+    if journal.state in ("planned", "copying"):
+        entries = _unchanged(src, journal, dest, "planned")
+        journal.advance("copying")
+        if dest.manifest() is not None:
+            dest.uncommit()  # an older copy's manifest must never vouch for this one
+        log_action(jdir, f"{action}.copy", uid, unit=unit_rel, source=str(src), dest=dest.url)
+
+        def copied(digests: dict[str, str]) -> None:
+            """Every byte sent (read-back still going on): record the manifest from the reading pass."""
+            _unchanged(src, journal, dest, "planned")  # a file touched during the copy fails the unit
+            manifest = UnitManifest(
+                unit=unit_rel,
+                source=src.as_uri(),
+                entries=[dataclasses.replace(e, xxh3_128=digests.get(e.path, "")) for e in entries],
+            )
+            data = manifest.to_json()
+            journal.save_manifest(data)
+            journal.advance("copied", manifest_xxh3_128=manifest_digest(data))
+            log_action(jdir, f"{action}.copied", uid, bytes=manifest.total_bytes, files=len(manifest.files))
+
+        try:
+            dest.copy(src, entries, copied)
+        except StorekitError:
+            if journal.state == "copying":
+                _unchanged(src, journal, dest, "planned")  # a file changed under the copy: roll back
+            raise
+        journal.advance("verified")  # copy returns only once every batch was read back and matched
+        _log_verified(jdir, action, uid, _saved_manifest(journal)[0])
+    manifest, data = _saved_manifest(journal)
+    if journal.state == "copied":  # killed before the read-back finished: read everything back
+        problems = dest.readback(manifest.files)
+        if problems:  # the copy is not what was read: copy again (an uncommitted copy counts for nothing)
+            log_action(jdir, f"{action}.read-back-differs", uid, problems=problems[:10], count=len(problems))
+            journal.advance("copying")
+            return _resume(action, src, unit_rel, journal, dest, resumed)
+        journal.advance("verified")
+        _log_verified(jdir, action, uid, manifest)
+    digest = manifest_digest(data)
+    if journal.state == "verified":
+        dest.commit(data)
+        journal.advance("committed")
+        log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
+        record_verified(jdir, dest.manifest_url, digest)  # every byte was read back before the commit
+    return free_committed(action, src, unit_rel, journal, dest, resumed)
+
+
+def free_committed(
+    action: str, src: Path, unit_rel: str, journal: UnitJournal, dest: Destination, resumed: bool
+) -> UnitResult:
+    """From `committed` on: stub the source and free it (unless the move keeps it), each step
+    journaled; a source changed since `planned` is kept and loses its stub (UnitChanged)."""
+    uid, jdir = journal.id, journal.dir
+    manifest, data = _saved_manifest(journal)
+    digest = manifest_digest(data)
+    if journal.state == "committed":
+        if not journal.doc.get("free_source", True):
+            log_action(jdir, f"{action}.kept-source", uid, reason="copy only (not to be freed)")
+            journal.finish()
+            return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=False)
+        _unchanged(src, journal, dest, "committed")
+        info = UnitInfo(**journal.doc.get("info", {}))
+        stub = Stub(
+            unit=src.name,
+            unit_kind=info.unit_kind,
+            is_file=os.path.isfile(src) and not os.path.islink(src),
+            writer=info.writer,
+            step=info.step,
+            action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
+            to_tier=str(journal.doc["tier"]),
+            to_path=str(journal.doc["to_path"]),
+            manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
+            manifest_xxh3=digest,
+            bytes=manifest.total_bytes,
+            files=len(manifest.files),
+            at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            dirs=manifest.dirs,
+            unit_id=uid,
+        )
+        write_stub(src, stub)
+        journal.advance("stubbed")
+    if journal.state == "stubbed":
+        if os.path.lexists(src):
+            _unchanged(src, journal, dest, "committed")
+            remove_tree(src)
+        journal.advance("freed")
+        log_action(jdir, f"{action}.freed", uid, source=str(src), bytes=manifest.total_bytes)
+    journal.finish()
+    return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=True)
+
+
+def remove_own_temps(unit: Path) -> None:
+    """Temps of the stub's or a sibling manifest's atomic write that a crash left (we hold the lease)."""
+    prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, MANIFEST_SUFFIX))
+    for name in os.listdir(unit.parent):
+        if name.startswith(prefixes):
+            remove_partial(unit.parent / name)
+
+
+def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -> list[UnitEntry]:
+    """The unit's entries, if its fingerprint is the planned one; else roll back and raise."""
+    entries = walk_unit(src) if os.path.lexists(src) else []
+    if fingerprint(entries) == journal.doc["fingerprint"]:
+        return entries
+    if since == "planned":
+        # nothing on the destination counts yet: remove it all, so no orphan stays behind
+        dest.discard(entries)
+        log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=True)
+        journal.finish()
+        raise UnitChanged(f"{src}: changed since it was planned; the copy was rolled back, nothing freed")
+    log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=False)
+    spath = stub_path(src)
+    if spath.exists():  # the source stays the truth: a stub beside it would say it moved
+        spath.unlink()
+        fsync_dir(src.parent)
+    journal.finish()
+    raise UnitChanged(
+        f"{src}: changed after its copy was committed ({dest.url}); the source was kept, not freed",
+        hint="plan it again: the next archive replaces the copy",
+    )
+
+
+def _saved_manifest(journal: UnitJournal) -> tuple[UnitManifest, bytes]:
+    data = journal.saved_manifest()
+    if data is None or manifest_digest(data) != journal.doc.get("manifest_xxh3_128"):
+        raise MismatchError(
+            f"{journal.manifest_path}: missing or not the journaled manifest", hint="see `tier gc`"
+        )
+    return parse_manifest(data, str(journal.manifest_path)), data
+
+
+def _log_verified(jdir: Path, action: str, uid: str, manifest: UnitManifest) -> None:
+    log_action(
+        jdir,
+        f"{action}.verified",
+        uid,
+        bytes=manifest.total_bytes,
+        files={e.path: e.xxh3_128 for e in manifest.files},
+    )
+
+
+def _done(
+    action: str, unit_rel: str, url: str, m: UnitManifest, digest: str, resumed: bool, *, freed: bool
+) -> UnitResult:
+    return UnitResult(
+        unit=unit_rel,
+        action=action,
+        state="done",
+        files=len(m.files),
+        bytes=m.total_bytes,
+        dest_url=url,
+        manifest_xxh3_128=digest,
+        resumed=resumed,
+        freed=freed,
+    )
+
+
+def _result(
+    action: str, unit_rel: str, url: str, stub: Stub, state: str, *, resumed: bool, freed: bool
+) -> UnitResult:
+    return UnitResult(
+        unit=unit_rel,
+        action=action,
+        state=state,
+        files=stub.files,
+        bytes=stub.bytes,
+        dest_url=url,
+        manifest_xxh3_128=stub.manifest_xxh3,
+        resumed=resumed,
+        freed=freed,
+    )
+
+
+# -- recall ----------------------------------------------------------------------------------------
+def source_of_stub(stub: Stub, site: SiteConfig, *, transfer: TransferConfig | None = None) -> Destination:
+    """Where a stub says the unit is (its tier, by name, from the site config), to fetch from."""
+    tier = site.tier(stub.to_tier)
+    if tier.scheme == "s3":
+        return S3Destination(tier, stub.to_path, journal=None, config=transfer)
+    return PosixDestination(tier_root(tier) / stub.to_path, temp_tag="unused")
+
+
+def recall_unit(
+    root: Path,
+    unit_rel: str,
+    *,
+    journal_dir: Path,
+    site: SiteConfig,
+    transfer: TransferConfig | None = None,
+) -> UnitResult:
+    """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was."""
+    unit = root / unit_rel
+    spath = stub_path(unit)
+    with Lease(sibling_lease_path(unit), purpose=f"recall of {unit}"):
+        purge_tombstones(unit.parent)
+        remove_own_temps(unit)
+        stub = read_stub(spath)
+        journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
+        resumed = journal.load()
+        if not resumed:
+            if stub is None:
+                if os.path.lexists(unit):
+                    return UnitResult(
+                        unit=unit_rel,
+                        action="recall",
+                        state="already-present",
+                        files=0,
+                        bytes=0,
+                        dest_url=unit.as_uri(),
+                        manifest_xxh3_128="",
+                        resumed=False,
+                        freed=False,
+                    )
+                raise NotFoundError(f"{spath}: no such stub (and no unit {unit})")
+            if os.path.lexists(unit):
+                raise StorekitError(f"{unit}: exists beside its stub {spath}; refusing to overwrite it")
+            journal.advance(
+                "planned", action="recall", unit=unit_rel, target=str(unit), stub=dataclasses.asdict(stub)
+            )
+        stub = Stub(**journal.doc["stub"])
+        source = source_of_stub(stub, site, transfer=transfer)
+        try:
+            return _recall(unit, unit_rel, journal, stub, source, resumed)
+        finally:
+            source.close()
+
+
+def _recall(
+    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination, resumed: bool
+) -> UnitResult:
+    uid, jdir = journal.id, journal.dir
+    temp = unit.parent / f".{unit.name}{TMP_MARK}recall-{uid}"
+    if journal.state in ("planned", "copying"):
+        journal.advance("copying", temp=str(temp))
+        data = source.manifest()
+        if data is None:
+            raise NotFoundError(
+                f"{source.manifest_url}: the archive named by {stub_path(unit)} is gone; nothing was changed",
+                hint="restore it from a backup, or remove the stub if the unit is no longer wanted",
+            )
+        if manifest_digest(data) != stub.manifest_xxh3:
+            raise MismatchError(
+                f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} "
+                f"is not the stub's {stub.manifest_xxh3}"
+            )
+        journal.save_manifest(data)
+        manifest = parse_manifest(data, source.manifest_url)
+        remove_partial(temp)
+        log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
+        materialize(
+            manifest.entries, temp, source.fetch
+        )  # every file checked against the manifest in the pass
+        fsync_dir(unit.parent)
+        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3)
+    manifest, data = _saved_manifest(journal)
+    if journal.state == "copied":
+        _check_tree(temp, manifest)
+        journal.advance("verified")
+        _log_verified(jdir, "recall", uid, manifest)
+    if journal.state == "verified":
+        if os.path.lexists(temp):
+            os.rename(temp, unit)
+            fsync_dir(unit.parent)
+        elif not os.path.lexists(unit):
+            raise NotFoundError(f"{temp}: the recalled copy is gone before it was renamed into place")
+        faults.point("tier.renamed")
+        journal.advance("committed")
+        log_action(jdir, "recall.committed", uid, unit=str(unit))
+    if journal.state in ("committed", "stubbed"):
+        spath = stub_path(unit)
+        if spath.exists():
+            spath.unlink()
+            fsync_dir(unit.parent)
+        journal.advance("freed")
+        log_action(jdir, "recall.stub-removed", uid, stub=str(spath), bytes=manifest.total_bytes)
+    journal.finish()
+    return UnitResult(
+        unit=unit_rel,
+        action="recall",
+        state="done",
+        files=len(manifest.files),
+        bytes=manifest.total_bytes,
+        dest_url=unit.as_uri(),
+        manifest_xxh3_128=stub.manifest_xxh3,
+        resumed=resumed,
+        freed=True,
+    )
+
+
+def _check_tree(root: Path, manifest: UnitManifest) -> None:
+    """The recalled tree holds exactly the manifest's entries (types, sizes, modes, mtimes, links);
+    the bytes were checked while they were written."""
+    got = {e.path: e for e in walk_unit(root)}
+    want = {e.path: e for e in manifest.entries}
+    if set(got) != set(want):
+        extra = sorted(set(got) ^ set(want))
+        raise MismatchError(f"{root}: entries differ from the manifest ({extra[0]}, {len(extra)} in all)")
+    for path, w in want.items():
+        g = got[path]
+        same = (g.type, g.mtime_ns, g.target) == (w.type, w.mtime_ns, w.target)
+        same = same and (w.type == "symlink" or g.mode == w.mode) and (w.type != FILE or g.size == w.size)
+        if not same:
+            raise MismatchError(f"{root}/{path}: not restored as the manifest says ({g} vs {w})")
+
+
+def move_unit(unit: Any, *, site: SiteConfig) -> Any:
+    """A plan unit's move (`tier --apply` loads this name): see storekit.tier.moveunit."""
+    from storekit.tier.moveunit import move_unit as move
+
+    return move(unit, site=site)

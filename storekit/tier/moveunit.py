@@ -1,0 +1,86 @@
+"""The entry point a reviewed plan's `--apply` calls for each unit: `move_unit(unit, site=...)`.
+
+`unit` is a plan unit (storekit.tier.plan.PlanUnit: action, src_tier, src_path, dst_tier, dst_path,
+free_source, unit_kind, writer, step); the moves themselves are storekit.tier.mover's. The unit
+journals live on a shared tier: `$STOREKIT_TIER_JOURNAL`, else `.storekit-tier-journal/` in the
+root of the first POSIX tier that is not node-local (role burst).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from storekit.config import SiteConfig
+from storekit.errors import StorekitError, UsageError
+from storekit.tier.mover import UnitChanged, UnitInfo, archive_unit, drain_unit, recall_unit, tier_root
+
+JOURNAL_ENV = "STOREKIT_TIER_JOURNAL"
+JOURNAL_DIR = ".storekit-tier-journal"
+
+
+@dataclass(frozen=True)
+class UnitOutcome:
+    status: str  # done | skipped | failed
+    reason: str
+    bytes: int
+    exit_code: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def journal_dir_for(site: SiteConfig) -> Path:
+    where = os.environ.get(JOURNAL_ENV)
+    if where:
+        return Path(where)
+    for tier in site.tiers.values():
+        if tier.scheme == "file" and tier.role != "burst":
+            return tier_root(tier) / JOURNAL_DIR
+    raise UsageError(
+        "no shared POSIX tier for the tier journal",
+        hint=f"configure a tier of role parallel (or plain), or set {JOURNAL_ENV}",
+    )
+
+
+def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
+    """Carry out one plan unit; a unit that changed under the move is skipped (its copy rolled back
+    or, once committed, kept without freeing the source)."""
+    journal = journal_dir_for(site)
+    info = UnitInfo(unit_kind=unit.unit_kind, writer=unit.writer, step=unit.step)
+    try:
+        if unit.action == "archive":
+            src = tier_root(site.tier(unit.src_tier))
+            dst = site.tier(unit.dst_tier)
+            r = archive_unit(
+                src, unit.src_path, dst, journal_dir=journal, free_source=unit.free_source, info=info,
+                dst_rel=unit.dst_path,
+            )  # fmt: skip
+        elif unit.action == "drain":
+            src = tier_root(site.tier(unit.src_tier))
+            r = drain_unit(
+                src, unit.src_path, site.tier(unit.dst_tier), journal_dir=journal,
+                free_source=unit.free_source, info=info, dst_rel=unit.dst_path,
+            )  # fmt: skip
+        elif unit.action == "recall":
+            r = recall_unit(
+                tier_root(site.tier(unit.dst_tier)), unit.dst_path, journal_dir=journal, site=site
+            )
+        elif unit.action == "purge":
+            from storekit.tier.purge import purge_unit
+
+            r = purge_unit(
+                tier_root(site.tier(unit.src_tier)), unit.src_path, site.tier(unit.dst_tier),
+                journal_dir=journal, dst_rel=unit.dst_path, info=info,
+                verify_max_age_s=getattr(unit, "verify_max_age_s", None),
+            )  # fmt: skip
+        else:
+            raise StorekitError(f"{unit.src_path}: the mover cannot {unit.action}")
+    except UnitChanged as exc:
+        return UnitOutcome("skipped", exc.message, 0, int(exc.exit_code))
+    why = "copied and verified; source kept" if not r.freed and r.action != "recall" else r.state
+    if r.action == "purge" and r.state == "done":
+        why = "freed: its copy is committed, the same bytes, and verified"
+    return UnitOutcome("done", why, r.bytes, 0)

@@ -1,0 +1,172 @@
+"""Purge: free a unit whose copy on another tier is committed and verified; nothing is copied.
+
+A purge never writes to the destination. The copy counts only when its manifest is there (present =
+committed) and describes the source exactly: the same entries, types, sizes, modes, mtimes and link
+targets, and the source's bytes hash to the manifest's xxh3-128 digests (a source rewritten since it
+was copied is not purged). The copy itself is verified either by reading every file back now or, when
+the rule sets `verify_max_age`, by a recorded verification of that very manifest within that age
+(storekit.tier.verified). Only then is the unit journaled as `committed` and freed the mover's way:
+stub beside it, fingerprint checked once more, removed through a tombstone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from storekit.config import TierConfig
+from storekit.durable import purge_tombstones
+from storekit.errors import MismatchError, NotFoundError, StorekitError
+from storekit.lease import Lease, sibling_lease_path
+from storekit.ops import FileDigest, hash_local
+from storekit.ops.s3transfer import TransferConfig
+from storekit.tier.dest import Destination, PosixDestination, S3Destination
+from storekit.tier.mover import UnitChanged, UnitInfo, UnitResult, free_committed, remove_own_temps, tier_root
+from storekit.tier.stubfile import read_stub, stub_path
+from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
+from storekit.tier.unitmanifest import (
+    FILE,
+    LINK,
+    UnitEntry,
+    UnitManifest,
+    fingerprint,
+    manifest_digest,
+    parse_manifest,
+    walk_unit,
+)
+from storekit.tier.verified import record_verified, verified_at
+from storekit.units import format_duration
+
+
+class NoVerifiedCopy(UnitChanged):
+    """No committed copy, or one that is not this source: the unit is skipped, nothing freed."""
+
+
+def destination(tier: TierConfig, to_path: str, *, tag: str, transfer: TransferConfig | None) -> Destination:
+    """The copy of a unit at `to_path` on `tier`, to read (never to write)."""
+    if tier.scheme == "s3":
+        return S3Destination(tier, to_path, journal=None, config=transfer)
+    return PosixDestination(tier_root(tier) / to_path, temp_tag=tag)
+
+
+def purge_unit(
+    src_root: Path,
+    unit_rel: str,
+    dst: TierConfig,
+    *,
+    journal_dir: Path,
+    dst_rel: str | None = None,
+    verify_max_age_s: float | None = None,
+    info: UnitInfo | None = None,
+    transfer: TransferConfig | None = None,
+    now: float | None = None,
+) -> UnitResult:
+    """Free `src_root/unit_rel` if its copy at `dst_rel` on `dst` is committed, is this unit, and is
+    verified (read back now, or within `verify_max_age_s`); NoVerifiedCopy (skipped) otherwise."""
+    src = src_root / unit_rel
+    to_path = dst_rel or unit_rel
+    uid = unit_id("purge", str(src), f"{dst.name}:{to_path}")
+    dest = destination(dst, to_path, tag=f"purge-{uid}", transfer=transfer)
+    journal = UnitJournal(journal_dir, uid)
+    try:
+        if not src.parent.is_dir():
+            raise NotFoundError(f"{src}: no such unit")
+        with Lease(sibling_lease_path(src), purpose=f"purge of {src}"):
+            purge_tombstones(src.parent)  # a free that a kill interrupted
+            remove_own_temps(src)
+            resumed = journal.load()
+            if not resumed:
+                stub = read_stub(stub_path(src))
+                if stub is not None and not os.path.lexists(src):
+                    return _already(unit_rel, dest, stub.manifest_xxh3, stub.bytes, stub.files)
+                if not os.path.lexists(src):
+                    raise NotFoundError(f"{src}: no such unit")
+                if stub is not None:
+                    raise StorekitError(f"{src}: both the unit and its stub exist (a recall not finished?)")
+                entries, data = _verified_copy(src, dest, journal, verify_max_age_s, now)
+                journal.save_manifest(data)
+                journal.advance(  # the first durable step: before it, a purge has changed nothing
+                    "committed",
+                    action="purge",
+                    stub_action="archive" if dst.role == "archive" else "drain",
+                    source=str(src),
+                    unit=unit_rel,
+                    dest=dest.url,
+                    tier=dst.name,
+                    to_path=to_path,
+                    free_source=True,
+                    info=dataclasses.asdict(info or UnitInfo()),
+                    fingerprint=fingerprint(entries),
+                    manifest_xxh3_128=manifest_digest(data),
+                )
+            return free_committed("purge", src, unit_rel, journal, dest, resumed)
+    finally:
+        dest.close()
+
+
+def _verified_copy(
+    src: Path, dest: Destination, journal: UnitJournal, max_age: float | None, now: float | None
+) -> tuple[list[UnitEntry], bytes]:
+    data = dest.manifest()
+    if data is None:
+        raise NoVerifiedCopy(f"{src}: no committed copy at {dest.manifest_url}; not purged")
+    manifest = parse_manifest(data, dest.manifest_url)
+    entries = walk_unit(src)
+    differs = _differs(src, entries, manifest)
+    if differs is not None:
+        raise NoVerifiedCopy(f"{src}: not the unit copied to {dest.url} ({differs}); not purged")
+    digest = manifest_digest(data)
+    when = verified_at(journal.dir, dest.manifest_url, digest)
+    age = (time.time() if now is None else now) - when if when is not None else None
+    if max_age is not None and age is not None and age <= max_age:
+        how = f"verified {format_duration(max(0.0, age))} ago (verify_max_age {format_duration(max_age)})"
+    else:
+        problems = dest.readback(manifest.files)
+        if problems:
+            raise MismatchError(
+                f"{dest.url}: the copy does not read back as its manifest says ({problems[0]}; "
+                f"{len(problems)} in all); {src} not purged",
+                hint="storekit tier verify names every problem; archive the unit again",
+            )
+        record_verified(journal.dir, dest.manifest_url, digest)
+        how = "read back now"
+    log_action(journal.dir, "purge.verified", journal.id, source=str(src), copy=dest.url, how=how)
+    return entries, data
+
+
+def _differs(src: Path, entries: list[UnitEntry], manifest: UnitManifest) -> str | None:
+    """What makes the source other than the copy's manifest says (None: the same unit, byte for byte)."""
+    want = {e.path: e for e in manifest.entries}
+    got = {e.path: e for e in entries}
+    if set(want) != set(got):
+        odd = sorted(set(want) ^ set(got))
+        where = "the copy" if odd[0] in want else "the source"
+        return f"{odd[0]} is only in {where}; {len(odd)} entries differ"
+    for path, w in want.items():
+        g = got[path]
+        if (g.type, g.target) != (w.type, w.target) or (w.type != LINK and g.mode != w.mode):
+            return f"{path}: type, mode or link target differs"
+        if w.type == FILE and (g.size, g.mtime_ns) != (w.size, w.mtime_ns):
+            return f"{path}: size or mtime differs"
+    for path, w in want.items():
+        if w.type == FILE:
+            got_digest = hash_local(src if path == "." else src / path, drop_cache=True)
+            if got_digest != FileDigest(size=w.size, xxh3_128=w.xxh3_128):
+                return f"{path}: its bytes differ from the copy's"
+    return None
+
+
+def _already(unit_rel: str, dest: Destination, digest: str, size: int, files: int) -> UnitResult:
+    return UnitResult(
+        unit=unit_rel,
+        action="purge",
+        state="already-moved",
+        files=files,
+        bytes=size,
+        dest_url=dest.url,
+        manifest_xxh3_128=digest,
+        resumed=False,
+        freed=True,
+    )

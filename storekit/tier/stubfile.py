@@ -1,0 +1,33 @@
+"""Stubs as files on a POSIX tier: where a unit's stub is, reading and writing it durably.
+
+The format is storekit.tier.stub's (tier name + paths relative to it, never a URL).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from storekit.durable import fsync_dir, write_file_atomic
+from storekit.tier.stub import STUB_SUFFIX, Stub, parse_stub, render_stub
+
+
+def stub_path(unit_path: str | os.PathLike[str]) -> Path:
+    path = Path(unit_path)
+    return path.parent / f"{path.name}{STUB_SUFFIX}"
+
+
+def read_stub(path: str | os.PathLike[str]) -> Stub | None:
+    """The stub at `path`, None when there is none; StubError (exit 4) when it is not a valid one."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    return parse_stub(data, str(path))
+
+
+def write_stub(unit_path: str | os.PathLike[str], stub: Stub) -> Path:
+    path = stub_path(unit_path)
+    write_file_atomic(path, render_stub(stub), mode=0o644)
+    fsync_dir(path.parent)
+    return path

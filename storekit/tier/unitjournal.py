@@ -1,0 +1,148 @@
+"""The per-unit journal: which step of a move a unit has durably reached, and the action log.
+
+One JSON file per unit in the journal directory (a shared tier: every node sees every unit):
+
+    planned -> copying -> copied -> verified -> committed -> stubbed -> freed (file removed)
+
+Each step is written with an atomic replace plus a directory fsync *after* the work it names is
+durable, so a rerun resumes from the last step that surely happened. The copy's manifest (digests
+from the reading pass) is kept beside it once copied. Multipart uploads in flight are journaled in
+`<id>.uploads.json` (storekit.ops.journal) so `tier gc` aborts exactly those. `actions.log` gets
+one JSON line per action (fsynced, append-only): what, unit, bytes, digests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from storekit import faults
+from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
+from storekit.errors import MismatchError
+
+STATES = ("planned", "copying", "copied", "verified", "committed", "stubbed", "freed")
+JOURNAL_VERSION = 1
+LOG_NAME = "actions.log"
+
+
+def unit_id(action: str, source: str, dest: str) -> str:
+    """Stable per (action, source unit, destination): a rerun finds its own journal."""
+    return xxhash.xxh3_64_hexdigest(f"{action}\0{source}\0{dest}".encode())
+
+
+def state_index(state: str) -> int:
+    return STATES.index(state)
+
+
+class UnitJournal:
+    def __init__(self, journal_dir: Path, uid: str) -> None:
+        self.dir = journal_dir
+        self.id = uid
+        self.path = journal_dir / f"{uid}.json"
+        self.manifest_path = journal_dir / f"{uid}.manifest.json"
+        self.uploads_path = journal_dir / f"{uid}.uploads.json"
+        self.doc: dict[str, Any] = {}
+
+    def load(self, *, tidy: bool = True) -> bool:
+        """Read the journal (under the unit's lease); False when there is none (a first run).
+        `tidy` removes the temps a killed write left (never on a dry run: it writes nothing)."""
+        if tidy:
+            self.purge_temps()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return False
+        try:
+            doc = json.loads(data)
+            if doc.get("version") != JOURNAL_VERSION or doc.get("state") not in STATES:
+                raise ValueError("unknown version or state")
+        except (ValueError, AttributeError) as exc:
+            raise MismatchError(f"{self.path}: damaged unit journal ({exc})", hint="see `tier gc`") from None
+        self.doc = doc
+        return True
+
+    def purge_temps(self) -> None:
+        """Temp files of this journal's atomic writes that a kill left (only its lease holder or
+        `tier gc` of an abandoned move calls this: nobody else writes them)."""
+        prefix = f".{self.id}."
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self.dir):
+                if name.startswith(prefix) and TMP_MARK in name:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.dir / name).unlink()
+
+    @property
+    def state(self) -> str:
+        return str(self.doc.get("state", ""))
+
+    def reached(self, state: str) -> bool:
+        return bool(self.doc) and state_index(self.state) >= state_index(state)
+
+    def advance(self, state: str, **fields: Any) -> None:
+        """Durably record that `state` was reached (and any fields that go with it)."""
+        self.doc.update(fields, version=JOURNAL_VERSION, id=self.id, state=state, updated=time.time())
+        self.dir.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(self.doc, indent=1, sort_keys=True).encode() + b"\n"
+        write_file_atomic(self.path, data, mode=0o600)
+        fsync_dir(self.dir)
+        faults.point(f"tier.{state}")
+
+    def save_manifest(self, data: bytes) -> None:
+        write_file_atomic(self.manifest_path, data, mode=0o600)
+        fsync_dir(self.dir)
+
+    def saved_manifest(self) -> bytes | None:
+        try:
+            return self.manifest_path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def finish(self) -> None:
+        """The move is done (or rolled back): the journal goes; the action log keeps the history."""
+        for path in (self.manifest_path, self.uploads_path, self.path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        fsync_dir(self.dir)
+
+
+def journals(journal_dir: Path, *, tidy: bool = True) -> list[UnitJournal]:
+    """Every unit journal left in `journal_dir` (moves not finished)."""
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(journal_dir)):
+            if name.endswith(".json") and name.count(".") == 1 and not name.startswith("."):
+                j = UnitJournal(journal_dir, name[: -len(".json")])
+                if j.load(tidy=tidy):
+                    found.append(j)
+    return found
+
+
+def log_action(journal_dir: Path, action: str, unit_id_: str, **fields: Any) -> None:
+    """Append one line to the action log and fsync it (O_APPEND: lines from many nodes interleave whole)."""
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"time": time.time(), "host": socket.gethostname(), "pid": os.getpid(), "action": action}
+    doc.update(unit_id=unit_id_, **fields)
+    line = json.dumps(doc, sort_keys=True).encode() + b"\n"
+    fd = os.open(journal_dir / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_log(journal_dir: Path) -> list[dict[str, Any]]:
+    """The action log's lines (a torn last line from a crash is skipped)."""
+    out = []
+    with contextlib.suppress(FileNotFoundError), open(journal_dir / LOG_NAME, "rb") as fh:
+        for line in fh:
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out

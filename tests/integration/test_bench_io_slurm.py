@@ -1,0 +1,233 @@
+"""bench io on several nodes of the real test Slurm (4 emulated nodes on one host): one agent per
+node through srun, per-node and aggregate results, every node's view of the scratch cleaned, and an
+abort from one node that reaches all of them (driven by fault points, not timing)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import IN_CI, run_storekit, storekit_env
+from tests.integration.test_slurm import wait_for
+
+pytestmark = pytest.mark.slurm
+NODES = 2
+SMALL = ["--size", "4M", "--file-size", "1M", "--workers", "1", "--repeat", "1"]
+
+
+@pytest.fixture
+def slurm_nodes(slurm_cluster: None) -> list[str]:
+    """The test cluster's node names; fewer than NODES fails in CI (slurm-up.sh starts four)."""
+    proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60)
+    names = sorted(set(proc.stdout.split()))
+    if proc.returncode != 0 or len(names) < NODES:
+        why = f"bench io across nodes needs {NODES} Slurm nodes; sinfo lists {names} ({proc.stderr.strip()})"
+        if IN_CI:
+            pytest.fail(why)
+        pytest.skip(why)
+    return names
+
+
+def bench(target: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_storekit(
+        [
+            "bench",
+            "io",
+            "--executor",
+            "slurm",
+            "--nodes",
+            str(NODES),
+            "--target",
+            str(target),
+            "--json",
+            *args,
+        ],
+        env=env,
+        timeout=300,
+    )
+
+
+def leftovers(target: Path) -> list[str]:
+    scratch = target / "scratch"
+    return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
+
+
+def test_two_nodes_give_per_node_and_aggregate_results(
+    slurm_nodes: list[str], tmp_path: Path, promtool: Any
+) -> None:
+    target = tmp_path / "shared"
+    target.mkdir()
+    prom = tmp_path / "bench.prom"
+    proc = bench(target, "--pattern", "shards,meta", "--files", "20", *SMALL, "--prometheus", str(prom))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    nodes = doc["environment"]["nodes"]
+    names = [n["node"] for n in nodes]
+    assert len(set(names)) == NODES and set(names) <= set(slurm_nodes), names  # from SLURMD_NODENAME
+    for n in nodes:  # one host: the measured offset is the noise of the ping, well under a second
+        assert n["clock"]["corrected"] is True and abs(n["clock"]["offset_ns"]) < 1e9
+        assert n["environment"]["hostname"] and n["free_bytes"] > 0
+        assert n["direct"]["requested"] is True and isinstance(n["direct"]["effective"], bool)
+    assert doc["parameters"]["nodes"] == NODES
+    shards = [p for p in doc["results"] if p["pattern"] == "shards"]
+    assert shards
+    for ph in shards[0]["phases"]:
+        rows = ph["nodes"]
+        assert sorted(r["node"] for r in rows) == sorted(names)
+        assert all(r["workers"] == 1 and r["bandwidth_bytes_per_s"] > 0 for r in rows)
+        aggregate = ph["repeats"][0]
+        # the aggregate is every node's bytes over all nodes' first start .. last finish
+        assert aggregate["workers"] == NODES
+        assert (
+            sum(r["bytes"] for r in rows) == aggregate["bytes"] == ph["planned_bytes_per_repeat"] == 4 << 20
+        )
+        hosts = {row["node"] for row in aggregate["stragglers"]}
+        assert hosts == set(names)
+    reads = next(ph for ph in shards[0]["phases"] if ph["phase"] == "read")
+    evicted = reads["cache"][0]["nodes"]  # each node evicted what it was about to read
+    assert sorted(e["node"] for e in evicted) == sorted(names)
+    assert sum(e["evicted_files"] for e in evicted) == 4
+    meta = [p for p in doc["results"] if p["pattern"] == "meta"]
+    assert all(len(ph["nodes"]) == NODES for p in meta for ph in p["phases"])
+    # every node's own view: the run directory is gone; and nothing is left on the target
+    assert sorted(c["node"] for c in doc["cleanup"]["nodes"]) == sorted(names)
+    assert all(c["run_dir_gone"] for c in doc["cleanup"]["nodes"])
+    assert doc["cleanup"]["leftovers"] == [] and leftovers(target) == []
+    text = prom.read_text()
+    promtool(text)
+    for name in names:
+        assert f'node="{name}"' in text
+
+
+@pytest.mark.parametrize(("action", "code", "says"), [("eio", 1, "failed"), ("kill", 5, "dropped")])
+def test_one_node_failing_stops_every_node(
+    slurm_nodes: list[str], tmp_path: Path, action: str, code: int, says: str
+) -> None:
+    """Agent rank 1 fails (or dies) once its workers are ready: the coordinator aborts the other node
+    before anything is timed, every worker stops, the scratch is cleaned, and one line says why."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    mark = f"STOREKIT_TEST_RUN={uuid.uuid4().hex}"  # srun passes it to every agent and worker
+    env = {"STOREKIT_FAULTS": f"bench.agent1.ready={action}", **dict([mark.split("=")])}
+    proc = bench(target, "--pattern", "shards", *SMALL, env=env)
+    assert proc.returncode == code, proc.stderr
+    doc = json.loads(proc.stdout)
+    message = doc["error"]["message"] if isinstance(doc["error"], dict) else doc["error"]
+    assert says in message and "node sk-" in message, message
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    if action == "eio":  # the healthy node heard the abort and stopped its workers itself
+        assert "aborted by the coordinator" in proc.stderr, proc.stderr
+    assert leftovers(target) == []
+    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]  # rich may wrap it
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
+    assert f"--connect {connect}" not in ps  # no node's agent (all on this host) outlived the command
+    # nor any worker: the killed agent's one waited at the start barrier, orphaned; it must end by
+    # itself at once (it used to wait out its 600 s barrier timeout)
+    assert wait_gone(mark, 60) == [], "workers of the run outlived their agent"
+
+
+def wait_gone(mark: str, limit_s: float) -> list[int]:
+    """Processes whose environment holds `mark`, once none is left or `limit_s` passed."""
+    deadline = time.monotonic() + limit_s
+    while (left := with_environ(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def with_environ(mark: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and mark.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+    return found
+
+
+def test_dry_run_prints_the_srun_line_and_writes_nothing(slurm_nodes: list[str], tmp_path: Path) -> None:
+    target = tmp_path / "shared"
+    target.mkdir()
+    proc = bench(target, "--pattern", "shards", *SMALL, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    srun = json.loads(proc.stdout)["launch"]["srun"]
+    assert srun[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert srun[-4:-1] == ["bench", "agent", "--connect"]
+    assert list(target.iterdir()) == []
+
+
+def test_more_nodes_than_the_cluster_has_is_refused(slurm_nodes: list[str], tmp_path: Path) -> None:
+    proc = run_storekit(["bench", "io", "--executor", "slurm", "--nodes", str(len(slurm_nodes) + 1),
+                         "--target", str(tmp_path), "--pattern", "meta", *SMALL], timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"has {len(slurm_nodes)} node(s)" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_controller_down_is_one_line_exit_5(slurm_nodes: list[str], tmp_path: Path) -> None:
+    """The same cluster config with the controller's port moved where nothing listens."""
+    conf = Path(os.environ["SLURM_CONF"]).read_text()
+    lines = [line for line in conf.splitlines() if not line.startswith("SlurmctldPort=")]
+    bad = tmp_path / "slurm.conf"
+    bad.write_text("\n".join([*lines, "SlurmctldPort=9"]) + "\n")
+    target = tmp_path / "shared"
+    target.mkdir()
+    args = [
+        "bench",
+        "io",
+        "--executor",
+        "slurm",
+        "--nodes",
+        "2",
+        "--target",
+        str(target),
+        "--pattern",
+        "shards",
+        *SMALL,
+    ]
+    proc = run_storekit(args, env={"SLURM_CONF": str(bad)}, timeout=120)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stderr.startswith("error: sinfo failed: "), proc.stderr
+    assert "Unable to contact slurm controller" in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
+    assert list(target.iterdir()) == []
+
+
+def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
+    slurm_nodes: list[str], tmp_path: Path
+) -> None:
+    """What an admin writes in a batch script: no --nodes, the allocation's nodes are used."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    out = tmp_path / "bench.json"
+    command = [sys.executable, "-m", "storekit", "bench", "io", "--executor", "slurm",
+               "--target", str(target), "--pattern", "shards", *SMALL, "--json"]  # fmt: skip
+    wrap = f"{shlex.join(command)} > {shlex.quote(str(out))}"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", f"--nodes={NODES}", "--time=5", f"--output={tmp_path}/slurm-%j.out",
+         "--wrap", wrap],
+        env=storekit_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    try:
+        wait_for(job)
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    log = "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+    doc = json.loads(out.read_text())
+    names = sorted(n["node"] for n in doc["environment"]["nodes"])
+    assert len(names) == NODES and set(names) <= set(slurm_nodes), log
+    assert all(len(ph["nodes"]) == NODES for p in doc["results"] for ph in p["phases"])
+    assert doc["parameters"]["nodes"] == NODES and leftovers(target) == []
+    # a step of the allocation, not a new job (rich may wrap the line)
+    assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in " ".join(log.split())

@@ -1,0 +1,115 @@
+"""`storekit tier` end to end through the CLI with the real mover on POSIX tiers (the archive tier a
+local directory): a reviewed plan applied, a unit changed since the plan skipped, stubs, `tier
+verify`, `--drain` keeping the newest checkpoint, recall byte-identical, `layout check` clean, and
+an archive tier on S3 without credentials refused with one line."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from storekit.tier.stubfile import read_stub, stub_path
+from tests.conftest import Ran
+from tests.unit.tier.conftest import make_site
+from tests.unit.tier.helpers import leftovers, make_unit, snapshot
+
+POLICIES = '[policies.old-runs]\naction = "archive"\nolder_than = "1d"\nkeep_last = 1\n'
+RUN1, RUN2 = "checkpoints/run_001", "checkpoints/run_002"
+
+
+@pytest.fixture
+def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("STOREKIT_TIER_JOURNAL", raising=False)
+    make_site(tmp_path, POLICIES)
+    for n in (100, 200, 300):
+        make_unit(tmp_path / "lustre" / RUN1 / f"step_{n:06d}", seed=n)
+    for n in (500, 600):
+        make_unit(tmp_path / "nvme" / RUN2 / f"step_{n:06d}", seed=n)
+    return tmp_path
+
+
+def ok(ran: Ran) -> dict[str, object]:
+    assert ran.code == 0, ran.stderr
+    assert "Traceback" not in ran.stderr
+    doc = ran.json()
+    assert isinstance(doc, dict)
+    return doc
+
+
+def statuses(doc: dict[str, object]) -> dict[str, tuple[str, str]]:
+    results = doc["results"]
+    assert isinstance(results, list)
+    return {r["path"].rsplit("/", 1)[1]: (r["status"], r["reason"]) for r in results}
+
+
+def test_archive_drain_recall_through_the_cli(site_dir: Path, sk: Callable[..., Ran]) -> None:
+    lustre, nvme, vault = site_dir / "lustre", site_dir / "nvme", site_dir / "vault"
+    before = {n: snapshot(lustre / RUN1 / f"step_{n:06d}") for n in (100, 200, 300)}
+    plan = ok(sk(site_dir, "tier", "--archive", "old-runs", "--plan-out", "plan.json", "--json"))
+    units = plan["units"]
+    assert isinstance(units, list)
+    assert [u["src_path"] for u in units] == [f"{RUN1}/step_000100", f"{RUN1}/step_000200"]
+    changed = lustre / RUN1 / "step_000200/model/rank0.pt"
+    os.utime(changed, ns=(os.stat(changed).st_atime_ns, os.stat(changed).st_mtime_ns + 1))
+
+    done = ok(sk(site_dir, "tier", "--apply", "plan.json", "--json"))
+    by = statuses(done)
+    assert by["step_000100"][0] == "done"
+    assert by["step_000200"][0] == "skipped" and "changed since the plan" in by["step_000200"][1]
+    assert not (lustre / RUN1 / "step_000100").exists()
+    assert snapshot(vault / RUN1 / "step_000100") == before[100]  # bytes, modes, mtimes, links
+    assert (vault / RUN1 / "step_000100.storekit-archive.json").is_file()
+    stub = read_stub(stub_path(lustre / RUN1 / "step_000100"))
+    assert stub is not None and (stub.action, stub.to_tier, stub.to_path) == (
+        "archive",
+        "vault",
+        f"{RUN1}/step_000100",
+    )
+    assert (lustre / RUN1 / "step_000200").is_dir() and not (vault / RUN1 / "step_000200").exists()
+    assert snapshot(lustre / RUN1 / "step_000300") == before[300]
+    again = ok(sk(site_dir, "tier", "--apply", "plan.json", "--json"))  # a rerun of the same plan
+    assert statuses(again)["step_000100"] == ("skipped", "gone since the plan was made")
+
+    drained = ok(sk(site_dir, "tier", "--drain", "--json"))
+    by = statuses(drained)
+    assert by["step_000500"][0] == "done" and by["step_000600"][0] == "done"
+    assert not (nvme / RUN2 / "step_000500").exists() and stub_path(nvme / RUN2 / "step_000500").is_file()
+    assert (nvme / RUN2 / "step_000600").is_dir()  # the newest checkpoint: copied, never freed
+    assert snapshot(lustre / RUN2 / "step_000600") == snapshot(nvme / RUN2 / "step_000600")
+
+    assert ok(sk(site_dir, "tier", "verify", "--json"))["stubs"] == 2
+    for tier in ("nvme", "lustre", "vault"):
+        check = sk(site_dir, "layout", "check", "--tier", tier, "--json")
+        assert check.code == 0, (tier, check.stdout)
+
+    ok(sk(site_dir, "tier", "--recall", f"{RUN1}/step_000100", "--json"))
+    assert snapshot(lustre / RUN1 / "step_000100") == before[100]
+    assert not stub_path(lustre / RUN1 / "step_000100").exists()
+    gc = ok(sk(site_dir, "tier", "gc", "--json"))
+    assert gc["rolled_back"] == [] and gc["left"] == [] and gc["tombstones"] == []
+    assert leftovers(site_dir) == []
+
+
+def test_an_s3_archive_tier_without_credentials_is_one_line_exit_1(
+    site_dir: Path, sk: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(site_dir / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(site_dir / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup
+    config = (site_dir / "storekit.toml").read_text().replace('url = "./vault"', 'url = "s3://vault/archive"')
+    config += '[tiers.vault.options]\nendpoint_url = "http://127.0.0.1:9"\n'
+    (site_dir / "storekit.toml").write_text(config)
+    before = snapshot(site_dir / "lustre")
+    ran = sk(site_dir, "tier", "--archive", f"{RUN1}/step_000100", "--json")
+    assert ran.code == 1 and "Traceback" not in ran.stderr, ran.stderr
+    (result,) = ran.json()["results"]
+    assert result["status"] == "failed" and result["exit_code"] == 1
+    assert "no credentials for tier vault" in result["reason"] and "\n" not in result["reason"]
+    after = snapshot(site_dir / "lustre")
+    assert after.pop(RUN1)[:2] == before.pop(RUN1)[:2]  # its mtime: the unit's lease came and went
+    assert after == before  # nothing freed, no stub, no lease left

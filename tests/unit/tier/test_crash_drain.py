@@ -1,0 +1,106 @@
+"""SIGKILL at every fault point a drain or recall reaches (each step of the journal, each file copied,
+read back, fetched, the rename, the tombstone), then a rerun (or `tier gc` first, then a rerun): every
+byte exists whole in exactly the committed place(s), and nothing is left over after gc."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from storekit.tier.audit import gc
+from storekit.tier.mover import drain_unit, recall_unit
+from storekit.tier.stubfile import read_stub, stub_path
+from tests.unit.tier.helpers import (
+    count_points,
+    leftovers,
+    make_unit,
+    memory_dir,
+    posix_site,
+    run_killed,
+    snapshot,
+    unfinished,
+)
+
+UNIT = "checkpoints/run_001/step_100"
+
+
+def _setup(base: Path, phase: str, unit: str) -> tuple[Path, Path, Path, Callable[[], object]]:
+    burst, parallel, journal = base / "burst", base / "parallel", base / "journal"
+    if unit.startswith("datasets/"):  # a dataset version: many small shards and its manifest
+        for i in range(24):
+            (burst / unit / "shards").mkdir(parents=True, exist_ok=True)
+            (burst / unit / "shards" / f"part_{i:05d}.bin").write_bytes(bytes([i]) * (100 + i))
+        (burst / unit / "manifest.json").write_text('{"kind": "dataset"}\n')
+    elif unit.endswith(".pt"):
+        (burst / unit).parent.mkdir(parents=True)
+        (burst / unit).write_bytes(b"x" * 5000)
+        os.utime(burst / unit, ns=(1, 1_700_000_000_000_000_001))
+    else:
+        make_unit(burst / unit, seed=7)
+    parallel.mkdir()
+    site = posix_site(burst, parallel)
+    if phase == "recall":
+        drain_unit(burst, unit, site.tier("parallel"), journal_dir=journal)
+
+    def op() -> object:
+        if phase == "drain":
+            return drain_unit(burst, unit, site.tier("parallel"), journal_dir=journal)
+        return recall_unit(burst, unit, journal_dir=journal, site=site)
+
+    return burst, parallel, journal, op
+
+
+def _whole_somewhere(burst: Path, parallel: Path, unit: str, before: dict[str, tuple[object, ...]]) -> None:
+    """After a kill: the unit is whole at the source, or committed whole at the destination with a
+    stub naming it; never partly present under its real name."""
+    src, dst = burst / unit, parallel / unit
+    committed = (parallel / f"{unit}.storekit-archive.json").exists()
+    if os.path.lexists(src):
+        assert snapshot(src) == before
+    else:
+        assert committed and snapshot(dst) == before and read_stub(stub_path(src)) is not None
+    if committed:
+        assert snapshot(dst) == before
+
+
+@pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
+@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
+@pytest.mark.parametrize("phase", ["drain", "recall"])
+def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> None:
+    tmp_path = memory_dir(tmp_path)
+    try:
+        _every_point(tmp_path, phase, unit, gc_first)
+    finally:
+        if tmp_path.is_relative_to("/dev/shm"):
+            shutil.rmtree(tmp_path)
+
+
+def _every_point(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> int:
+    *_, probe = _setup(tmp_path / "probe", phase, unit)
+    total = count_points(probe)
+    assert total >= (12 if unit == UNIT else 8)
+    for n in range(1, total + 1):
+        burst, parallel, journal, op = _setup(tmp_path / f"k{n}", phase, unit)
+        before = snapshot(burst / unit) if phase == "drain" else snapshot(parallel / unit)
+        assert run_killed(op, f"*@{n}=kill"), f"point {n} of {total} was not reached"
+        _whole_somewhere(burst, parallel, unit, before)
+        if gc_first:
+            gc(
+                journal, roots=[burst, parallel], site=posix_site(burst, parallel)
+            )  # an abandoned run cleaned up before the rerun
+            _whole_somewhere(burst, parallel, unit, before)
+        op()
+        if phase == "drain":
+            assert not os.path.lexists(burst / unit) and read_stub(stub_path(burst / unit)) is not None
+        else:
+            assert snapshot(burst / unit) == before and not stub_path(burst / unit).exists()
+        assert snapshot(parallel / unit) == before
+        report = gc(journal, roots=[burst, parallel], site=posix_site(burst, parallel))
+        assert report.left == []
+        assert leftovers(tmp_path / f"k{n}") == [], n
+        assert unfinished(journal) == []
+    return total
