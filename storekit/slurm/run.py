@@ -69,6 +69,7 @@ def run_element(
     name = f"{array}_{index}"
     tasks = element_tasks(work, array, index)
     job = _on_node(load_job(work_path, site))
+    work.remove_dead_temps()  # a SIGKILLed run's on this node (a requeue after a kill, say)
     scan = work.scan()
     todo = [t for t in tasks if t not in scan.done]
     workers = element_workers(env)

@@ -152,7 +152,8 @@ def test_a_preempted_element_requeues_itself_resumes_and_finalize_still_runs(
     cfg, corpus = make_site(tmp_path)
     faults = tmp_path / "faults"
     faults.mkdir()
-    env = {"STOREKIT_FAULTS": "slurm.element-task-done=pause", "STOREKIT_FAULT_DIR": str(faults)}
+    held = "slurm.element-task-done=pause,executor.stopping=pause"
+    env = {"STOREKIT_FAULTS": held, "STOREKIT_FAULT_DIR": str(faults)}
     args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
                         "--slurm-tasks-per-element", "1000")  # fmt: skip  # one element runs every task
     proc = run_storekit(args, env=env)
@@ -167,6 +168,11 @@ def test_a_preempted_element_requeues_itself_resumes_and_finalize_still_runs(
     signal = subprocess.run(["scancel", "--signal=USR1", "--batch", f"{slurm['array_job_id']}_0"],
                             capture_output=True, text=True, timeout=30)  # fmt: skip
     assert signal.returncode == 0, signal.stderr
+    stopping = faults / "executor.stopping.reached"
+    while not stopping.exists():  # the element took the signal: its stop is under way
+        assert time.monotonic() < deadline, squeue_ids([slurm["array_job_id"]])
+        time.sleep(0.2)
+    (faults / "executor.stopping.go").touch()
     (faults / "slurm.element-task-done.go").touch()  # later passes (the requeued run) go on
     wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
 
