@@ -2,9 +2,10 @@
 """storekit bench io vs fio (Debian fio 3.33) on this machine's disk, and vs a bare boto3 loop on S3.
 
 Both tools run with the same parameters, side by side in one run, alternating which goes first, for
---repeat rounds; the medians, spreads ((max-min)/median) and the ratio storekit/fio (the median of the
-per-round ratios; the ratio of the medians beside it) are printed with PASS when the ratio is within
-+-10%, plus the CPU each tool used, and a markdown block for benchmarks/RESULTS.md.
+--disk-repeat / --meta-repeat / --repeat (S3) rounds; the medians, spreads ((max-min)/median) and the
+ratio storekit/fio (the median of the per-round ratios; the ratio of the medians beside it) are printed
+with PASS when the ratio is within +-10%, plus the CPU each tool used, and a markdown block for
+benchmarks/RESULTS.md.
 
   POSIX (a directory on / by default), storekit pattern vs fio job:
     sequential write 1 MiB O_DIRECT, fsync timed   shards write  vs rw=write psync end_fsync=1
@@ -356,8 +357,8 @@ def seq_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> li
         seq_r.other.append(r["read"]["bw_bytes"] / 1e6)
         seq_r.other_cpu.append(fio_cpu(r))
 
-    log("sequential write + read", args.repeat)
-    alternate(args.repeat, storekit_seq, fio_seq, [seq_w, seq_r])
+    log("sequential write + read", args.disk_repeat)
+    alternate(args.disk_repeat, storekit_seq, fio_seq, [seq_w, seq_r])
     return [seq_w, seq_r]
 
 
@@ -396,8 +397,8 @@ def rand_comparisons(args: argparse.Namespace, sk_dir: Path, fio_dir: Path) -> l
             comp.other.append(job["read"]["iops"])
             comp.other_cpu.append(fio_cpu(job))
 
-        log(f"random read QD{qd}", args.repeat)
-        alternate(args.repeat, storekit_rand, fio_rand, [comp])
+        log(f"random read QD{qd}", args.disk_repeat)
+        alternate(args.disk_repeat, storekit_rand, fio_rand, [comp])
         comps.append(comp)
     return comps
 
@@ -677,14 +678,21 @@ def main() -> None:
         "15 ms stat window's ratio spreads 0.7-1.5 from round to round with the host's state)",
     )
     parser.add_argument(
+        "--disk-repeat",
+        type=int,
+        help="rounds of the sequential and random comparisons (default: 3 x --repeat; one round's "
+        "ratio spreads 0.8-1.35 with the virtual disk's state, so the median of 7 still moved by "
+        "+-0.14 between runs: more, shorter rounds)",
+    )
+    parser.add_argument(
         "--warmup", type=int, default=1, help="rounds of each pair run first and discarded (default 1)"
     )
     parser.add_argument("--dir", default="/var/tmp/sk-bench", help="a directory on the disk to measure")
     parser.add_argument(
-        "--size", default="4G", help="sequential file size (4G: ~2 s at 2 GB/s, fixed costs well under 2%%)"
+        "--size", default="2G", help="sequential file size (2G: ~1 s at 2 GB/s, fixed costs under 2%%)"
     )
     parser.add_argument("--rand-size", default="1G", help="random-read file size")
-    parser.add_argument("--rand-runtime", type=float, default=8.0, help="seconds per random-read run")
+    parser.add_argument("--rand-runtime", type=float, default=4.0, help="seconds per random-read run")
     parser.add_argument("--rand-depths", default="32,1", help="queue depths: 32 (required), 1 (extra)")
     parser.add_argument("--files", type=int, default=5000, help="small files per run")
     parser.add_argument("--s3-endpoint", default="http://127.0.0.1:7480")
@@ -693,6 +701,7 @@ def main() -> None:
     parser.add_argument("--json-out", help="also write the raw figures here")
     args = parser.parse_args()
     args.meta_repeat = args.meta_repeat or 3 * args.repeat
+    args.disk_repeat = args.disk_repeat or 3 * args.repeat
     global WARMUP
     WARMUP = args.warmup
     lock = hold_lock()
@@ -741,8 +750,9 @@ def main() -> None:
     conditions = (
         f"Conditions: {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {uname.nodename}, "
         f"kernel {uname.release}, {os.cpu_count()} cores shared with teammates (load average "
-        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), {version}, {args.repeat} alternating "
-        f"rounds ({args.meta_repeat} for small files) after {args.warmup} discarded, directory {args.dir} "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), {version}, alternating rounds: "
+        f"{args.disk_repeat} sequential and random, {args.meta_repeat} small files, {args.repeat} S3, "
+        f"each pair after {args.warmup} discarded, directory {args.dir} "
         f"({fs_of(args.dir)}), sequential {args.size}, random {args.rand_size} for {args.rand_runtime:g} s, "
         f"{args.files} small files, S3 at {args.s3_endpoint}, fio buffers "
         f"{'on huge pages (iomem=mmaphuge)' if FIO_IOMEM else 'on 4 KiB pages'}"

@@ -24,6 +24,7 @@ import contextlib
 import errno
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -33,6 +34,7 @@ ANY = "*"
 _SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR1, "int": signal.SIGINT}
 _ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO}
 _reached: dict[str, int] = {}
+_counting = threading.Lock()
 _actions: dict[str, Callable[[], None]] = {}
 
 
@@ -45,8 +47,9 @@ def point(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    count = _reached[name] = _reached.get(name, 0) + 1
-    every = _reached[ANY] = _reached.get(ANY, 0) + 1
+    with _counting:  # task threads reach points at once: each nth must be counted exactly once
+        count = _reached[name] = _reached.get(name, 0) + 1
+        every = _reached[ANY] = _reached.get(ANY, 0) + 1
     for item in spec.split(","):
         target, _, action = item.strip().partition("=")
         point_name, _, nth = target.partition("@")

@@ -69,7 +69,7 @@ class LeaseInfo:
     def binds(self, now: float | None = None) -> bool:
         """True while the holder may still be working (see the module docstring for the rule)."""
         if self.host == socket.gethostname():
-            return _process_alive(self.pid, self.pid_start)
+            return process_alive(self.pid, self.pid_start)
         return (time.time() if now is None else now) < self.expires
 
     def describe(self) -> str:
@@ -150,7 +150,7 @@ class Lease:
             "uid": uid,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "pid_start": _process_start(os.getpid()),
+            "pid_start": process_start(os.getpid()),
             "acquired": self.acquired,
             "expires": time.time() + self.ttl,
         }
@@ -291,7 +291,7 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (tells a reused pid from the holder)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -300,7 +300,8 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _process_alive(pid: int, start: str | None) -> bool:
+def process_alive(pid: int, start: str | None) -> bool:
+    """The pid is running and (when `start` is known) is the same process, not a reused pid."""
     if pid <= 0:
         return False
     try:
@@ -309,4 +310,4 @@ def _process_alive(pid: int, start: str | None) -> bool:
         return False
     except PermissionError:
         pass  # alive, another user's
-    return start is None or _process_start(pid) in (start, None)
+    return start is None or process_start(pid) in (start, None)

@@ -1,8 +1,9 @@
 """Where each task of a job stands, from its records alone: done, running, failed or pending.
 
     done      tasks/NNNNNN exists (renamed into place whole)
-    running   a temp dir tasks/.NNNNNN.storekit-tmp-PID@HOST.* whose run is alive (this host:
-              the pid exists; another host: assumed, the scheduler's view refines it)
+    running   a temp dir tasks/.NNNNNN.storekit-tmp-PID-START@HOST.* whose run is alive (this
+              host: that pid runs and started at START; another host: assumed, the scheduler's
+              view refines it)
     failed    failed/NNNNNN.json and not done (its record names the error, exit code and log)
     pending   none of these (never started, or its run died before finishing)
 

@@ -5,7 +5,8 @@
                                job.json names a whole plan (readers check the digest)
     tasks/000012/              a finished task: its parts + done.json (the completion record);
                                appears by one rename, whole
-    tasks/.000012.storekit-tmp-PID@HOST.RAND   a task being written by the run PID on HOST
+    tasks/.000012.storekit-tmp-PID-START@HOST.RAND   a task being written by the run PID
+                               (started at START, clock ticks since boot) on HOST
     failed/000012.json         why task 12 failed last (error, exit code, host, pid, log, time)
     jobs.json                  job ids of the submissions (executor, id, array, batches)
     .storekit-lease            the lease of the submitting run (storekit/lease.py)
@@ -41,7 +42,7 @@ import xxhash
 from storekit import __version__, faults
 from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
-from storekit.lease import Lease, dir_lease_path
+from storekit.lease import Lease, dir_lease_path, process_alive, process_start
 from storekit.ops import FileDigest, hash_local
 
 DONE = "done.json"
@@ -70,18 +71,13 @@ class InFlight:
     name: str
     pid: int
     host: str
+    pid_start: str | None = None  # the run's start time (clock ticks): a reused pid is not it
 
     def may_be_alive(self, here: str) -> bool:
-        """False only when its run is known dead: on this host, and its pid is gone."""
+        """False only when its run is known dead: on this host, and its process is gone."""
         if self.host != here:
             return True  # another node's run: only its scheduler knows
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # another user's process: alive
-        return True
+        return process_alive(self.pid, self.pid_start)
 
 
 @dataclass(frozen=True)
@@ -110,7 +106,10 @@ class JobDir:
         self.failed = path / "failed"
         # what names this run's temp dirs; forked workers keep their parent's, so a run (not a
         # process) owns its temps and `remove_temps(own=True)` never touches another run's
-        self.run_tag = f"{os.getpid()}@{socket.gethostname()}"
+        # (the start time beside the pid: after a wrap a dead run's pid may name a live process)
+        pid = os.getpid()
+        start = process_start(pid)
+        self.run_tag = f"{pid}{'-' + start if start else ''}@{socket.gethostname()}"
 
     @property
     def plan_file(self) -> Path:
@@ -356,15 +355,16 @@ def _names(folder: Path) -> list[str]:
 
 
 def _in_flight(name: str) -> InFlight | None:
-    """`.000012.storekit-tmp-PID@HOST.RAND` -> task 12, PID, HOST (None for other names)."""
+    """`.000012.storekit-tmp-PID[-START]@HOST.RAND` -> task 12, PID, START, HOST (None for others)."""
     head, mark, tag = name.partition(TMP_MARK)
     if not mark or not head.startswith(".") or not head[1:].isdigit():
         return None
-    pid, at, rest = tag.partition("@")
+    ident, at, rest = tag.partition("@")
+    pid, _, start = ident.partition("-")
     host = rest.rpartition(".")[0]
-    if not at or not pid.isdigit() or not host:
+    if not at or not pid.isdigit() or not host or not (start.isdigit() or start == ""):
         return None
-    return InFlight(int(head[1:]), name, int(pid), host)
+    return InFlight(int(head[1:]), name, int(pid), host, start or None)
 
 
 def part_digest(path: Path) -> FileDigest:

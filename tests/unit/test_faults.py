@@ -84,3 +84,32 @@ def test_pause_holds_the_step_until_the_test_releases_it(
     (tmp_path / "p.go").touch()
     worker.join(60)
     assert done.is_set()
+
+
+def test_threads_reaching_points_at_once_count_each_exactly_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task threads share the counters: the nth reach must fire once, never twice or not at all."""
+    nth = 7_777
+    monkeypatch.setenv(faults.ENV, f"step@{nth}=eio")
+    faults.reset()
+    fired: list[str] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows: a lost update shows
+
+    def reach() -> None:
+        for _ in range(2_000):
+            try:
+                faults.point("step")
+            except OSError as exc:
+                fired.append(str(exc))
+
+    try:
+        pool = [threading.Thread(target=reach) for _ in range(8)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert faults.reached("step") == 16_000 and faults.reached() == 16_000
+    assert fired == ["[Errno 5] Input/output error (injected at step)"]
+    faults.reset()

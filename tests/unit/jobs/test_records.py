@@ -16,6 +16,7 @@ from storekit.errors import MismatchError, NotFoundError
 from storekit.jobs.run import run_tasks
 from storekit.jobs.status import job_status, parse_ranges, ranges
 from storekit.jobs.workdir import JobDir, Submission
+from storekit.lease import process_start
 from tests.conftest import storekit_env
 from tests.unit.jobs import echo_job
 
@@ -136,6 +137,24 @@ def test_run_tasks_reclaims_the_temps_of_dead_runs_only(tmp_path: Path) -> None:
     scan = work.scan()
     assert scan.done == {0} and {f.name for f in scan.in_flight} == {theirs.name, mine.name}
     assert not [n for n in os.listdir(work.tasks) if n not in {"000000", theirs.name, mine.name}]
+
+
+def test_a_dead_runs_pid_reused_by_a_live_process_is_still_dead(tmp_path: Path) -> None:
+    """After a pid wrap the dead run's pid can name a live process: its start time tells them apart
+    (this flaked in CI: a SIGKILLed prepare's temp dir survived run-task)."""
+    work = echo_job.make(tmp_path / "job", [1, 1, 1])
+    reused = JobDir(work.path)
+    pid = os.getpid()  # alive, but not the run that wrote the temp dir: another start time
+    reused.run_tag = f"{pid}-{int(process_start(pid) or 0) + 1}@{socket.gethostname()}"
+    stale = reused.new_task_dir(1)
+    legacy = JobDir(work.path)
+    legacy.run_tag = f"{pid}@{socket.gethostname()}"  # no start time (an older storekit): pid only
+    kept = legacy.new_task_dir(2)
+    (one, two) = sorted(work.scan().in_flight, key=lambda f: f.index)
+    assert (one.pid, two.pid, two.pid_start) == (pid, pid, None) and one.pid_start is not None
+    assert job_status(work).states["running"] == [2]
+    assert work.remove_dead_temps() == 1
+    assert not stale.exists() and kept.is_dir()
 
 
 def test_a_live_run_on_this_host_is_running(tmp_path: Path) -> None:
