@@ -9,7 +9,6 @@ match neither version.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,13 +70,9 @@ def check_sources(plan: PrepPlan, task: int, fs: InputFS) -> None:
 
 
 def _stat(url: str, display: str, fs: InputFS) -> tuple[int, float | None]:
-    local = fs.local_path(url)
+    """Through the input's store, as the plan listed it (local and S3 alike)."""
     try:
-        if local is not None:
-            st = os.stat(local)
-            return st.st_size, st.st_mtime
-        store, key = fs.s3(url)
-        entry = store.info(key)
-    except (FileNotFoundError, NotFoundError):
+        entry = fs.info(url)
+    except NotFoundError:
         raise InputError(f"input {display} is gone since it was planned") from None
     return entry.size, entry.mtime
