@@ -132,7 +132,7 @@ def run_on_threads(
         with lock:
             done(index, summary)
 
-    def loop() -> None:
+    def loop(finished: threading.Event) -> None:
         runner = job.runner(stop.is_set)
         index: int | None = -1
         try:
@@ -152,28 +152,38 @@ def run_on_threads(
             _record_failure(job, index, exc, log)
             failures.append(exc)
             stop.set()
+        finally:
+            finished.set()  # the last thing this thread does to the work dir is behind it
 
-    pool = [threading.Thread(target=loop, name=f"storekit-task-{i}") for i in range(threads)]
+    ends = [threading.Event() for _ in range(threads)]
+    pool = [threading.Thread(target=loop, args=(e,), name=f"storekit-task-{i}") for i, e in enumerate(ends)]
     for t in pool:
         t.start()
     try:
-        for t in pool:
-            while t.is_alive():
-                t.join(0.2)  # wakes up for signals (a bare join() would not)
+        _wait_for(ends)
     except BaseException:
         stop.set()  # each thread ends its task or discards it at its next step, then drains
         faults.point("executor.stopping")
-        _join_through_signals(pool)  # the caller removes temp dirs: no thread may still write
+        _wait_through_signals(ends)  # the caller removes temp dirs: no thread may still write
         raise
     if failures:
         raise failures[0]
 
 
-def _join_through_signals(pool: Sequence[threading.Thread]) -> None:
-    for t in pool:
-        while t.is_alive():
-            with contextlib.suppress(KeyboardInterrupt):  # a second stop: they are stopping already
-                t.join(0.2)
+def _wait_for(ends: Sequence[threading.Event]) -> None:
+    """Until every thread has set its end event. Not Thread.join: on Python 3.11 a signal's
+    KeyboardInterrupt raised inside join() marks a still-running thread as stopped (the bpo-45274
+    handling releases the lock the live thread holds), so is_alive() then lies and temps would be
+    removed under a thread still committing. Polling a flag with sleep() has no such state."""
+    while not all(e.is_set() for e in ends):
+        time.sleep(0.02)
+
+
+def _wait_through_signals(ends: Sequence[threading.Event]) -> None:
+    while True:
+        with contextlib.suppress(KeyboardInterrupt):  # a second stop: they are stopping already
+            _wait_for(ends)
+            return
 
 
 def _record_failure(job: Job, index: int | None, exc: BaseException, log: str | None) -> None:

@@ -279,7 +279,10 @@ class JobDir:
         for parent in (self.path, self.tasks, self.failed):
             for name in _names(parent):
                 if (mark in name) if own else (TMP_MARK in name):
-                    remove_path(parent / name)
+                    # tombstone first: a commit still renaming this dir then fails instead of
+                    # publishing a half-removed task, and a failing removal is raised, not hidden
+                    with io_errors(parent / name):
+                        remove_tree(parent / name)
 
     def remove_dead_temps(self) -> int:
         """Temp dirs of runs on this host that died (SIGKILL, out of memory): a rerun's tasks take

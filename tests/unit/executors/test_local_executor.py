@@ -3,6 +3,12 @@ records, and a failing task's record (error, exit code) with nothing half-writte
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +16,10 @@ import pytest
 
 from storekit.errors import ExitCode, StorekitError
 from storekit.executors.base import get_executor
+from storekit.interrupts import interrupt_on
 from storekit.jobs.run import run_tasks
 from storekit.jobs.status import job_status
+from storekit.jobs.workdir import part_digest
 from tests.unit.jobs import echo_job
 
 SIZES = [300, 5000, 40, 1200, 77, 900, 3000, 10, 650]
@@ -76,3 +84,54 @@ def test_a_later_success_clears_the_failure_record(tmp_path: Path) -> None:
     work.record_failure(5, "earlier attempt died", exit_code=5)
     run_tasks(work.path, [5], None, workers=1)
     assert work.read_failure(5) is None and job_status(work).states["done"] == [5]
+
+
+class _SlowStopRunner:
+    """Task 0 asks for the stop itself, then keeps committing for a while after it: what a
+    background commit still renaming looks like to the executor."""
+
+    def __init__(self, job: Any, should_stop: Any, caught: threading.Event, finished: list[str]) -> None:
+        self.job, self.should_stop, self.caught, self.finished = job, should_stop, caught, finished
+
+    def run(self, index: int, progress: Any, done: Any) -> None:
+        work = self.job.dir
+        tmp = work.new_task_dir(index)
+        (tmp / "out.bin").write_bytes(echo_job.payload(index, SIZES[index]))
+        os.kill(os.getpid(), signal.SIGTERM)  # the main thread is waiting for this thread
+        while not self.should_stop():
+            time.sleep(0.005)  # until the executor has taken the signal
+        # a correct executor is still waiting for this thread, so the test cannot have caught the
+        # stop yet; one that believed the thread ended has already returned and the test sets this
+        if self.caught.wait(1.0):
+            self.finished.append("after the executor returned")
+        record = {"task": index, "parts": {"out.bin": list(astuple(part_digest(tmp / "out.bin")))}}
+        (tmp / "done.json").write_text(json.dumps(record))
+        work.commit_task(tmp, index)
+        self.finished.append("committed")
+        done(index, record)
+
+    def drain(self) -> None:
+        pass
+
+
+def test_a_stop_waits_for_the_task_thread_it_interrupted(tmp_path: Path) -> None:
+    """SIGTERM while the executor waits for its task thread: the executor returns (exit 130) only
+    once that thread is done with the work dir, so no temp removal races a commit (on Python 3.11,
+    a KeyboardInterrupt inside Thread.join() made a live thread look finished)."""
+    work = echo_job.make(tmp_path / "job", SIZES)
+    job = echo_job.load(work.path, None)
+    caught = threading.Event()
+    finished: list[str] = []
+    job.runner = lambda should_stop: _SlowStopRunner(job, should_stop, caught, finished)  # type: ignore[method-assign]
+    old = signal.getsignal(signal.SIGTERM)
+    interrupt_on(signal.SIGTERM)
+    try:
+        with pytest.raises(StorekitError) as info:
+            get_executor("local").run(job, [0], workers=1, progress=lambda d, n, b: None)
+        caught.set()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert info.value.exit_code == ExitCode.INTERRUPTED
+    assert finished == ["committed"]  # the thread finished before the executor returned
+    assert work.done_tasks() == {0} and not work.scan().in_flight
+    work.check_parts(0, work.read_done(0))

@@ -41,12 +41,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect (#12, stop 21 note): when run after other tests (3 of ~6 runs), the temp dir "
-    "of the task run-task claimed before USR1 survives its stop (it is run-task's own, not the killed "
-    "prepare's); jobs.workdir.remove_path's rmtree(ignore_errors=True) would hide a failing removal",
-)
 def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
     try:
         clean = run_storekit(ARGS, cwd=corpus)

@@ -91,14 +91,6 @@ def test_sigkill_then_rerun_is_byte_identical(
     ("signal_name", "workers"),
     # 1: the caller's thread; 2: two threads of the caller; 4: two processes of two threads
     [("term", "1"), ("usr1", "1"), ("term", "2"), ("usr1", "4")],
-    # xfail (strict=False): a known defect, stop 21 note (#12). Once in CI the resumed run's finalize
-    # found a committed task dir missing hashes.rec (exit 4, nothing published): a stop's temp removal
-    # (rmtree with ignore_errors) overlapping the background rename of the same task is the suspect
-)
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect (stop 21 note): after a stop, a committed task can miss a part; finalize "
-    "catches it (exit 4) and publishes nothing",
 )
 def test_preemption_signal_stops_cleanly_and_resumes(
     corpus: Path, baseline: dict[str, bytes], signal_name: str, workers: str
