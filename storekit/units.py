@@ -56,12 +56,25 @@ def parse_duration(text: str | int) -> float:
     return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n: float, *, compact: bool = False) -> str:
+    """`2.0 KiB`, `3.5 GiB`: binary units, one decimal. `compact` (labels of sizes people chose, such as
+    a block size): no decimal when the value is whole in its unit, `1 MiB` but `1.5 KiB`."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            if unit == "B" or (compact and n == int(n)):
+                return f"{n:.0f} {unit}"
+            return f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"
+
+
+def rate_unit(value: float) -> tuple[str, float]:
+    """The unit a bandwidth of `value` bytes/s is shown in, and its scale: decimal, as fio and IOR
+    report (GB/s, MB/s, kB/s, B/s). A table picks it per value, a plot axis for its largest value."""
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= scale:
+            return unit, scale
+    return "B/s", 1.0
 
 
 def format_duration(seconds: float) -> str:

@@ -18,6 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from storekit.units import format_bytes, rate_unit
+
 DATA_OPS = ("write", "read", "randread")  # phases that move bytes; the rest are counted in op/s
 SWEEP_AXES = {  # parameter -> axis label (the ones a sweep varies)
     "workers": "workers",
@@ -30,26 +32,15 @@ SIZE_PARAMS = ("block_size", "window", "file_size", "small_file_size")
 SHORT = {"block_size": "bs", "queue_depth": "qd", "workers": "w", "files_per_worker": "files"}
 
 
-def human_size(value: float) -> str:
-    """1 MiB, 256 KiB, 4 KiB: binary units, no decimals when exact."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            n = value / scale
-            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
-    return f"{value:.0f} B"
-
-
 def human_param(key: str, value: Any) -> str:
-    text = human_size(float(value)) if key in SIZE_PARAMS and isinstance(value, int | float) else str(value)
+    sized = key in SIZE_PARAMS and isinstance(value, int | float)
+    text = format_bytes(float(value), compact=True) if sized else str(value)
     return f"{SHORT.get(key, key)}={text}"
 
 
 def _rate_unit(values: list[float]) -> tuple[str, float]:
-    top = max(values, default=0.0)
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if top >= scale:
-            return unit, scale
-    return "B/s", 1.0
+    """One unit for a whole axis: the one its largest value is shown in."""
+    return rate_unit(max(values, default=0.0))
 
 
 @dataclass
@@ -124,7 +115,7 @@ def _draw_sweep(ax: Any, title: str, axis: str, data: bool, lines: list[Series])
     ticks = sorted(xs_all)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
-    labels = [human_size(t) if axis in SIZE_PARAMS else f"{t:g}" for t in ticks]
+    labels = [format_bytes(t, compact=True) if axis in SIZE_PARAMS else f"{t:g}" for t in ticks]
     ax.set_xticklabels(labels)
     ax.set_xlabel(SWEEP_AXES[axis])
     ax.set_ylabel(f"{unit} (median, min-max)" if data else "op/s (median, min-max)")

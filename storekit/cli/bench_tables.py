@@ -9,15 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from storekit.bench.verdict import verdict_lines
+from storekit.units import rate_unit
 
 
 def rate(value: float | None) -> str:
     if value is None:
         return "-"
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value:.0f} B/s"
+    unit, scale = rate_unit(value)
+    return f"{value / scale:.2f} {unit}" if scale > 1 else f"{value:.0f} {unit}"
 
 
 def count(value: float | None) -> str:

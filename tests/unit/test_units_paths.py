@@ -9,7 +9,7 @@ import pytest
 
 from storekit.errors import PathEscapeError
 from storekit.paths import clean_rel, join_rel, resolves_outside
-from storekit.units import format_bytes, parse_duration, parse_size
+from storekit.units import format_bytes, parse_duration, parse_size, rate_unit
 
 
 @pytest.mark.parametrize(
@@ -82,3 +82,9 @@ def test_a_symlink_out_of_the_root_is_found_and_one_inside_is_not(tmp_path: Path
     assert resolves_outside(str(root / "self"), str(root)) is None  # the root itself is inside
     # a sibling whose name starts like the root is outside: prefixes are compared per component
     assert resolves_outside(str(tmp_path / "rootx"), str(root)) == str(tmp_path / "rootx")
+
+
+def test_compact_sizes_and_rate_units() -> None:
+    assert format_bytes(1 << 20, compact=True) == "1 MiB" and format_bytes(1536, compact=True) == "1.5 KiB"
+    assert format_bytes(512, compact=True) == "512 B" and format_bytes(3 * 2**40, compact=True) == "3 TiB"
+    assert rate_unit(2.5e9) == ("GB/s", 1e9) and rate_unit(999.0) == ("B/s", 1.0)

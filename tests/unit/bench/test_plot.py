@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from storekit.bench.stats import FINE_NS, SERIES_NS, series_bucket_ns
+from storekit.units import format_bytes
 
 plot = pytest.importorskip("storekit.bench.plot", reason="matplotlib (storekit[plot]) is not installed")
 
@@ -59,7 +60,7 @@ def test_only_swept_axes_get_panels_and_series_keep_other_parameters_apart() -> 
 def test_human_units() -> None:
     assert plot.human_param("block_size", 1 << 20) == "bs=1 MiB"
     assert plot.human_param("window", 8192) == "window=8 KiB"
-    assert plot.human_size(1536) == "1.5 KiB" and plot.human_param("queue_depth", 32) == "qd=32"
+    assert format_bytes(1536, compact=True) == "1.5 KiB" and plot.human_param("queue_depth", 32) == "qd=32"
 
 
 def test_series_buckets_follow_the_phases_duration() -> None:
