@@ -12,7 +12,7 @@ A lease that no longer binds is stale and may be broken: renamed to a tombstone,
 
 Names, so that `layout check` and cleaners can tell what a lease covers:
 
-    DIR/.storekit-lease        DIR and everything below it (a work dir, a bench scratch dir)
+    DIR/.storekit-lease        DIR and everything below it (a job work dir)
     DIR/.NAME.storekit-lease   DIR/NAME and its temp siblings DIR/.NAME.storekit-tmp-* (a staging
                                dir of a dataset or a checkpoint step)
 """
@@ -34,6 +34,7 @@ from typing import Any
 
 from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import BusyError
+from storekit.liveness import process_alive, process_start
 
 LEASE_NAME = ".storekit-lease"
 DEFAULT_TTL = 300.0  # seconds a lease of a process on another host binds without a heartbeat
@@ -289,25 +290,3 @@ def _user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
-
-
-def process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (tells a reused pid from the holder)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def process_alive(pid: int, start: str | None) -> bool:
-    """The pid is running and (when `start` is known) is the same process, not a reused pid."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, another user's
-    return start is None or process_start(pid) in (start, None)

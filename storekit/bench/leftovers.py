@@ -21,70 +21,38 @@ import stat
 from typing import Any
 
 from storekit.bench.plan import RUN_PREFIX
-from storekit.durable import TOMBSTONE_MARK, fsync_dir, remove_tree
+from storekit.durable import TOMBSTONE_MARK, fsync_dir, remove_tree, write_file_atomic
+from storekit.liveness import boot_id, process_alive, process_start
 
 OWNER_FILE = ".storekit-bench-owner.json"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
-
-def _boot_id() -> str | None:
-    try:
-        with open(BOOT_ID) as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When the process started (clock ticks after boot, /proc/PID/stat field 22); None if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        return int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def owner_record() -> dict[str, Any]:
     pid = os.getpid()
+    start = process_start(pid)
     return {
         "pid": pid,
         "uid": os.getuid(),
         "host": socket.gethostname(),
-        "boot_id": _boot_id(),
-        "start_ticks": _start_ticks(pid),
+        "boot_id": boot_id(),
+        "start_ticks": None if start is None else int(start),
     }
 
 
 def write_owner(run_root: str) -> None:
-    """The record appears whole or not at all (temp + fsync + rename)."""
-    tmp = os.path.join(run_root, OWNER_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        os.write(fd, json.dumps(owner_record()).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, os.path.join(run_root, OWNER_FILE))
+    """The record appears whole or not at all (temp + fsync + rename), and durably."""
+    write_file_atomic(os.path.join(run_root, OWNER_FILE), json.dumps(owner_record()).encode(), mode=0o644)
     fsync_dir(run_root)
 
 
 def is_dead(record: dict[str, Any]) -> bool:
-    """True only when the process the record names has provably ended."""
-    pid, boot = record.get("pid"), record.get("boot_id")
+    """True only when the process the record names has provably ended (a record without a valid pid
+    proves nothing)."""
+    pid, ticks = record.get("pid"), record.get("start_ticks")
     if not isinstance(pid, int) or pid <= 0:
         return False
-    current_boot = _boot_id()
-    if boot and current_boot and boot != current_boot:
-        return True  # rebooted since: every process of that boot is gone
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # a live process of someone else now holds the pid
-    started = _start_ticks(pid)
-    return started is not None and record.get("start_ticks") is not None and started != record["start_ticks"]
+    start = str(ticks) if isinstance(ticks, int) else None
+    return not process_alive(pid, start, boot=record.get("boot_id") or None)
 
 
 def _read_owner(run_dir: str) -> dict[str, Any] | None:
