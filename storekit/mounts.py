@@ -1,42 +1,87 @@
 """Which mount a path is on (file system type, source, options), read from /proc/self/mountinfo.
 
-Used where behaviour depends on the file system: a store's probed capabilities, and the environment a
-benchmark result was measured in.
+Used where behaviour depends on the file system: a store's probed capabilities, the environment a
+benchmark result was measured in, and whether other nodes of a Slurm cluster can see a path.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    fs_type: str
+    source: str = ""
+    options: str = ""  # per-mount options (rw, nosuid, relatime, ...)
+    super_options: str = ""  # the file system's own (stripe settings, ...)
+    dev: str = ""  # major:minor
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mount_point": self.point,
+            "fs_type": self.fs_type,
+            "source": self.source,
+            "mount_options": self.options,
+            "super_options": self.super_options,
+            "dev": self.dev,
+        }
 
 
 def _unescape(field: str) -> str:
+    """The kernel writes space, tab, newline and backslash in octal; every other byte is as it is."""
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> dict[str, Any] | None:
-    """The mount holding `path` (longest mount point prefix of its real path)."""
-    real = os.path.realpath(path)
-    best: dict[str, Any] | None = None
-    try:
-        with open(mountinfo) as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
+def parse_mountinfo(text: str) -> list[Mount]:
+    """The mounts of a mountinfo table, in its order (malformed lines skipped)."""
+    out = []
+    for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, rest = left.split(), right.split()
         if len(fields) < 6 or len(rest) < 2:
             continue
-        point = _unescape(fields[4])
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= len(best["mount_point"])):
-            best = {
-                "mount_point": point,
-                "fs_type": rest[0],
-                "source": _unescape(rest[1]),
-                "mount_options": fields[5],
-                "super_options": rest[2] if len(rest) > 2 else "",
-                "dev": fields[2],
-            }
+        out.append(
+            Mount(
+                point=_unescape(fields[4]),
+                fs_type=rest[0],
+                source=_unescape(rest[1]),
+                options=fields[5],
+                super_options=rest[2] if len(rest) > 2 else "",
+                dev=fields[2],
+            )
+        )
+    return out
+
+
+def mount_table(mountinfo: str = MOUNTINFO) -> list[Mount]:
+    """This process's mounts; empty when the table cannot be read (then nothing is known)."""
+    try:
+        with open(mountinfo) as fh:
+            return parse_mountinfo(fh.read())
+    except OSError:
+        return []
+
+
+def deepest_mount(path: str, table: Iterable[Mount]) -> Mount | None:
+    """The mount holding `path`: the longest mount point containing its real path (links resolved; a
+    path not created yet is fine); among equal points the last mounted, which hides the others."""
+    real = os.path.realpath(path)
+    best: Mount | None = None
+    for m in table:
+        inside = real == m.point or real.startswith(m.point.rstrip("/") + "/")
+        if inside and (best is None or len(m.point) >= len(best.point)):
+            best = m
     return best
+
+
+def mount_of(path: str, mountinfo: str = MOUNTINFO) -> dict[str, Any] | None:
+    """The mount holding `path`, as the dict capabilities and bench results record."""
+    mount = deepest_mount(path, mount_table(mountinfo))
+    return mount.to_dict() if mount is not None else None

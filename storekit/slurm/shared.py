@@ -9,48 +9,21 @@ even local disks, so they pass there.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 
 from storekit.config import SiteConfig
 from storekit.errors import UsageError
+from storekit.mounts import Mount, deepest_mount, mount_table
+from storekit.paths import resolves_outside
 
 ALWAYS_LOCAL = frozenset({"tmpfs", "ramfs", "devtmpfs", "overlay", "squashfs", "zram"})
 LOCAL_DISK = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "vfat", "exfat", "bcachefs"})
 
 
-@dataclass(frozen=True)
-class Mount:
-    point: str
-    fstype: str
-
-
-def mounts(mountinfo: str | None = None) -> list[Mount]:
-    """Mount points and types from /proc/self/mountinfo (escaped spaces decoded)."""
-    if mountinfo is None:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-    out = []
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields = left.split()
-        if not sep or len(fields) < 5 or not right.split():
-            continue
-        point = fields[4].encode().decode("unicode_escape")  # \040 for a space
-        out.append(Mount(point=point, fstype=right.split()[0]))
-    return out
-
-
 def fs_type(path: str, table: Iterable[Mount] | None = None) -> str:
     """The type of the file system holding `path` (its deepest mount point wins)."""
-    real = os.path.realpath(path)  # links resolved; a path not made yet is fine
-    best = Mount("/", "unknown")
-    for m in table if table is not None else mounts():
-        inside = real == m.point or real.startswith(m.point.rstrip("/") + "/")
-        if inside and len(m.point) >= len(best.point):
-            best = m
-    return best.fstype
+    mount = deepest_mount(path, mount_table() if table is None else table)
+    return mount.fs_type if mount is not None else "unknown"
 
 
 def node_local_reason(
@@ -59,7 +32,7 @@ def node_local_reason(
     """Why `path` cannot be seen from other nodes, or None when it can."""
     for tier in site.tiers.values() if site is not None else ():
         root = tier.url.removeprefix("file://") if tier.url.startswith("file://") else None
-        if tier.role == "burst" and root and _inside(path, root):
+        if tier.role == "burst" and root and resolves_outside(path, root) is None:
             return f"it is on tier {tier.name!r}, a burst tier (node-local)"
     kind = fs_type(path, table)
     if kind in ALWAYS_LOCAL:
@@ -67,11 +40,6 @@ def node_local_reason(
     if kind in LOCAL_DISK and not single_host:
         return f"it is on a local {kind} disk, which other nodes cannot see"
     return None
-
-
-def _inside(path: str, root: str) -> bool:
-    real, base = os.path.realpath(path), os.path.realpath(root)
-    return real == base or real.startswith(base.rstrip("/") + "/")
 
 
 def refuse_node_local(

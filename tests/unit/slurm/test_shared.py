@@ -8,7 +8,8 @@ import pytest
 
 from storekit.config import SiteConfig, TierConfig
 from storekit.errors import ExitCode, StorekitError
-from storekit.slurm.shared import all_on_this_host, fs_type, mounts, node_local_reason, refuse_node_local
+from storekit.mounts import parse_mountinfo
+from storekit.slurm.shared import all_on_this_host, fs_type, node_local_reason, refuse_node_local
 
 MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 30 22 0:26 / /tmp rw,nosuid shared:5 - tmpfs tmpfs rw
@@ -16,7 +17,7 @@ MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 32 22 0:41 / /home rw,relatime shared:10 - nfs4 nas:/home rw
 33 22 259:1 / /scratch\040local rw,relatime shared:11 - xfs /dev/nvme0n1 rw
 """
-TABLE = mounts(MOUNTINFO)
+TABLE = parse_mountinfo(MOUNTINFO)
 
 
 def test_the_deepest_mount_decides_the_type() -> None:
