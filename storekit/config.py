@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from storekit.errors import ConfigError, NotFoundError, UsageError
 from storekit.tier.policy import Policy, parse_policies
@@ -38,6 +38,11 @@ class TierConfig:
     @property
     def scheme(self) -> str:
         return urlsplit(self.url).scheme
+
+    @property
+    def local_root(self) -> str | None:
+        """The directory a `file://` tier is (None for other schemes)."""
+        return file_url_path(self.url) if self.scheme == "file" else None
 
     def display_options(self) -> dict[str, Any]:
         """Options safe to print: anything that looks like a credential is masked."""
@@ -191,6 +196,12 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         options=options,
         layout=tier_layout,
     )
+
+
+def file_url_path(url: str) -> str:
+    """The local path a `file://` URL names: the inverse of the normalisation below (Path.as_uri
+    percent-encodes, so `/data/my storage` is `file:///data/my%20storage`)."""
+    return os.path.normpath(unquote(urlsplit(url).path))
 
 
 def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:

@@ -9,14 +9,16 @@ everywhere: a URL with credentials in it is refused, a place inside a configured
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from storekit.config import SiteConfig, TierConfig, refuse_url_credentials
-from storekit.errors import UsageError
+from storekit.errors import NotFoundError, UsageError
+from storekit.paths import resolves_outside
 from storekit.store import Store, open_store
 
 
@@ -85,16 +87,38 @@ def tier_place(site: SiteConfig, tier: str | None) -> Place:
     return Place(open_store(cfg), "", cfg.name)
 
 
+def posix_tiers_holding(site: SiteConfig | None, path: str) -> Iterator[tuple[TierConfig, str]]:
+    """The configured POSIX tiers whose root holds `path` (symlinks resolved), in the config's order,
+    each with the path relative to its root ('' for the root itself)."""
+    real = os.path.realpath(path)
+    for cfg in site.tiers.values() if site else ():
+        if cfg.local_root is None:
+            continue
+        root = os.path.realpath(cfg.local_root)
+        if resolves_outside(real, root) is None:
+            yield cfg, "" if real == root else os.path.relpath(real, root)
+
+
+def tier_relative(site: SiteConfig, where: str) -> tuple[str, str | None]:
+    """A path on the command line of `tier`: (tier-relative path, None) as given, or (path relative to
+    its tier, that tier's name) when it is absolute (or ./, ../, ~) inside a configured POSIX tier."""
+    if "://" in where:
+        raise UsageError(f"{where}: give a path on a tier (checkpoints/run_001), not a URL")
+    if where.startswith(("/", "./", "../", "~")):
+        for cfg, rel in posix_tiers_holding(site, os.path.expanduser(where)):
+            return posixpath.normpath(rel), cfg.name
+        raise NotFoundError(f"{where}: not inside any tier of {site.source}")
+    rel = posixpath.normpath(where.strip("/"))
+    if rel in (".", "") or rel.startswith(".."):
+        raise UsageError(f"{where}: name an area, a run or a unit (e.g. checkpoints/run_001)")
+    return rel, None
+
+
 def _local_place(path: str, site: SiteConfig | None) -> Place:
     """On a configured POSIX tier when it is inside one (symlinks resolved), else rooted at its parent."""
-    real = Path(path).resolve()
-    for cfg in site.tiers.values() if site else ():
-        if cfg.scheme != "file":
-            continue
-        store = open_store(cfg)
-        root = Path(store.root).resolve()
-        if real != root and real.is_relative_to(root):
-            return Place(store, real.relative_to(root).as_posix(), cfg.name)
+    for cfg, rel in posix_tiers_holding(site, path):
+        if rel:  # a tier's root itself is the ad-hoc place below
+            return Place(open_store(cfg), Path(rel).as_posix(), cfg.name)
     parent, name = os.path.split(path)
     adhoc = TierConfig(name="path", url=Path(parent or "/").as_uri())
     return Place(open_store(adhoc), name, None)

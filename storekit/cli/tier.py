@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import posixpath
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,11 +10,13 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from storekit.cli import tier_audit
 from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
 from storekit.config import SiteConfig
 from storekit.durable import write_file_atomic
 from storekit.errors import ExitCode, NotFoundError, UsageError
 from storekit.layout.spec import load_layout
+from storekit.places import tier_relative
 from storekit.store import open_store
 from storekit.tier.apply import UnitResult, apply_plan, check_unit, exit_code_of, load_mover
 from storekit.tier.plan import PlanRequest, TierPlan, build_plan, load_plan, render_plan
@@ -49,6 +49,9 @@ tier_app = typer.Typer(
 )
 
 
+tier_audit.register(tier_app)  # `tier verify` and `tier gc`
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(tier_app, name="tier")
 
@@ -59,25 +62,6 @@ def _policies(site: SiteConfig) -> dict[str, Policy]:
     for name in sorted(layouts):
         from_layouts.update(load_layout(name).policies)
     return merged_policies(site.policies, from_layouts)
-
-
-def tier_rel(site: SiteConfig, where: str) -> tuple[str, str | None]:
-    """A path given on the command line: tier-relative, or absolute inside a configured POSIX tier."""
-    if "://" in where:
-        raise UsageError(f"{where}: give a path on a tier (checkpoints/run_001), not a URL")
-    if where.startswith(("/", "./", "../", "~")):
-        full = os.path.realpath(os.path.expanduser(where))
-        for tier in site.tiers.values():
-            if tier.scheme != "file":
-                continue
-            root = os.path.realpath(tier.url.removeprefix("file://"))
-            if full == root or full.startswith(root + "/"):
-                return posixpath.normpath(os.path.relpath(full, root)), tier.name
-        raise NotFoundError(f"{where}: not inside any tier of {site.source}")
-    rel = posixpath.normpath(where.strip("/"))
-    if rel in (".", "") or rel.startswith(".."):
-        raise UsageError(f"{where}: name an area, a run or a unit (e.g. checkpoints/run_001)")
-    return rel, None
 
 
 def _request(
@@ -97,7 +81,7 @@ def _request(
         if p.action != action:
             raise UsageError(f"policy {value} is a {p.action} policy", hint=f"storekit tier --policy {value}")
         return PlanRequest(p, tier)
-    rel, on_tier = tier_rel(site, value)
+    rel, on_tier = tier_relative(site, value)
     if tier is not None and on_tier is not None and tier != on_tier:
         raise UsageError(f"{value} is on tier {on_tier}, not {tier}")
     return PlanRequest(adhoc_policy(action, paths=(rel,), area=rel.split("/")[0]), tier or on_tier)
@@ -284,6 +268,3 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
     out.result("tier", full, human)
     if code:
         raise typer.Exit(code)
-
-
-from storekit.cli import tier_audit  # noqa: E402,F401 -- registers `tier verify` and `tier gc`

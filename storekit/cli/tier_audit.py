@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
-from storekit.cli.tier import tier_app, tier_rel
 from storekit.config import SiteConfig
 from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError
+from storekit.places import tier_relative
 from storekit.tier.audit import GcReport, VerifyResult, find_stubs, gc, verify_stub
 from storekit.tier.mover import tier_root
 from storekit.tier.moveunit import journal_dir_for
@@ -44,7 +44,7 @@ def _places(site: SiteConfig, paths: list[str] | None, tier: str | None) -> list
         return [tier_root(t) for t in tiers]
     found: list[Path] = []
     for where in paths:
-        rel, on_tier = tier_rel(site, where)
+        rel, on_tier = tier_relative(site, where)
         if tier is not None and on_tier not in (None, tier):
             raise UsageError(f"{where} is on tier {on_tier}, not {tier}")
         here = [tier_root(t) / rel for t in tiers if on_tier in (None, t.name)]
@@ -55,7 +55,6 @@ def _places(site: SiteConfig, paths: list[str] | None, tier: str | None) -> list
     return found
 
 
-@tier_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def verify_command(
     paths: PathsArg = None,
     sample: Annotated[
@@ -140,7 +139,6 @@ def _record(site: SiteConfig, results: list[VerifyResult], *, whole: bool) -> No
             record_verified(journal, r.manifest_url, r.manifest_xxh3_128)
 
 
-@tier_app.command("gc", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def gc_command(
     paths: PathsArg = None,
     tier: TierOpt = None,
@@ -184,3 +182,11 @@ def _show_gc(console: Console, report: GcReport, dry_run: bool) -> None:
         console.print(f"{word}: {item}", markup=False, soft_wrap=True)
     if not shown:
         console.print("nothing to collect", markup=False)
+
+
+def register(tier_app: typer.Typer) -> None:
+    """`tier verify` and `tier gc` on the `tier` group (storekit.cli.tier builds it)."""
+    tier_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))(
+        verify_command
+    )
+    tier_app.command("gc", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(gc_command)

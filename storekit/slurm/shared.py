@@ -31,7 +31,7 @@ def node_local_reason(
 ) -> str | None:
     """Why `path` cannot be seen from other nodes, or None when it can."""
     for tier in site.tiers.values() if site is not None else ():
-        root = tier.url.removeprefix("file://") if tier.url.startswith("file://") else None
+        root = tier.local_root
         if tier.role == "burst" and root and resolves_outside(path, root) is None:
             return f"it is on tier {tier.name!r}, a burst tier (node-local)"
     kind = fs_type(path, table)

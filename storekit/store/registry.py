@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from urllib.parse import unquote, urlsplit
 
 import fsspec
 
@@ -16,7 +14,8 @@ from storekit.store.s3 import S3Store, s3_filesystem
 
 
 def _open_posix(tier: TierConfig) -> Store:
-    root = os.path.normpath(unquote(urlsplit(tier.url).path))
+    root = tier.local_root
+    assert root is not None  # SCHEMES sends only file:// tiers here
     return PosixStore(tier, fsspec.filesystem("file"), root)
 
 

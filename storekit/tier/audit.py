@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storekit.config import SiteConfig
+from storekit.config import SiteConfig, TierConfig, file_url_path
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
 from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
@@ -196,7 +196,6 @@ def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
     doc = journal.doc
     url = str(doc.get("dest", ""))
     if url.startswith("s3://"):
-        from storekit.config import TierConfig
         from storekit.places import s3_options_for
 
         bucket, _, key = url[len("s3://") :].partition("/")
@@ -204,10 +203,8 @@ def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
             name=str(doc.get("tier", "")), url=f"s3://{bucket}", options=s3_options_for(url, site)
         )
         return S3Destination(tier, key, journal=FileUploadJournal(journal.uploads_path), config=None)
-    from urllib.parse import unquote, urlsplit
-
     tag = posix_temp_tag(str(doc.get("action")), journal.id)
-    return PosixDestination(Path(unquote(urlsplit(url).path)), temp_tag=tag)
+    return PosixDestination(Path(file_url_path(url)), temp_tag=tag)
 
 
 def _files_of(doc: dict[str, Any]) -> list[UnitEntry]:

@@ -25,7 +25,6 @@ import datetime
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig, mask_url
@@ -82,9 +81,9 @@ class UnitInfo:
 
 def tier_root(tier: TierConfig) -> Path:
     """The local directory of a POSIX tier."""
-    if tier.scheme != "file":
+    if tier.local_root is None:
         raise StorekitError(f"tier {tier.name} is not a POSIX tier ({mask_url(tier.url)})")
-    return Path(unquote(urlsplit(tier.url).path))
+    return Path(tier.local_root)
 
 
 def archive_unit(

@@ -143,3 +143,12 @@ def test_missing_explicit_config_is_not_found(tmp_path: Path) -> None:
 def test_embedded_default(tmp_path: Path) -> None:
     cfg = embedded_default(tmp_path)
     assert list(cfg.tiers) == ["local"] and cfg.tiers["local"].url == (tmp_path / "storage").as_uri()
+
+
+def test_a_posix_tiers_local_root_is_its_path_decoded(tmp_path: Path) -> None:
+    root = tmp_path / "my storage é"
+    site = parse_config(f'[tiers.t]\nurl = "{root}"\n'.encode(), source="t.toml", base_dir=tmp_path)
+    tier = site.tiers["t"]
+    assert "%20" in tier.url and tier.local_root == str(root)
+    s3 = parse_config(b'[tiers.a]\nurl = "s3://bucket/x"\n', source="t.toml", base_dir=tmp_path)
+    assert s3.tiers["a"].local_root is None

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from storekit.config import SiteConfig, parse_config
-from storekit.errors import UsageError
-from storekit.places import resolve_place, tier_place
+from storekit.errors import NotFoundError, UsageError
+from storekit.places import resolve_place, tier_place, tier_relative
 from storekit.store import PosixStore, S3Store
 
 
@@ -68,3 +68,20 @@ def test_a_tier_root_and_refusals(site: SiteConfig) -> None:
     with pytest.raises(UsageError) as creds:
         resolve_place("s3://AK:SK@arch/x", site)
     assert "SK" not in creds.value.message
+
+
+def test_a_tier_command_path_is_tier_relative_or_inside_a_posix_tier(tmp_path: Path) -> None:
+    """`storekit tier` paths go through the same "which tier holds this path" as every other place
+    (a root with a space in it: its URL holds %20, the path does not)."""
+    root = tmp_path / "my lustre"
+    (root / "checkpoints").mkdir(parents=True)
+    text = f'[tiers.lustre]\nurl = "{root}"\n[tiers.archive]\nurl = "s3://arch/storage"\n'
+    site = parse_config(text.encode(), source="site.toml", base_dir=tmp_path)
+    assert tier_relative(site, "checkpoints/run_001/") == ("checkpoints/run_001", None)
+    assert tier_relative(site, f"{root}/checkpoints/run_001") == ("checkpoints/run_001", "lustre")
+    with pytest.raises(NotFoundError, match="not inside any tier"):
+        tier_relative(site, str(tmp_path / "elsewhere"))
+    with pytest.raises(UsageError, match="not a URL"):
+        tier_relative(site, "s3://arch/storage/x")
+    with pytest.raises(UsageError, match="name an area"):
+        tier_relative(site, ".")

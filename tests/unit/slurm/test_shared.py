@@ -43,8 +43,9 @@ def test_shared_and_node_local_file_systems(path: str, single_host: bool, local:
     assert (node_local_reason(path, None, single_host=single_host, table=TABLE) is not None) is local
 
 
-def test_a_burst_tier_is_node_local_whatever_its_file_system(tmp_path: Path) -> None:
-    nvme = tmp_path / "nvme"
+@pytest.mark.parametrize("name", ["nvme", "local nvme"])  # a space: the tier URL holds %20
+def test_a_burst_tier_is_node_local_whatever_its_file_system(tmp_path: Path, name: str) -> None:
+    nvme = tmp_path / name
     nvme.mkdir()
     site = SiteConfig(
         source="test",
