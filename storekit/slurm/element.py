@@ -32,6 +32,11 @@ def stop_on_preemption() -> None:
     interrupt_on(*STOP_SIGNALS)
 
 
+def ignore_stop_signals() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def own_job_id(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     job = env.get("SLURM_JOB_ID", "")
@@ -42,8 +47,7 @@ def own_job_id(env: Mapping[str, str] | None = None) -> str:
 
 def requeue_self(env: Mapping[str, str] | None = None) -> str:
     """Ask Slurm to requeue this element; further stop signals are ignored while it exits."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)  # Slurm signals the job again as it requeues it
+    ignore_stop_signals()  # Slurm signals the job again as it requeues it
     job = own_job_id(env)
     try:
         commands.requeue(job)

@@ -22,8 +22,6 @@ from storekit.slurm.script import options_from_dict
 from storekit.slurm.status import refine, slurm_submissions
 from storekit.slurm.submit import Submitted, plan_submission, submit
 
-RESTATABLE = {"jsonl", "text"}
-
 
 @dataclass
 class RerunOutcome:
@@ -101,9 +99,10 @@ def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
 
 def _refresh_sources(work: JobDir, done: set[int]) -> list[str]:
     """Record fixed inputs' new size and mtime in the plan, where that is sound (see the docstring)."""
-    import os
-
+    from storekit.pipeline.formats import format_named
+    from storekit.pipeline.inputs import InputFS
     from storekit.pipeline.workdir import WorkDir, read_plan
+    from storekit.slurm.staging import changed_since_planned
 
     prep = WorkDir(work.path)
     plan = read_plan(prep)
@@ -113,22 +112,21 @@ def _refresh_sources(work: JobDir, done: set[int]) -> list[str]:
             readers.setdefault(piece.source, set()).add(task.index)
     sources = list(plan.sources)
     changed = []
+    fs = InputFS(None)  # local sources only: an S3 one would need the site's credentials
     for i, src in enumerate(sources):
         if not src.url.startswith("/"):
             continue
-        try:
-            st = os.stat(src.url)
-        except FileNotFoundError:
-            raise InputError(f"input {src.display} is gone since it was planned") from None
-        if st.st_size == src.size and st.st_mtime == src.mtime:
+        now = changed_since_planned(src, fs)
+        if now is None:
             continue
-        if readers.get(i, set()) & done or src.format not in RESTATABLE or src.compression:
+        restated = format_named(src.format).restated(src, *now)
+        if readers.get(i, set()) & done or restated is None:
             raise InputError(
                 f"input {src.display} changed since it was planned, and the plan cannot follow "
                 "(finished tasks read it, or its format is split by rows)",
                 hint="rerun `storekit prepare dataset` with the same options: it plans again",
             )
-        sources[i] = replace(src, size=st.st_size, mtime=st.st_mtime, data_size=st.st_size)
+        sources[i] = restated
         changed.append(src.display)
     if changed:
         header = prep.header()

@@ -105,6 +105,10 @@ def test_an_array_over_the_nodes_builds_the_same_bytes_as_a_local_run(
     assert not Path(doc["plan"]["work_dir"]).exists()  # finalize removed it
     logs = "".join(p.read_text() for p in Path(slurm["log_dir"]).glob("*.out"))
     assert "tasks to run" in logs and "sk-node" in logs
+    # the element that finished the last task published it; the finalize job was not needed
+    assert logs.count("every task is done: finalizing here") == 1, logs
+    assert f"cancelled finalize job {slurm['finalize_job_id']}" in logs, logs
+    assert not (Path(slurm["log_dir"]) / f"{slurm['finalize_job_id']}.out").exists()
     verify = run_storekit(["dataset", "verify", "datasets/text/web/v2", "--config", str(cfg)])
     assert verify.returncode == 0, verify.stderr
 
@@ -133,12 +137,17 @@ def test_a_failed_task_publishes_nothing_is_named_with_its_log_and_rerun_complet
     assert job["slurm"]["finalize"][0]["state"] in ("CANCELLED", "PENDING"), job["slurm"]
 
     bad.write_bytes(good_line + b"\n")  # fixed: no finished task read it, so the plan follows
-    proc = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    # and the element that finishes last fails to finalize: the finalize job is the fallback
+    rerun_args = ["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"]
+    proc = run_storekit(rerun_args, env={"STOREKIT_FAULTS": "slurm.inline-finalize=eio"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     again = json.loads(proc.stdout)
     assert again["task_count"] == job["counts"]["failed"] + job["counts"]["pending"]
     assert str(bad) in again["refreshed_sources"]
     wait_gone([again["array_job_id"], again["finalize_job_id"]])
+    logs = "".join(p.read_text() for p in Path(slurm["log_dir"]).glob(f"{again['array_job_id']}_*.out"))
+    assert "finalizing here did not finish" in logs and "Input/output error" in logs, logs
+    assert "prepared" in (Path(slurm["log_dir"]) / f"{again['finalize_job_id']}.out").read_text()
     manifest = json.loads((dataset / "manifest.json").read_bytes())
     assert manifest["stats"]["errors"] == {} or not any(manifest["stats"]["errors"].values())
     assert run_storekit(["dataset", "verify", "datasets/text/web/v1", "--config", str(cfg)]).returncode == 0

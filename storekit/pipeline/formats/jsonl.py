@@ -37,6 +37,7 @@ MAX_COMPRESSED_SPLITS = 8
 class JsonLines(InputFormat):
     name = "jsonl"
     suffixes = (".jsonl", ".json", ".ndjson")
+    restatable = True
 
     def describe(
         self, fs: InputFS, common: dict[str, Any], compression: str | None, text_key: str

@@ -23,6 +23,7 @@ from storekit.pipeline.streams import Decompressed, TruncatedInput, open_stream
 
 class TextFiles(InputFormat):
     name = "text"
+    restatable = True
 
     def describe(
         self, fs: InputFS, common: dict[str, Any], compression: str | None, text_key: str

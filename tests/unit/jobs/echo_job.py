@@ -1,5 +1,6 @@
 """A small real job kind for the job layer's tests: task i writes `out.bin` (its bytes derive from i)
-and a completion record with the part's digest; tasks listed in the plan's "fail" raise InputError."""
+and a completion record with the part's digest; tasks listed in the plan's "fail" raise InputError.
+Finalize concatenates every task's part into `echo.out` beside the work dir, then removes it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
-from storekit.errors import InputError
+from storekit.errors import InputError, StorekitError
 from storekit.executors.base import DoneFn, ProgressFn, Stopped, register_kind
 from storekit.jobs.workdir import DONE, JobDir, part_digest, remove_path
 
@@ -88,6 +89,19 @@ class EchoJob:
 
     def runner(self, should_stop: Callable[[], bool]) -> EchoRunner:
         return EchoRunner(self, should_stop)
+
+    def finalize(self) -> dict[str, Any]:
+        tasks = range(len(self.plan["sizes"]))
+        if not all(self.work.is_done(i) for i in tasks):
+            raise StorekitError(f"{self.work.path}: tasks are not done; nothing was published")
+        out = output_of(self.work.path)
+        out.write_bytes(b"".join((self.work.task_dir(i) / "out.bin").read_bytes() for i in tasks))
+        self.work.remove()
+        return {"status": "prepared", "dataset": str(out), "tasks": len(tasks)}
+
+
+def output_of(path: Path) -> Path:
+    return path.parent / "echo.out"
 
 
 def load(path: Path, site: Any) -> EchoJob:
