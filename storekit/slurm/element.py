@@ -27,6 +27,18 @@ def element_workers(env: Mapping[str, str] | None = None) -> int:
     return int(value) if value.isdigit() and int(value) > 0 else default_workers()
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (exec), from /proc: what start-up cost, imports included."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            start_ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def stop_on_preemption() -> None:
     """USR1/TERM stop the element like Ctrl-C (KeyboardInterrupt in the main thread)."""
     interrupt_on(*STOP_SIGNALS)
