@@ -211,6 +211,7 @@ def _run(
         "docs_per_s": round(stats["docs_read"] / total, 1) if total else 0.0,
         "mb_per_s": round(stats["input_bytes"] / 1e6 / total, 3) if total else 0.0,
         "workers": workers,
+        "worker_processes": len(report.worker_peak_rss),  # forked; 0: threads of this process
         "tasks_run": report.tasks_run,
         "peak_rss_bytes": sum(rss),
         "peak_rss_max_process_bytes": max(rss),

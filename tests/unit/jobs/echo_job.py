@@ -5,6 +5,7 @@ Finalize concatenates every task's part into `echo.out` beside the work dir, the
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import astuple
 from pathlib import Path
@@ -22,10 +23,13 @@ def payload(index: int, size: int) -> bytes:
     return bytes((index * 7 + k) % 251 for k in range(size))
 
 
-def make(path: Path, sizes: list[int], fail: tuple[int, ...] = ()) -> JobDir:
+def make(path: Path, sizes: list[int], fail: tuple[int, ...] = (), threads_per_process: int = 2) -> JobDir:
     work = JobDir(path)
     work.create()
-    plan = json.dumps({"sizes": sizes, "fail": list(fail)}).encode()
+    doc: dict[str, Any] = {"sizes": sizes, "fail": list(fail)}
+    if threads_per_process != 2:
+        doc["threads_per_process"] = threads_per_process
+    plan = json.dumps(doc).encode()
     work.write_plan(plan, kind=KIND, tasks=len(sizes), meta={"output": "echo"})
     return work
 
@@ -45,7 +49,11 @@ class EchoRunner:
                 raise InputError(f"task {index}: bad input (on purpose)")
             size = self.job.plan["sizes"][index]
             (tmp / "out.bin").write_bytes(payload(index, size))
-            record = {"task": index, "parts": {"out.bin": list(astuple(part_digest(tmp / "out.bin")))}}
+            record = {
+                "task": index,
+                "pid": os.getpid(),
+                "parts": {"out.bin": list(astuple(part_digest(tmp / "out.bin")))},
+            }
             (tmp / DONE).write_text(json.dumps(record))
             work.commit_task(tmp, index)
         except BaseException:
@@ -75,6 +83,9 @@ class EchoJob:
 
     def setup_process(self) -> None:
         pass
+
+    def threads_per_process(self) -> int:
+        return int(self.plan.get("threads_per_process", 2))
 
     def runner(self, should_stop: Callable[[], bool]) -> EchoRunner:
         return EchoRunner(self, should_stop)

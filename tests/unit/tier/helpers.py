@@ -131,30 +131,21 @@ def point_names(fn: Callable[[], object]) -> list[str]:
     """The fault points an uninterrupted `fn` reaches, in order (recorded in a forked child): the
     N-th name is what `*@N=kill` kills at."""
     r, w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(r)
-            os.environ[faults.ENV] = "never-reached-point"
-            faults.reset()
-            seen: list[str] = []
-            real = faults.point
 
-            def record(name: str) -> None:
-                seen.append(name)
-                real(name)
+    def recorded() -> None:
+        os.close(r)
+        seen: list[str] = []
+        real = faults.point
 
-            faults.__dict__["point"] = record  # every caller looks it up as faults.point
-            fn()
-            os.write(w, "\n".join(seen).encode())
-        except BaseException:
-            traceback.print_exc()
-            code = 3
-        finally:
-            os._exit(code)
+        def record(name: str) -> None:
+            seen.append(name)
+            real(name)
+
+        faults.__dict__["point"] = record  # every caller looks it up as faults.point
+        fn()
+        os.write(w, "\n".join(seen).encode())
+
+    pid = fork_with_faults(recorded, "never-reached-point")
     os.close(w)
     with os.fdopen(r) as fh:
         text = fh.read()
