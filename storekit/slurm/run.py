@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from storekit.errors import Interrupted, StorekitError
 from storekit.executors.base import Job, load_job
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir
-from storekit.slurm.element import element_workers, requeue_self, stop_on_preemption
+from storekit.slurm.element import element_workers, process_age, requeue_self, stop_on_preemption
 from storekit.slurm.inline import finalize_inline
 from storekit.slurm.submit import element_tasks
 
@@ -77,7 +78,10 @@ def run_element(
     todo = [t for t in tasks if t not in scan.done]
     workers = element_workers(env)
     node = env.get("SLURMD_NODENAME", "?")
-    say(f"element {name}: {len(todo)} of {len(tasks)} tasks to run, {workers} workers, on {node}")
+    age = process_age()
+    ready = f" (ready {age:.2f} s after start: Python, imports, plan, tokenizer)" if age is not None else ""
+    say(f"element {name}: {len(todo)} of {len(tasks)} tasks to run, {workers} workers, on {node}{ready}")
+    started = time.monotonic()
     executor = LocalExecutor(log=element_log(env, work, array, index), own_temps_only=True)
     ran = [0]
 
@@ -97,6 +101,7 @@ def run_element(
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
+    say(f"element {name}: {ran[0]} tasks run in {time.monotonic() - started:.2f} s")
     finalized = finalize_inline(work, job, array, name, say)
     return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), finalized=finalized)
 
