@@ -406,8 +406,9 @@ class _progress:
 
 
 def _report(out: Output, outcome: PrepareOutcome) -> None:
+    from storekit.cli.dataset_tables import render_manifest_summary
     from storekit.pipeline.megatron import as_command_line, data_path_args, shard_prefixes
-    from storekit.pipeline.summary import manifest_summary, plan_summary, render_manifest_summary
+    from storekit.pipeline.summary import manifest_summary, plan_summary
 
     data: dict[str, Any] = {
         "status": outcome.status,
