@@ -128,7 +128,10 @@ def run_storekit(
     corpus_glob: str | None = None,
     summarise: bool = True,
     engine: str | None = None,
+    threads_per_process: int | None = None,
 ) -> dict[str, object]:
+    """`threads_per_process`: override how many worker threads share a process (default: storekit's
+    choice, one per process for the fast engine)."""
     out = s.out_root / f"storekit-{tag}"
     work = s.out_root / f"storekit-{tag}.work"
     shutil.rmtree(out, ignore_errors=True)
@@ -167,7 +170,10 @@ def run_storekit(
     ]
     cpus = cpus_for(workers)
     # cwd: a folder with no storekit/ in it (`python -m` puts the cwd first on sys.path, before PYTHONPATH)
-    prep = run_measured(cmd, env=s.storekit_env, cwd=str(s.out_root), cpus=cpus, interval=s.interval)
+    env = dict(s.storekit_env)
+    if threads_per_process is not None:
+        env["STOREKIT_THREADS_PER_PROCESS"] = str(threads_per_process)
+    prep = run_measured(cmd, env=env, cwd=str(s.out_root), cpus=cpus, interval=s.interval)
     if prep.returncode != 0:
         raise _fail("storekit prepare dataset", prep)
     verify = run_measured(

@@ -70,7 +70,16 @@ LOCK = "/tmp/storekit-bench.lock"
 GIB = 1024**3
 # issue 15: the fast tokenizer engine; the ceiling target is 2.0 (aim 3.0)
 TARGETS = {"datatrove": 3.0, "megatron": 1.6, "ceiling": 2.0, "efficiency": 0.9}
-ALL_TOOLS = ["storekit", "storekit-w1", "storekit-hf", "datatrove", "megatron", "ceiling", "ceiling-w1"]
+ALL_TOOLS = [
+    "storekit",
+    "storekit-w1",
+    "storekit-threads",
+    "storekit-hf",
+    "datatrove",
+    "megatron",
+    "ceiling",
+    "ceiling-w1",
+]
 CEILING_MODES = ["encode_batch", "encode_batch+ids", "encode_batch_fast", "encode_batch_fast+ids"]
 _lock_file = None
 
@@ -345,6 +354,17 @@ def ratios(
                 per_round("storekit", "storekit-w1", workers),
             )
         )
+    if "storekit-w1" in summary and "storekit-threads" in summary:  # informational: no target
+        v = summary["storekit-threads"]["tokens_per_s"] / (workers * summary["storekit-w1"]["tokens_per_s"])
+        out.append(
+            (
+                f"… with the {workers} workers as threads of one process (informational)",
+                v,
+                0.0,
+                "-",
+                per_round("storekit-threads", "storekit-w1", workers),
+            )
+        )
     rss = sk["max_peak_tree_rss"]
     out.append(
         (
@@ -362,6 +382,7 @@ GIVEN = {
     "storekit": "prepare dataset --workers {n} --no-dedup --eos, taskset {n} cores; + dataset verify",
     "storekit-w1": "same, --workers 1, taskset 1 core",
     "storekit-dedup": "same as storekit with --dedup",
+    "storekit-threads": "same as storekit, its {n} workers as threads of one process",
     "storekit-hf": "same as storekit with --tokenizer-engine hf (the `tokenizers` engine)",
     "datatrove": "JsonlReader→DocumentTokenizer (tasks={n}, workers={n}, batch 10000) → Merger, taskset {n}",
     "megatron": "preprocess_data.py --workers {n} --append-eod, HF tokenizer, taskset {n}",
@@ -420,6 +441,9 @@ def markdown(
         ]
         for name, v, target, verdict, rng in rat:
             cmp = "<" if "RSS" in name else "≥"
+            if verdict == "-":  # informational
+                lines.append(f"| {name} | {v:.2f} | – | {rng} | – |")
+                continue
             lines.append(f"| {name} | {v:.2f} | {cmp} {target} | {rng} | **{verdict}** |")
     if memory:
         lines += [
@@ -476,11 +500,15 @@ def phases(row: dict[str, object]) -> dict[str, float] | None:
 
 
 def phase_table(results: dict[str, list[dict[str, object]]], workers: int) -> list[str]:
-    names = [k for k in ("storekit-w1", "storekit") if results.get(k)]
+    names = [k for k in ("storekit-w1", "storekit", "storekit-threads") if results.get(k)]
     split = {k: [p for r in results[k] if (p := phases(r))] for k in names}
     if not all(split.get(k) for k in names) or not names:
         return []
-    label = {"storekit-w1": "--workers 1, 1 core", "storekit": f"--workers {workers}, {workers} cores"}
+    label = {
+        "storekit-w1": "--workers 1, 1 core",
+        "storekit": f"--workers {workers}, {workers} cores",
+        "storekit-threads": f"same, {workers} threads of one process",
+    }
     lines = [
         "",
         "storekit's wall time by phase (median seconds over rounds):",
@@ -491,10 +519,13 @@ def phase_table(results: dict[str, list[dict[str, object]]], workers: int) -> li
     for title, key in PHASES:
         vals = [statistics.median(p[key] for p in split[k]) for k in names]
         lines.append(f"| {title} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
-    if len(names) == 2:
+    if "storekit-w1" in names and len(names) >= 2:
         one = statistics.median(p["tasks"] for p in split["storekit-w1"])
-        many = statistics.median(p["tasks"] for p in split["storekit"])
-        lines += ["", f"Tasks alone, 1→{workers}: efficiency {one / (workers * many):.2f} (informational)."]
+        lines.append("")
+        for k in names[1:]:
+            many = statistics.median(p["tasks"] for p in split[k])
+            eff = one / (workers * many)
+            lines.append(f"Tasks alone, 1→{workers} ({label[k]}): efficiency {eff:.2f} (informational).")
     return lines
 
 
@@ -643,6 +674,8 @@ def main() -> None:
                 rows = {tool: run_storekit(tree, n, f"w{n}-{tool.split('@', 1)[1]}")}
             elif tool == "storekit-w1":
                 rows = {"storekit-w1": run_storekit(s, 1, "w1")}
+            elif tool == "storekit-threads":
+                rows = {"storekit-threads": run_storekit(s, n, f"w{n}-threads", threads_per_process=n)}
             elif tool == "storekit-hf":
                 rows = {"storekit-hf": run_storekit(s, n, f"w{n}-hf", engine="hf")}
             elif tool == "storekit-dedup":

@@ -30,7 +30,7 @@ LOGS=$REPO/.services/logs
 T0=${EPOCHREALTIME/[.,]/}
 MODE=${STOREKIT_START_SERVICES:-auto}
 PACKAGES=(slurmctld slurmd slurm-client munge ceph-mon ceph-osd radosgw ceph-common curl fio gcc libc6-dev prometheus
-  debian-handbook strace)  # debian-handbook: real text in ~28 languages (tokenizer tests); strace: test_job_scale
+  debian-handbook strace)  # debian-handbook: real text in ~28 languages (tokenizer tests); strace: jobs/test_scale
 case ${CI:-} in 1 | true | TRUE | True | yes) IN_CI=1 ;; *) IN_CI=0 ;; esac
 
 elapsed() { local now=${EPOCHREALTIME/[.,]/}; printf '%d.%01d' $(((now - T0) / 1000000)) $(((now - T0) / 100000 % 10)); }

@@ -17,13 +17,14 @@ from urllib.parse import unquote, urlsplit
 
 from storekit.errors import ConfigError, NotFoundError, UsageError
 from storekit.tier.policy import Policy, parse_policies
-from storekit.tomlkeys import get_str, parse_toml, reject_unknown
+from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
 DEFAULT_LAYOUT = "llm-cluster"
 ENV_CONFIG = "STOREKIT_CONFIG"
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_NAME_RULE = "tier names start with a letter and use letters, digits, '-', '_'"
 _SECRET_RE = re.compile(r"(key|secret|token|password|passwd|credential)", re.IGNORECASE)
 
 
@@ -172,12 +173,16 @@ def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
 
 
 def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) -> TierConfig:
-    key = f"tiers.{name}"
-    if not _NAME_RE.match(name):
-        raise ConfigError(source, key, "tier names start with a letter and use letters, digits, '-', '_'")
-    if not isinstance(body, dict):
-        raise ConfigError(source, key, "expected a table with at least `url`")
-    reject_unknown(body, {"url", "role", "options", "layout"}, source, key)
+    key, body = named_table(
+        "tiers",
+        name,
+        body,
+        source,
+        {"url", "role", "options", "layout"},
+        _NAME_RE,
+        _NAME_RULE,
+        " with at least `url`",
+    )
     url = get_str(body, "url", source, f"{key}.url")
     role = get_str(body, "role", source, f"{key}.role", default="plain")
     if role not in ROLES:
@@ -204,6 +209,14 @@ def file_url_path(url: str) -> str:
     return os.path.normpath(unquote(urlsplit(url).path))
 
 
+def file_url_spelled(url: str) -> str:
+    """The path a `file://` URL as a user wrote it names, taken literally (a user's `%20` or `#` is
+    part of the name); `file://localhost/x` is `/x`, and `file://./x` (a common slip) is `./x`."""
+    rest = url[len("file://") :]
+    host, slash, path = rest.partition("/")
+    return slash + path if host in ("", "localhost") else rest
+
+
 def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays."""
     if not url:
@@ -217,11 +230,7 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     except ValueError as exc:
         raise ConfigError(source, key, f"not a valid URL ({exc})") from None
     if parts.scheme in ("", "file"):
-        raw_path = parts.path if parts.scheme == "file" else url
-        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
-            # file://./storage is a common slip: treat the netloc as the start of a relative path
-            raw_path = parts.netloc + parts.path
-        path = Path(raw_path)
+        path = Path(file_url_spelled(url) if parts.scheme == "file" else url)
         if not path.is_absolute():
             path = base_dir / path
         return Path(os.path.normpath(path)).as_uri()

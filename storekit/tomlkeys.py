@@ -62,3 +62,25 @@ def reject_unknown(raw: Mapping[str, Any], allowed: set[str], source: str, prefi
         if name not in allowed:
             key = f"{prefix}.{name}" if prefix else name
             raise ConfigError(source, key, f"unknown key; expected one of {', '.join(sorted(allowed))}")
+
+
+def named_table(
+    kind: str,
+    name: str,
+    body: Any,
+    source: str,
+    keys: set[str],
+    name_re: re.Pattern[str],
+    name_rule: str,
+    needs: str = "",
+) -> tuple[str, dict[str, Any]]:
+    """`[KIND.NAME]` (a tier, area, writer or policy): its key and body, once the name follows
+    `name_re` (else `name_rule` is the error), the body is a table (`needs` says what it must hold)
+    and holds no key but `keys`."""
+    key = f"{kind}.{name}"
+    if not name_re.match(name):
+        raise ConfigError(source, key, name_rule)
+    if not isinstance(body, dict):
+        raise ConfigError(source, key, f"expected a table{needs}")
+    reject_unknown(body, keys, source, key)
+    return key, body

@@ -122,19 +122,7 @@ class PhaseRunner:
             started=lambda: faults.point(f"bench.{phase.op}.started"),  # the workers of this phase exist
             collect=lambda: self._collect(procs, results, len(tasks)),
         )
-        errors = [msg for status, msg in outcomes.values() if status == "error"]
-        if errors:
-            cls, message = errors[0]
-            if cls is NoSpaceError:
-                raise NoSpaceError(
-                    f"{phase.name} phase ran out of space: {message}", hint="lower --size or free space"
-                )
-            if cls is UnreachableError:
-                raise UnreachableError(f"{phase.name} phase failed: {message}", hint="retry later")
-            raise WorkerFailed(f"{phase.name} phase failed: {message}")
-        if any(status != "ok" for status, _ in outcomes.values()):
-            raise WorkerFailed(f"{phase.name} phase failed: a worker stopped before finishing")
-        return [WorkerResult.from_dict(msg) for _, (_, msg) in sorted(outcomes.items())]
+        return [WorkerResult.from_dict(msg) for msg in phase_results(outcomes, phase.name)]
 
     def _collect(self, procs: list[Any], results: Any, expected: int) -> dict[int, tuple[str, Any]]:
         """Wait for every worker's message; a worker that dies silently fails the phase."""
@@ -156,6 +144,24 @@ class PhaseRunner:
                     p = dead[0]
                     raise WorkerFailed(f"worker process {p.name} died (exit code {p.exitcode})") from None
         return outcomes
+
+
+def phase_results(outcomes: Outcomes, phase: str) -> list[Any]:
+    """The workers' results in worker order; else the phase's failure: the first worker error, as
+    no space (exit 6) or unreachable (exit 5) where it was one of those, WorkerFailed otherwise."""
+    errors = [msg for status, msg in outcomes.values() if status == "error"]
+    if errors:
+        cls, message = errors[0]
+        if cls is NoSpaceError:
+            raise NoSpaceError(
+                f"{phase} phase ran out of space: {message}", hint="lower --size or free space"
+            )
+        if cls is UnreachableError:
+            raise UnreachableError(f"{phase} phase failed: {message}", hint="retry later")
+        raise WorkerFailed(f"{phase} phase failed: {message}")
+    if any(status != "ok" for status, _ in outcomes.values()):
+        raise WorkerFailed(f"{phase} phase failed: a worker stopped before finishing")
+    return [msg for _, (_, msg) in sorted(outcomes.items())]
 
 
 def run_processes(

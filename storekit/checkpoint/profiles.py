@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from storekit.errors import ConfigError
-from storekit.tomlkeys import get_bool, get_regex, get_str, reject_unknown
+from storekit.tomlkeys import get_bool, get_regex, get_str, named_table, reject_unknown
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+_NAME_RULE = "writer names are lowercase letters, digits and '-'"
 _KEYS = {
     "description",
     "unit",
@@ -102,12 +103,7 @@ def parse_profiles(raw: Any, source: str) -> tuple[WriterProfile, ...]:
 
 
 def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
-    key = f"writers.{name}"
-    if not _NAME_RE.match(name):
-        raise ConfigError(source, key, "writer names are lowercase letters, digits and '-'")
-    if not isinstance(body, dict):
-        raise ConfigError(source, key, "expected a table")
-    reject_unknown(body, _KEYS, source, key)
+    key, body = named_table("writers", name, body, source, _KEYS, _NAME_RE, _NAME_RULE)
     unit = get_regex(body, "unit", source, f"{key}.unit")
     complete = body.get("complete")
     if (

@@ -51,9 +51,11 @@ RERUN_HELP = """Resubmit only the failed or missing tasks of a Slurm job, then f
 
 TARGET is the job's work dir or the dataset it builds. Refused while elements
 of the job are still queued or running (exit 5). A finalize job left waiting
-on a dependency that can never be satisfied is cancelled. A jsonl or text
-input fixed since the plan is taken as it is now, when no finished task read
-it; other changes need `prepare dataset` again.
+on a dependency that can never be satisfied is cancelled. When every task is
+done but the finalize job failed or was cancelled, only a finalize job is
+submitted. A jsonl or text input fixed since the plan is taken as it is
+now, when no finished task read it; other changes need `prepare dataset`
+again.
 
 \b
 Examples:
@@ -265,8 +267,13 @@ def rerun_command(
             console.print(f"cancelled finalize job(s) {', '.join(outcome.cancelled)}", markup=False)
         for src in outcome.refreshed_sources:
             console.print(f"input {src} changed: the plan now records its new size and mtime", markup=False)
-        if outcome.submitted is None:
-            console.print(f"would resubmit tasks {doc['tasks']} of {doc['work_dir']} (dry run)", markup=False)
+        if outcome.lone_finalize_job_id is not None:
+            console.print(
+                f"every task is done: submitted finalize job {outcome.lone_finalize_job_id}", markup=False
+            )
+        elif outcome.submitted is None:
+            what = f"resubmit tasks {doc['tasks']}" if outcome.tasks else "submit a finalize job"
+            console.print(f"would {what} of {doc['work_dir']} (dry run)", markup=False)
         else:
             console.print(
                 f"resubmitted tasks {doc['tasks']} as array job {doc['array_job_id']}, "

@@ -48,6 +48,10 @@ class Job(Protocol):
     def setup_process(self) -> None:
         """Once in each process that runs tasks, before the first runner (e.g. thread env vars)."""
 
+    def threads_per_process(self) -> int:
+        """How many task threads may share one process: 1 where the GIL-held share of a task is
+        large enough that threads would take turns on it (more processes then)."""
+
     def runner(self, should_stop: Callable[[], bool]) -> TaskRunner:
         """A runner for one thread; it stops between two steps once `should_stop()` is true."""
 

@@ -1,9 +1,10 @@
 """The `local` executor: worker threads of one process, in as many processes as it takes.
 
-`tokenizers` releases the GIL while it encodes, so a few threads of one process run on as many
-cores; measured for prepare, two threads sharing one tokenizer spend ~10% less CPU per token than
-two forked processes with a copy each (and the Python side, ~4% of a task, is what the GIL
-serialises). Past THREADS_PER_PROCESS threads, more processes: the GIL then never becomes the limit.
+How many threads share a process is the job's call (`Job.threads_per_process`): where the Python side
+of a task is small (prepare with `tokenizers`, ~4 % under the GIL) two threads sharing one tokenizer
+spend ~10% less CPU per token than two forked processes with a copy each; where it is large (the
+fast BPE engine, ~22 %) the GIL serialises it and one thread per process wins. Past that many
+threads, more processes. $STOREKIT_THREADS_PER_PROCESS overrides the job (benchmarks compare both).
 A single process runs its threads in the caller; several are forked and die with the parent
 (PR_SET_PDEATHSIG), so a SIGKILLed run leaves no orphans, and a stopped run leaves only whole
 completion records behind. A failed task leaves a failure record (JobDir.record_failure).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing as mp
+import os
 import queue
 import signal
 import threading
@@ -23,18 +25,33 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from storekit import faults
-from storekit.errors import ExitCode, Interrupted, StorekitError
+from storekit.errors import ExitCode, Interrupted, StorekitError, UsageError
 from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, Stopped
 
 _PR_SET_PDEATHSIG = 1
-THREADS_PER_PROCESS = 2  # the measured gain is for 2; more would make the GIL the limit sooner
+THREADS_PER_PROCESS = 2  # the default; the measured gain is for 2, more make the GIL the limit sooner
+THREADS_ENV = "STOREKIT_THREADS_PER_PROCESS"
 _STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGUSR1: "SIGUSR1"}
 
 
-def split_workers(workers: int) -> list[int]:
-    """Threads per process for `workers` cores: as few processes as THREADS_PER_PROCESS allows."""
-    processes = -(-workers // THREADS_PER_PROCESS)
+def split_workers(workers: int, per_process: int = THREADS_PER_PROCESS) -> list[int]:
+    """Threads per process for `workers` cores: as few processes as `per_process` threads allow."""
+    processes = -(-workers // max(1, per_process))
     return [workers // processes + (i < workers % processes) for i in range(processes)]
+
+
+def threads_per_process(job: Job) -> int:
+    """The job's choice, unless $STOREKIT_THREADS_PER_PROCESS (a positive integer) says otherwise."""
+    given = os.environ.get(THREADS_ENV, "")
+    if not given:
+        return max(1, int(job.threads_per_process()))
+    try:
+        value = int(given)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"${THREADS_ENV} must be a positive integer, not {given!r}")
+    return value
 
 
 class LocalExecutor:
@@ -62,7 +79,7 @@ class LocalExecutor:
         workers = max(1, min(workers, len(todo)))
         # largest first (stable): a big task started last would leave the other cores idle at the end
         todo = sorted(todo, key=lambda i: -job.task_cost(i))
-        threads = split_workers(workers)
+        threads = split_workers(workers, threads_per_process(job))
         counted = _Counter(job, report, on_done)
         try:
             if len(threads) == 1:

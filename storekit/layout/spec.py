@@ -15,10 +15,25 @@ from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.resources import resolve_declarative
 from storekit.tier.policy import Policy, parse_policies
-from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, parse_toml, reject_unknown
+from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, named_table, parse_toml, reject_unknown
 from storekit.units import parse_duration, parse_size
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_AREA_RULE = "area names are one path component: lowercase letters, digits, '-', '_'"
+_AREA_KEYS = {
+    "description",
+    "mode",
+    "read_only",
+    "create",
+    "levels",
+    "ttl",
+    "quota",
+    "quota_files",
+    "striping",
+    "writers",
+    "quiet_period",
+    "beside",
+}
 _COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")
 _MODE_RE = re.compile(r"^[0-7]{3,4}$")
 
@@ -115,28 +130,7 @@ def _area_policies(
 
 
 def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterProfile]) -> AreaSpec:
-    key = f"areas.{name}"
-    if not _AREA_RE.match(name):
-        raise ConfigError(
-            source, key, "area names are one path component: lowercase letters, digits, '-', '_'"
-        )
-    if not isinstance(body, dict):
-        raise ConfigError(source, key, "expected a table")
-    allowed = {
-        "description",
-        "mode",
-        "read_only",
-        "create",
-        "levels",
-        "ttl",
-        "quota",
-        "quota_files",
-        "striping",
-        "writers",
-        "quiet_period",
-        "beside",
-    }
-    reject_unknown(body, allowed, source, key)
+    key, body = named_table("areas", name, body, source, _AREA_KEYS, _AREA_RE, _AREA_RULE)
     levels = tuple(
         _parse_level(i, lv, source, f"{key}.levels[{i}]") for i, lv in enumerate(body.get("levels", []))
     )

@@ -255,16 +255,21 @@ class S3Transfer:
             if u["Key"] == entry.key and u["Initiated"].timestamp() >= entry.started - 300
         ]
 
-    def abort(self, key: str, upload_id: str) -> None:
+    def call_on_upload(self, what: str, key: str, fn: Callable[[], T]) -> T:
+        """`call` on a multipart upload of `key`: one completed or aborted already is NoSuchUpload."""
         try:
-            self.call(
-                f"abort upload of {self.bucket}/{key}",
-                lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
-            )
+            return self.call(what, fn)
         except Exception as exc:
             if s3_error_code(exc) in GONE_UPLOAD_CODES:
                 raise NoSuchUpload(key) from exc
             raise
+
+    def abort(self, key: str, upload_id: str) -> None:
+        self.call_on_upload(
+            f"abort upload of {self.bucket}/{key}",
+            key,
+            lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+        )
 
 
 class NoSuchUpload(StorekitError):

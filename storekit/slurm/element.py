@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from storekit.errors import Interrupted, StorekitError
 from storekit.executors.base import default_workers
 from storekit.interrupts import interrupt_on
+from storekit.liveness import process_start
 from storekit.slurm import commands
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
@@ -27,9 +28,27 @@ def element_workers(env: Mapping[str, str] | None = None) -> int:
     return int(value) if value.isdigit() and int(value) > 0 else default_workers()
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (exec), from /proc: what start-up cost, imports included."""
+    start_ticks = process_start(os.getpid())
+    try:
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    if start_ticks is None:
+        return None
+    return max(0.0, uptime - int(start_ticks) / os.sysconf("SC_CLK_TCK"))
+
+
 def stop_on_preemption() -> None:
     """USR1/TERM stop the element like Ctrl-C (KeyboardInterrupt in the main thread)."""
     interrupt_on(*STOP_SIGNALS)
+
+
+def ignore_stop_signals() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def own_job_id(env: Mapping[str, str] | None = None) -> str:
@@ -42,8 +61,7 @@ def own_job_id(env: Mapping[str, str] | None = None) -> str:
 
 def requeue_self(env: Mapping[str, str] | None = None) -> str:
     """Ask Slurm to requeue this element; further stop signals are ignored while it exits."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)  # Slurm signals the job again as it requeues it
+    ignore_stop_signals()  # Slurm signals the job again as it requeues it
     job = own_job_id(env)
     try:
         commands.requeue(job)

@@ -1,11 +1,13 @@
 """`storekit jobs rerun`: resubmit only the failed or missing tasks of a Slurm job, then finalize.
 
-Refused while an element of the job is still queued or running (exit 5). A finalize job still
-queued can never run (its array ended with a failure: DependencyNeverSatisfied on clusters without
-kill_invalid_depend) and is cancelled. Failure records of the resubmitted tasks are removed (the
-element logs keep the story). Inputs fixed since the plan: a changed jsonl or text source that no
-finished task read gets its new size and mtime in the plan; any other change needs a new plan
-(rerun `prepare dataset`).
+Refused while an element of the job is still queued or running (exit 5), or while every task is
+done and a finalize job that can still run is queued or running (it publishes the dataset). A
+finalize job queued while tasks are missing, or pending with DependencyNeverSatisfied (clusters
+without kill_invalid_depend), can never run and is cancelled. When every task is done but no
+finalize job is left (it failed or was cancelled), a lone finalize job is submitted. Failure
+records of the resubmitted tasks are removed (the element logs keep the story). Inputs fixed since
+the plan: a changed jsonl or text source that no finished task read gets its new size and mtime
+in the plan; any other change needs a new plan (rerun `prepare dataset`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from storekit.errors import BusyError, InputError, StorekitError, UsageError
+from storekit.errors import BusyError, InputError, UsageError
 from storekit.jobs.status import job_status, ranges
 from storekit.jobs.workdir import JobDir
 from storekit.slurm import commands
 from storekit.slurm.script import options_from_dict
 from storekit.slurm.status import refine, slurm_submissions
-from storekit.slurm.submit import Submitted, plan_submission, submit
-
-RESTATABLE = {"jsonl", "text"}
+from storekit.slurm.submit import Submitted, finalize_script, plan_submission, submit, submit_finalize
 
 
 @dataclass
@@ -32,6 +32,7 @@ class RerunOutcome:
     cancelled: list[str] = field(default_factory=list)
     refreshed_sources: list[str] = field(default_factory=list)
     submitted: Submitted | None = None
+    lone_finalize_job_id: str | None = None  # every task was done: only a finalize job was submitted
 
     def to_dict(self) -> dict[str, Any]:
         sub = self.submitted
@@ -42,7 +43,7 @@ class RerunOutcome:
             "cancelled": self.cancelled,
             "refreshed_sources": self.refreshed_sources,
             "array_job_id": sub.array_job_id if sub else None,
-            "finalize_job_id": sub.finalize_job_id if sub else None,
+            "finalize_job_id": sub.finalize_job_id if sub else self.lone_finalize_job_id,
             "elements": sub.plan.elements.elements if sub else 0,
         }
 
@@ -68,15 +69,23 @@ def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
             f"elements of job {queued[0].array_job_id} are still queued", hint="wait, or scancel it"
         )
     todo = sorted(st.states["failed"] + st.states["pending"])
+    alive = [r for r in queued if "NeverSatisfied" not in r.reason]
+    if not todo and alive:  # the array ended well: its finalize job is about to publish, or is
+        raise BusyError(
+            f"every task of {path} is done and finalize job {alive[0].job_id} is "
+            f"{alive[0].state.lower()} ({alive[0].reason}): it publishes the dataset",
+            hint=f"follow it with `storekit jobs status {path}`",
+        )
     last = arrays[-1].extra
     outcome = RerunOutcome(work_dir=str(path), tasks=todo)
     stuck = [r.job_id for r in queued]
     options = options_from_dict(last["options"])
+    log_dir, extra_args = Path(last["log_dir"]), tuple(last.get("extra_args", ()))
     plan = plan_submission(
         work,
-        todo or [],
+        todo,
         job_name=last["job_name"],
-        log_dir=Path(last["log_dir"]),
+        log_dir=log_dir,
         options=options,
         config=last.get("config"),
     ) if todo else None  # fmt: skip
@@ -86,24 +95,26 @@ def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
     if stuck:
         commands.cancel(stuck)  # a finalize waiting on an array that failed: it can never run
         outcome.cancelled = stuck
+    if plan is None:  # every task is done; the finalize job failed or was cancelled
+        script = finalize_script(
+            work, job_name=last["job_name"], log_dir=log_dir, options=options, config=last.get("config")
+        )
+        outcome.lone_finalize_job_id = submit_finalize(work, script, log_dir, extra_args=extra_args)
+        return outcome
     if work.header().kind == "prepare":
         outcome.refreshed_sources = _refresh_sources(work, set(st.states["done"]))
     for task in todo:
         work.clear_failure(task)
-    if plan is None:
-        raise StorekitError(
-            f"every task of {path} is done; nothing to resubmit",
-            hint=f"publish it with `storekit jobs finalize {path}`",
-        )
-    outcome.submitted = submit(work, plan, extra_args=tuple(last.get("extra_args", ())))
+    outcome.submitted = submit(work, plan, extra_args=extra_args)
     return outcome
 
 
 def _refresh_sources(work: JobDir, done: set[int]) -> list[str]:
     """Record fixed inputs' new size and mtime in the plan, where that is sound (see the docstring)."""
-    import os
-
+    from storekit.pipeline.formats import format_named
+    from storekit.pipeline.inputs import InputFS
     from storekit.pipeline.workdir import WorkDir, read_plan
+    from storekit.slurm.staging import changed_since_planned
 
     prep = WorkDir(work.path)
     plan = read_plan(prep)
@@ -113,22 +124,21 @@ def _refresh_sources(work: JobDir, done: set[int]) -> list[str]:
             readers.setdefault(piece.source, set()).add(task.index)
     sources = list(plan.sources)
     changed = []
+    fs = InputFS(None)  # local sources only: an S3 one would need the site's credentials
     for i, src in enumerate(sources):
         if not src.url.startswith("/"):
             continue
-        try:
-            st = os.stat(src.url)
-        except FileNotFoundError:
-            raise InputError(f"input {src.display} is gone since it was planned") from None
-        if st.st_size == src.size and st.st_mtime == src.mtime:
+        now = changed_since_planned(src, fs)
+        if now is None:
             continue
-        if readers.get(i, set()) & done or src.format not in RESTATABLE or src.compression:
+        restated = format_named(src.format).restated(src, *now)
+        if readers.get(i, set()) & done or restated is None:
             raise InputError(
                 f"input {src.display} changed since it was planned, and the plan cannot follow "
                 "(finished tasks read it, or its format is split by rows)",
                 hint="rerun `storekit prepare dataset` with the same options: it plans again",
             )
-        sources[i] = replace(src, size=st.st_size, mtime=st.st_mtime, data_size=st.st_size)
+        sources[i] = restated
         changed.append(src.display)
     if changed:
         header = prep.header()

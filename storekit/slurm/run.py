@@ -4,13 +4,15 @@ It reads which plan tasks it owns from the submission in jobs.json (by `$SLURM_A
 `$SLURM_ARRAY_TASK_ID`), skips those with a completion record (a requeued element resumes), and runs
 the rest on the local executor with `$SLURM_CPUS_PER_TASK` workers, naming its Slurm log in failure
 records. It takes no lock: tasks only add their own records. On USR1/TERM it requeues itself and
-exits 0 (see element.py).
+exits 0 (see element.py). The element that sees every task of the plan done finalizes the job
+itself, the finalize job being the fallback (see inline.py).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,8 @@ from storekit.errors import Interrupted, StorekitError
 from storekit.executors.base import Job, load_job
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir
-from storekit.slurm.element import element_workers, requeue_self, stop_on_preemption
+from storekit.slurm.element import element_workers, process_age, requeue_self, stop_on_preemption
+from storekit.slurm.inline import finalize_inline
 from storekit.slurm.submit import element_tasks
 
 # kind -> adapter: what a kind checks on a node before its tasks run (prepare: tokenizer copy, sources)
@@ -35,6 +38,7 @@ class ElementResult:
     ran: int
     skipped: int  # already done before this element started (a requeue, a rerun)
     requeued: bool = False
+    finalized: dict[str, Any] | None = None  # what finalize returned, when this element ran it
 
 
 def element_identity(env: Mapping[str, str]) -> tuple[str, int]:
@@ -74,7 +78,10 @@ def run_element(
     todo = [t for t in tasks if t not in scan.done]
     workers = element_workers(env)
     node = env.get("SLURMD_NODENAME", "?")
-    say(f"element {name}: {len(todo)} of {len(tasks)} tasks to run, {workers} workers, on {node}")
+    age = process_age()
+    ready = f" (ready {age:.2f} s after start: Python, imports, plan, tokenizer)" if age is not None else ""
+    say(f"element {name}: {len(todo)} of {len(tasks)} tasks to run, {workers} workers, on {node}{ready}")
+    started = time.monotonic()
     executor = LocalExecutor(log=element_log(env, work, array, index), own_temps_only=True)
     ran = [0]
 
@@ -88,10 +95,15 @@ def run_element(
     try:
         executor.run(job, todo, workers=workers, progress=lambda d, t, b: None, on_done=counted)
     except Interrupted:
+        if set(tasks) <= work.done_tasks():  # the signal came after its last task: nothing to redo
+            say(f"element {name}: stopped by a signal after its last task; the finalize job finalizes")
+            return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
-    return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
+    say(f"element {name}: {ran[0]} tasks run in {time.monotonic() - started:.2f} s")
+    finalized = finalize_inline(work, job, array, name, say)
+    return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), finalized=finalized)
 
 
 def _on_node(job: Job) -> Job:

@@ -16,6 +16,7 @@ import xxhash
 
 from storekit.durable import write_file_atomic
 from storekit.errors import InputError, MismatchError, NotFoundError
+from storekit.pipeline.formats.base import SourceFile
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.tokenizer import read_tokenizer_json
@@ -60,8 +61,9 @@ def check_sources(plan: PrepPlan, task: int, fs: InputFS) -> None:
     wanted = {piece.source for piece in plan.tasks[task].pieces}
     for index in sorted(wanted):
         src = plan.sources[index]
-        size, mtime = _stat(src.url, src.display, fs)
-        if size != src.size or (src.mtime is not None and mtime is not None and mtime != src.mtime):
+        now = changed_since_planned(src, fs)
+        if now is not None:
+            size, mtime = now
             raise InputError(
                 f"input {src.display} changed since it was planned (size {src.size} -> {size}"
                 f"{'' if mtime == src.mtime else ', mtime changed'})",
@@ -69,10 +71,16 @@ def check_sources(plan: PrepPlan, task: int, fs: InputFS) -> None:
             )
 
 
-def _stat(url: str, display: str, fs: InputFS) -> tuple[int, float | None]:
-    """Through the input's store, as the plan listed it (local and S3 alike)."""
+def changed_since_planned(src: SourceFile, fs: InputFS) -> tuple[int, float | None] | None:
+    """The size and mtime of a source now, when they are not the plan's (None: unchanged; an mtime
+    either side does not know proves nothing). Read through the input's store, as the plan listed
+    it; a source that is gone is an InputError."""
     try:
-        entry = fs.info(url)
+        entry = fs.info(src.url)
     except NotFoundError:
-        raise InputError(f"input {display} is gone since it was planned") from None
-    return entry.size, entry.mtime
+        raise InputError(f"input {src.display} is gone since it was planned") from None
+    if entry.size != src.size or (
+        src.mtime is not None and entry.mtime is not None and entry.mtime != src.mtime
+    ):
+        return entry.size, entry.mtime
+    return None

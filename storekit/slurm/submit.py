@@ -88,12 +88,29 @@ def plan_submission(
         command=storekit_argv(["jobs", "run-element", str(work.path)], config),
         array=elements.array_spec,
     )
+    return SubmitPlan(
+        job_name=job_name,
+        log_dir=log_dir,
+        elements=elements,
+        array_script=render(array, options),
+        finalize_script=finalize_script(
+            work, job_name=job_name, log_dir=log_dir, options=options, config=config
+        ),
+        limits=limits,
+        options=options,
+        config=config,
+    )
+
+
+def finalize_script(
+    work: JobDir, *, job_name: str, log_dir: Path, options: SlurmOptions, config: str | None
+) -> str:
+    """The finalize job's script: one job, which needs neither the array's CPUs nor its %N."""
     finalize = JobScript(
         job_name=f"{job_name}-finalize",
         log_dir=str(log_dir),
         command=storekit_argv(["jobs", "finalize", str(work.path)], config),
     )
-    # finalize is one job: it needs neither the array's CPUs nor its concurrency cap
     fin_options = SlurmOptions(
         partition=options.partition,
         time=options.time,
@@ -104,16 +121,7 @@ def plan_submission(
         container=options.container,
         setup=options.setup,
     )
-    return SubmitPlan(
-        job_name=job_name,
-        log_dir=log_dir,
-        elements=elements,
-        array_script=render(array, options),
-        finalize_script=render(finalize, fin_options),
-        limits=limits,
-        options=options,
-        config=config,
-    )
+    return render(finalize, fin_options)
 
 
 def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) -> Submitted:
@@ -154,6 +162,23 @@ def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) ->
         )
     )
     return Submitted(array_job_id=array_id, finalize_job_id=finalize_id, plan=plan)
+
+
+def submit_finalize(work: JobDir, script: str, log_dir: Path, *, extra_args: Sequence[str] = ()) -> str:
+    """A lone finalize job (every task is done, the array's finalize job failed or was cancelled)."""
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = log_dir / "finalize.sbatch"
+    write_file_atomic(path, script.encode(), mode=0o600)
+    job_id = commands.submit(str(path), extra_args, env=job_environment(os.environ))
+    work.record_submission(
+        Submission(
+            executor=EXECUTOR,
+            job_id=job_id,
+            submitted=time.time(),
+            extra={"role": "finalize", "after": None, "log_dir": str(log_dir)},
+        )
+    )
+    return job_id
 
 
 def job_environment(env: Mapping[str, str]) -> dict[str, str]:

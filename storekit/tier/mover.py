@@ -20,9 +20,11 @@ the manifest, restores modes and mtimes, renames into place, then removes the st
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,24 +181,11 @@ def _move(
     info: UnitInfo | None,
 ) -> UnitResult:
     src = src_root / unit_rel
-    if not src.parent.is_dir():
-        raise NotFoundError(f"{src}: no such unit")
-    with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
-        purge_tombstones(src.parent)  # a free that a kill interrupted
-        remove_own_temps(src)
-        resumed = journal.load()
+    with unit_leased(action, src, journal) as resumed:
         if not resumed:
-            stub = read_stub(stub_path(src))
-            present = os.path.lexists(src)
-            if stub is not None and not present:
-                return _result(action, unit_rel, dest_url, stub, "already-moved", resumed=False, freed=True)
-            if not present:
-                raise NotFoundError(f"{src}: no such unit")
+            stub = moved_stub(src)
             if stub is not None:
-                raise StorekitError(
-                    f"{src}: both the unit and its stub exist (a recall not finished?)",
-                    hint=f"run `storekit tier --recall {src}` to finish the recall first",
-                )
+                return _result(action, unit_rel, dest_url, stub, "already-moved", resumed=False, freed=True)
             entries = walk_unit(src)
             dest_check: Destination = make()
             try:
@@ -220,6 +209,35 @@ def _move(
             return _resume(action, src, unit_rel, journal, dest, resumed)
         finally:
             dest.close()
+
+
+@contextlib.contextmanager
+def unit_leased(action: str, src: Path, journal: UnitJournal) -> Iterator[bool]:
+    """Hold the unit's lease, what a killed move left beside it tidied; yields whether `journal`
+    resumes an earlier run (every move and purge starts here)."""
+    if not src.parent.is_dir():
+        raise NotFoundError(f"{src}: no such unit")
+    with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
+        purge_tombstones(src.parent)  # a free that a kill interrupted
+        remove_own_temps(src)
+        yield journal.load()
+
+
+def moved_stub(src: Path) -> Stub | None:
+    """Before a new move of `src`: its stub when the unit moved already (nothing to do), None when the
+    unit is here to move; an error when neither is there, or both."""
+    stub = read_stub(stub_path(src))
+    present = os.path.lexists(src)
+    if stub is not None and not present:
+        return stub
+    if not present:
+        raise NotFoundError(f"{src}: no such unit")
+    if stub is not None:
+        raise StorekitError(
+            f"{src}: both the unit and its stub exist (a recall not finished?)",
+            hint=f"run `storekit tier --recall {src}` to finish the recall first",
+        )
+    return None
 
 
 def _resume(
@@ -424,12 +442,9 @@ def recall_unit(
     """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was."""
     unit = root / unit_rel
     spath = stub_path(unit)
-    with Lease(sibling_lease_path(unit), purpose=f"recall of {unit}"):
-        purge_tombstones(unit.parent)
-        remove_own_temps(unit)
+    journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
+    with unit_leased("recall", unit, journal) as resumed:
         stub = read_stub(spath)
-        journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
-        resumed = journal.load()
         if not resumed:
             if stub is None:
                 if os.path.lexists(unit):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -19,6 +18,7 @@ from typing import Any
 import xxhash
 
 from storekit.config import SiteConfig, mask_url
+from storekit.diskspace import usage
 from storekit.errors import ConfigError, MismatchError, NotFoundError, StorekitError
 from storekit.layout.spec import load_layout
 from storekit.store import Store, open_store
@@ -180,11 +180,11 @@ def _usage(store: Store) -> Usage | None:
     local = store.local_path("")
     if local is None:
         return None
-    st = os.statvfs(local)  # the same reading as diskspace.free_bytes, plus the total
-    if not st.f_blocks:
+    known = usage(local)
+    if known is None:
         return None
-    total = st.f_blocks * st.f_frsize
-    return Usage(used=total - st.f_bavail * st.f_frsize, total=total)
+    free, total = known
+    return Usage(used=total - free, total=total)
 
 
 def _plan_unit(store: Store, resolved: ResolvedPolicy, choice: Choice) -> PlanUnit:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from storekit.errors import ConfigError
-from storekit.tomlkeys import get_bool, get_str, reject_unknown
+from storekit.tomlkeys import get_bool, get_str, named_table
 from storekit.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ DEFAULT_TO_ROLE = {"drain": "parallel", "archive": "archive", "purge": "archive"
 PER_STUB = "(each stub's tier)"
 ADHOC = "command line"  # the source of a policy made from --archive PATH / --drain / --recall PATH
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_NAME_RULE = "policy names use lowercase letters, digits, '-', '_'"
 _PERCENT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 _KEYS = {
     "description",
@@ -109,12 +110,9 @@ def parse_policies(raw: Any, source: str) -> dict[str, Policy]:
 
 
 def parse_policy(name: str, body: Any, source: str) -> Policy:
-    key = f"policies.{name}"
-    if not _NAME_RE.match(name):
-        raise ConfigError(source, key, "policy names use lowercase letters, digits, '-', '_'")
-    if not isinstance(body, dict):
-        raise ConfigError(source, key, "expected a table with at least `action`")
-    reject_unknown(body, _KEYS, source, key)
+    key, body = named_table(
+        "policies", name, body, source, _KEYS, _NAME_RE, _NAME_RULE, " with at least `action`"
+    )
     action = get_str(body, "action", source, f"{key}.action")
     if action not in ACTIONS:
         raise ConfigError(source, f"{key}.action", f"expected one of {', '.join(ACTIONS)}, got {action!r}")

@@ -12,19 +12,23 @@ stub beside it, fingerprint checked once more, removed through a tombstone.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 
 from storekit.config import TierConfig
-from storekit.durable import purge_tombstones
-from storekit.errors import MismatchError, NotFoundError, StorekitError
-from storekit.lease import Lease, sibling_lease_path
+from storekit.errors import MismatchError
 from storekit.ops import FileDigest, hash_local
 from storekit.ops.s3transfer import TransferConfig
 from storekit.tier.dest import Destination, PosixDestination, S3Destination
-from storekit.tier.mover import UnitChanged, UnitInfo, UnitResult, free_committed, remove_own_temps, tier_root
-from storekit.tier.stubfile import read_stub, stub_path
+from storekit.tier.mover import (
+    UnitChanged,
+    UnitInfo,
+    UnitResult,
+    free_committed,
+    moved_stub,
+    tier_root,
+    unit_leased,
+)
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitmanifest import (
     FILE,
@@ -71,20 +75,11 @@ def purge_unit(
     dest = destination(dst, to_path, tag=f"purge-{uid}", transfer=transfer)
     journal = UnitJournal(journal_dir, uid)
     try:
-        if not src.parent.is_dir():
-            raise NotFoundError(f"{src}: no such unit")
-        with Lease(sibling_lease_path(src), purpose=f"purge of {src}"):
-            purge_tombstones(src.parent)  # a free that a kill interrupted
-            remove_own_temps(src)
-            resumed = journal.load()
+        with unit_leased("purge", src, journal) as resumed:
             if not resumed:
-                stub = read_stub(stub_path(src))
-                if stub is not None and not os.path.lexists(src):
-                    return _already(unit_rel, dest, stub.manifest_xxh3, stub.bytes, stub.files)
-                if not os.path.lexists(src):
-                    raise NotFoundError(f"{src}: no such unit")
+                stub = moved_stub(src)
                 if stub is not None:
-                    raise StorekitError(f"{src}: both the unit and its stub exist (a recall not finished?)")
+                    return _already(unit_rel, dest, stub.manifest_xxh3, stub.bytes, stub.files)
                 entries, data = _verified_copy(src, dest, journal, verify_max_age_s, now)
                 journal.save_manifest(data)
                 journal.advance(  # the first durable step: before it, a purge has changed nothing

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,10 @@ def test_an_array_over_the_nodes_builds_the_same_bytes_as_a_local_run(
     assert not Path(doc["plan"]["work_dir"]).exists()  # finalize removed it
     logs = "".join(p.read_text() for p in Path(slurm["log_dir"]).glob("*.out"))
     assert "tasks to run" in logs and "sk-node" in logs
+    # the element that finished the last task published it; the finalize job was not needed
+    assert logs.count("every task is done: finalizing here") == 1, logs
+    assert f"cancelled finalize job {slurm['finalize_job_id']}" in logs, logs
+    assert not (Path(slurm["log_dir"]) / f"{slurm['finalize_job_id']}.out").exists()
     verify = run_storekit(["dataset", "verify", "datasets/text/web/v2", "--config", str(cfg)])
     assert verify.returncode == 0, verify.stderr
 
@@ -133,12 +139,17 @@ def test_a_failed_task_publishes_nothing_is_named_with_its_log_and_rerun_complet
     assert job["slurm"]["finalize"][0]["state"] in ("CANCELLED", "PENDING"), job["slurm"]
 
     bad.write_bytes(good_line + b"\n")  # fixed: no finished task read it, so the plan follows
-    proc = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    # and the element that finishes last fails to finalize: the finalize job is the fallback
+    rerun_args = ["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"]
+    proc = run_storekit(rerun_args, env={"STOREKIT_FAULTS": "slurm.inline-finalize=eio"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     again = json.loads(proc.stdout)
     assert again["task_count"] == job["counts"]["failed"] + job["counts"]["pending"]
     assert str(bad) in again["refreshed_sources"]
     wait_gone([again["array_job_id"], again["finalize_job_id"]])
+    logs = "".join(p.read_text() for p in Path(slurm["log_dir"]).glob(f"{again['array_job_id']}_*.out"))
+    assert "finalizing here did not finish" in logs and "Input/output error" in logs, logs
+    assert "prepared" in (Path(slurm["log_dir"]) / f"{again['finalize_job_id']}.out").read_text()
     manifest = json.loads((dataset / "manifest.json").read_bytes())
     assert manifest["stats"]["errors"] == {} or not any(manifest["stats"]["errors"].values())
     assert run_storekit(["dataset", "verify", "datasets/text/web/v1", "--config", str(cfg)]).returncode == 0
@@ -186,3 +197,59 @@ def test_a_preempted_element_requeues_itself_resumes_and_finalize_still_runs(
     local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "1"))
     assert local.returncode == 0, local.stderr
     assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
+
+
+def test_rerun_with_every_task_done_waits_for_a_live_finalize_else_submits_a_lone_one(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """The inline finalize fails (injected) and the finalize job is held, then cancelled: every task
+    is done, nothing is published, and only a finalize job is left to submit."""
+    cfg, corpus = make_site(tmp_path)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {
+        "STOREKIT_FAULTS": "slurm.inline-finalize=eio,finalize.staged=pause",
+        "STOREKIT_FAULT_DIR": str(faults),
+    }
+    proc = run_storekit(prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    slurm = json.loads(proc.stdout)["slurm"]
+    deadline = time.monotonic() + WAIT_S
+    while not (faults / "finalize.staged.reached").exists():  # the finalize job runs, held
+        assert time.monotonic() < deadline, squeue_ids([slurm["array_job_id"], slurm["finalize_job_id"]])
+        time.sleep(0.2)
+    rerun = ["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"]
+    busy = run_storekit(rerun)
+    assert busy.returncode == 5, busy.stdout + busy.stderr
+    assert f"finalize job {slurm['finalize_job_id']} is running" in busy.stdout, busy.stdout
+    cancel = subprocess.run(["scancel", slurm["finalize_job_id"]], capture_output=True, text=True, timeout=30)
+    assert cancel.returncode == 0, cancel.stderr
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    assert not (dataset / "manifest.json").exists()
+
+    proc = run_storekit(rerun)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lone = json.loads(proc.stdout)
+    assert lone["task_count"] == 0 and lone["array_job_id"] is None and lone["finalize_job_id"], lone
+    wait_gone([lone["finalize_job_id"]])
+    assert (dataset / "manifest.json").is_file()
+    assert run_storekit(["dataset", "verify", "datasets/text/web/v1", "--config", str(cfg)]).returncode == 0
+
+
+def test_no_slurm_commands_or_a_controller_down_is_one_line_exit_5_and_writes_nothing(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    cfg, corpus = make_site(tmp_path)
+    conf = Path(os.environ["SLURM_CONF"]).read_text()
+    down = tmp_path / "slurm.conf"  # the same cluster with the controller's port where nothing listens
+    kept = [ln for ln in conf.splitlines() if not ln.startswith(("SlurmctldPort=", "MessageTimeout="))]
+    down.write_text("\n".join([*kept, "SlurmctldPort=9", "MessageTimeout=1"]) + "\n")  # 1 s, not 10
+    no_path = {"PATH": str(Path(sys.executable).parent)}  # python, but no sbatch/scontrol
+    for env, said in ((no_path, "not installed here"), ({"SLURM_CONF": str(down)}, "Unable to contact")):
+        proc = run_storekit(prepare_args(cfg, corpus, "v1", "--executor", "slurm"), env=env)
+        assert proc.returncode == 5, proc.stdout + proc.stderr
+        error = json.loads(proc.stdout)["error"]["message"]
+        assert said in error and "\n" not in error, error
+    scratch = cfg.parent / "storage" / "scratch"
+    assert not scratch.exists() or not any(scratch.iterdir())  # no work dir was made

@@ -27,7 +27,7 @@ from storekit.bench.cluster.barrier import NodeBarrier
 from storekit.bench.cluster.wire import TOKEN_ENV, Connection, target_from_wire, task_from_wire
 from storekit.bench.leftovers import OWNER_FILE
 from storekit.bench.plan import DATA_OPS, iter_names
-from storekit.bench.runner import PRELOAD, _process_main, run_processes
+from storekit.bench.runner import PRELOAD, _process_main, phase_results, run_processes
 from storekit.bench.suite import RESIDENT_SAMPLE, probe_direct
 from storekit.diskspace import free_bytes
 from storekit.errors import NoSpaceError, StorekitError, error_class
@@ -183,13 +183,7 @@ class Agent:
             started=threading.Thread(target=self._local_ready, args=(ready,), daemon=True).start,
             collect=lambda: self._drive(procs, results, len(tasks), go),
         )
-        errors = [payload for status, payload in outcomes.values() if status == "error"]
-        if errors:
-            cls, message = errors[0]
-            raise (cls or StorekitError)(message)
-        if any(status != "ok" for status, _ in outcomes.values()):
-            raise StorekitError("a worker stopped before finishing")
-        payload = [dict(r, node=self.node) for _, (_, r) in sorted(outcomes.items())]
+        payload = [dict(r, node=self.node) for r in phase_results(outcomes, str(msg["name"]))]
         self.send("results", phase=msg["phase"], results=payload)
 
     def _local_ready(self, ready: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
 from storekit.config import mask_url
@@ -98,6 +98,9 @@ class InputFormat(ABC):
     name: str
     suffixes: tuple[str, ...] = ()  # lower-case file name endings (after any .gz/.zst)
     compressible = True  # may come as .gz/.zst (parquet and arrow compress internally)
+    # pieces are byte ranges that reading aligns itself, and an uncompressed file's data size is its
+    # size: a file that changed needs only its new size and mtime in the plan (see `restated`)
+    restatable = False
 
     @abstractmethod
     def describe(
@@ -112,6 +115,13 @@ class InputFormat(ABC):
     @abstractmethod
     def read(self, ctx: PieceContext) -> Iterator[Doc]:
         """The documents (and unusable records) of one piece, in order."""
+
+    def restated(self, src: SourceFile, size: int, mtime: float | None) -> SourceFile | None:
+        """`src` in a plan none of whose finished tasks read it, after its file changed to `size`
+        bytes; None where the plan cannot follow (pieces of rows, or a compressed file's data size)."""
+        if not self.restatable or src.compression:
+            return None
+        return replace(src, size=size, mtime=mtime, data_size=size)
 
     def where(self, ctx: PieceContext, position: int) -> str:
         """A position of `read` named the way a user finds it."""

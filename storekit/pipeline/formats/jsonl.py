@@ -8,7 +8,6 @@ re-decompresses the file up to its start.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import orjson
 
@@ -21,28 +20,20 @@ from storekit.pipeline.formats.base import (
     OVERSIZED,
     TRUNCATED,
     Doc,
-    InputFormat,
     Piece,
     PieceContext,
     SourceFile,
 )
-from storekit.pipeline.formats.streamed import data_size
+from storekit.pipeline.formats.streamed import Streamed
 from storekit.pipeline.giant import GiantText, blank_text, locate_text
-from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.streams import TruncatedInput, count_newlines, iter_lines, open_stream
 
 MAX_COMPRESSED_SPLITS = 8
 
 
-class JsonLines(InputFormat):
+class JsonLines(Streamed):
     name = "jsonl"
     suffixes = (".jsonl", ".json", ".ndjson")
-
-    def describe(
-        self, fs: InputFS, common: dict[str, Any], compression: str | None, text_key: str
-    ) -> SourceFile:
-        size = data_size(fs, common["url"], common["size"], compression)
-        return SourceFile(**common, compression=compression, data_size=size)
 
     def split(self, index: int, src: SourceFile, target: int) -> list[Piece]:
         if src.data_size <= target:

@@ -1,9 +1,11 @@
-"""What the byte-stream formats (jsonl, text) share: their size once decompressed."""
+"""What the byte-stream formats (jsonl, text) share: their size once decompressed, their description."""
 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
+from storekit.pipeline.formats.base import InputFormat, SourceFile
 from storekit.pipeline.inputs import InputFS, read_range
 from storekit.pipeline.streams import Decompressed, TruncatedInput
 
@@ -48,3 +50,15 @@ def count_uncompressed(fs: InputFS, url: str, compression: str) -> int:
 
 def data_size(fs: InputFS, url: str, size: int, compression: str | None) -> int:
     return size if compression is None else uncompressed_size(fs, url, size, compression)
+
+
+class Streamed(InputFormat):
+    """A format read as one byte stream, maybe compressed: its data size is the stream's."""
+
+    restatable = True
+
+    def describe(
+        self, fs: InputFS, common: dict[str, Any], compression: str | None, text_key: str
+    ) -> SourceFile:
+        size = data_size(fs, common["url"], common["size"], compression)
+        return SourceFile(**common, compression=compression, data_size=size)

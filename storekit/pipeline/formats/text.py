@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
 from storekit.pipeline import giant
 from storekit.pipeline.formats.base import (
@@ -11,24 +11,15 @@ from storekit.pipeline.formats.base import (
     OVERSIZED,
     TRUNCATED,
     Doc,
-    InputFormat,
     PieceContext,
-    SourceFile,
 )
-from storekit.pipeline.formats.streamed import data_size
+from storekit.pipeline.formats.streamed import Streamed
 from storekit.pipeline.giant import GiantText
-from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.streams import Decompressed, TruncatedInput, open_stream
 
 
-class TextFiles(InputFormat):
+class TextFiles(Streamed):
     name = "text"
-
-    def describe(
-        self, fs: InputFS, common: dict[str, Any], compression: str | None, text_key: str
-    ) -> SourceFile:
-        size = data_size(fs, common["url"], common["size"], compression)
-        return SourceFile(**common, compression=compression, data_size=size)
 
     def read(self, ctx: PieceContext) -> Iterator[Doc]:
         cap = ctx.max_doc_bytes

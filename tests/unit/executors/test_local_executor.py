@@ -135,3 +135,39 @@ def test_a_stop_waits_for_the_task_thread_it_interrupted(tmp_path: Path) -> None
     assert finished == ["committed"]  # the thread finished before the executor returned
     assert work.done_tasks() == {0} and not work.scan().in_flight
     work.check_parts(0, work.read_done(0))
+
+
+@pytest.mark.parametrize(
+    ("per_process", "env", "processes"),
+    [(1, None, 2), (2, None, 0), (2, "1", 2), (1, "2", 0)],  # 0: two threads of the calling process
+)
+def test_the_job_or_the_environment_decides_threads_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_process: int, env: str | None, processes: int
+) -> None:
+    if env is None:
+        monkeypatch.delenv("STOREKIT_THREADS_PER_PROCESS", raising=False)
+    else:
+        monkeypatch.setenv("STOREKIT_THREADS_PER_PROCESS", env)
+    work = echo_job.make(tmp_path / "job", SIZES, threads_per_process=per_process)
+    job = echo_job.load(work.path, None)
+    records: dict[int, dict[str, Any]] = {}
+    report = get_executor("local").run(
+        job, range(len(SIZES)), workers=2, progress=lambda *a: None, on_done=records.__setitem__
+    )
+    assert len(report.worker_peak_rss) == processes
+    pids = {r["pid"] for r in records.values()}
+    assert (os.getpid() in pids) == (processes == 0)
+    assert len(pids) <= max(1, processes)
+    _check_outputs(work, list(range(len(SIZES))))
+
+
+@pytest.mark.parametrize("bad", ["0", "two", "-1"])
+def test_a_bad_threads_per_process_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv("STOREKIT_THREADS_PER_PROCESS", bad)
+    work = echo_job.make(tmp_path / "job", SIZES)
+    with pytest.raises(StorekitError, match="STOREKIT_THREADS_PER_PROCESS") as info:
+        get_executor("local").run(echo_job.load(work.path, None), [0], workers=2, progress=lambda *a: None)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert not work.scan().done

@@ -256,19 +256,22 @@ def test_full_disk_mid_way_fails_cleanly(
     else:  # task parts go to the small file system, the output elsewhere
         fs = small_fs(str(bound))
         where, step = ["--work-dir", str(fs), "--output", str(tmp_path / "ds")], "prepare.task-written"
-    filled: list[int] = []
+    ballast = fs / "ballast"
 
     def another_writer_fills_the_disk() -> None:
-        if not filled:
+        # once, whichever worker (thread or forked process) gets here first: the file is the flag
+        try:
+            fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "wb") as fh:
             st = os.statvfs(fs)
-            filled.append(st.f_bavail * st.f_frsize - (64 << 10))
-            with open(fs / "ballast", "wb") as fh:
-                os.posix_fallocate(fh.fileno(), 0, filled[0])
+            os.posix_fallocate(fh.fileno(), 0, st.f_bavail * st.f_frsize - (64 << 10))
 
     monkeypatch.chdir(tmp_path)
     with faults.at(step, another_writer_fills_the_disk):
         res = run_cli([*BASE, "-i", "a.jsonl", *where, "--task-size", "256KiB", "--workers", "2"], capsys)
-    assert filled
+    assert ballast.exists()
     assert res.code == 6, res.stderr
     assert "no space left" in res.stderr
     assert not (fs / "ds").exists() and not (tmp_path / "ds").exists()

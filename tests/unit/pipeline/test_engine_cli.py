@@ -167,3 +167,20 @@ def test_pipeline_key_and_bad_value(tmp_path: Path, capsys: Any) -> None:
     assert plan["tokenizer_engine"]["name"] == "hf" and plan["options"]["special_tokens"] == "text"
     bad = run_cli(["prepare", "dataset", str(pipe), "--tokenizer-engine", "fast", "--dry-run"], capsys)
     assert bad.code == 2 and "--tokenizer-engine" in bad.stderr and "auto, hf, tiktoken" in bad.stderr
+
+
+def test_fast_engine_workers_are_processes_with_the_same_shards(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("STOREKIT_THREADS_PER_PROCESS", raising=False)
+    _corpus(tmp_path)
+    one = _prepare(capsys, tmp_path, "one", "--workers", "1", "--tokenizer-engine", "tiktoken")
+    two = _prepare(capsys, tmp_path, "two", "--workers", "2", "--tokenizer-engine", "tiktoken")
+    hf = _prepare(capsys, tmp_path, "hf", "--workers", "2", "--tokenizer-engine", "hf")
+    assert one.code == two.code == hf.code == 0, (one.stderr, two.stderr, hf.stderr)
+    assert one.json()["timings"]["worker_processes"] == 0  # one worker: the calling process
+    assert two.json()["timings"]["worker_processes"] == 2  # the GIL-heavy fast engine: one thread each
+    assert hf.json()["timings"]["worker_processes"] == 0  # `tokenizers`: two threads of one process
+    trees = [tree_bytes(tmp_path / name) for name in ("one", "two", "hf")]
+    assert trees[0] == trees[1]
+    assert _without_engine(trees[1]) == _without_engine(trees[2])

@@ -15,6 +15,7 @@ import zstandard
 
 from storekit.pipeline import streams
 from storekit.pipeline.encode import Unsplittable, split_for_encoding
+from storekit.pipeline.formats import FORMATS
 from storekit.pipeline.formats.jsonl import MAX_COMPRESSED_SPLITS
 from storekit.pipeline.plan import choose_task_bytes, plan_tasks
 from storekit.pipeline.sources import SourceFile
@@ -239,3 +240,14 @@ def test_cross_task_dedup_keeps_the_first_occurrence_in_plan_order(
     index = dedup.find_cross_task_duplicates(files, tmp_path / "dedup")
     assert [index.for_task(t).tolist() for t in range(7)] == expected
     assert index.count == sum(len(d) for d in expected)
+
+
+def test_a_changed_file_is_restated_only_where_its_pieces_are_byte_ranges() -> None:
+    # `jobs rerun` follows a fixed input by its new size alone only for uncompressed jsonl and text
+    src = SourceFile(url="/in/a.jsonl", size=100, format="jsonl", data_size=100, mtime=1.0)
+    again = FORMATS["jsonl"].restated(src, 150, 2.0)
+    assert again == replace(src, size=150, data_size=150, mtime=2.0)
+    assert FORMATS["text"].restated(replace(src, format="text"), 150, 2.0) is not None
+    assert FORMATS["jsonl"].restated(replace(src, compression="gz"), 150, 2.0) is None
+    for rows in ("parquet", "arrow"):
+        assert FORMATS[rows].restated(replace(src, format=rows), 150, 2.0) is None

@@ -28,3 +28,19 @@ def test_requeue_needs_a_job_and_then_ignores_further_stop_signals() -> None:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def test_process_age_counts_from_the_process_start() -> None:
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", "from storekit.slurm.element import process_age; print(process_age())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    elapsed = time.monotonic() - started
+    assert 0.0 <= float(out) <= elapsed + 0.02  # /proc counts in clock ticks (10 ms)

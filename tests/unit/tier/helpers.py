@@ -14,9 +14,29 @@ from pathlib import Path
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.durable import TMP_MARK, is_tombstone
+from storekit.tier.stub import Stub
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000_123_456_789  # mtimes set exactly (ns) so a restore that rounds them is caught
+
+# a stub as `tier --archive` writes it (the plan and stub tests read it back)
+ARCHIVED = Stub(
+    unit="step_000050",
+    unit_kind="checkpoint",
+    is_file=False,
+    writer="torch-dcp",
+    step=50,
+    action="archive",
+    to_tier="vault",
+    to_path="checkpoints/run_001/step_000050",
+    manifest="checkpoints/run_001/step_000050.storekit-archive.json",
+    manifest_xxh3="0123456789abcdef0123456789abcdef",
+    bytes=4096,
+    files=3,
+    dirs=1,
+    unit_id="00112233aabbccdd",
+    at="2026-11-01T00:00:00Z",
+)
 
 
 def make_unit(unit: Path, *, big: int = 0, seed: int = 0) -> None:
@@ -131,30 +151,21 @@ def point_names(fn: Callable[[], object]) -> list[str]:
     """The fault points an uninterrupted `fn` reaches, in order (recorded in a forked child): the
     N-th name is what `*@N=kill` kills at."""
     r, w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(r)
-            os.environ[faults.ENV] = "never-reached-point"
-            faults.reset()
-            seen: list[str] = []
-            real = faults.point
 
-            def record(name: str) -> None:
-                seen.append(name)
-                real(name)
+    def recorded() -> None:
+        os.close(r)
+        seen: list[str] = []
+        real = faults.point
 
-            faults.__dict__["point"] = record  # every caller looks it up as faults.point
-            fn()
-            os.write(w, "\n".join(seen).encode())
-        except BaseException:
-            traceback.print_exc()
-            code = 3
-        finally:
-            os._exit(code)
+        def record(name: str) -> None:
+            seen.append(name)
+            real(name)
+
+        faults.__dict__["point"] = record  # every caller looks it up as faults.point
+        fn()
+        os.write(w, "\n".join(seen).encode())
+
+    pid = fork_with_faults(recorded, "never-reached-point")
     os.close(w)
     with os.fdopen(r) as fh:
         text = fh.read()

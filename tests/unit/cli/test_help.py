@@ -13,14 +13,12 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 from typer.main import get_command
 
 from storekit.cli.app import app
 from storekit.errors import EXIT_CODE_TABLE
-from tests.conftest import Ran, run_storekit
+from tests.conftest import REPO, Ran, run_cli, run_storekit
 
-REPO = Path(__file__).resolve().parents[2]
 ROOT = get_command(app)
 
 
@@ -40,9 +38,11 @@ LEAVES = dict(leaves(ROOT))
 
 
 def help_text(path: tuple[str, ...]) -> str:
-    result = CliRunner().invoke(ROOT, [*path, "--help"], env={"COLUMNS": "80"}, prog_name="storekit")
-    assert result.exit_code == 0, result.output
-    return result.output
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("COLUMNS", "80")
+        result = run_cli([*path, "--help"])
+    assert result.code == 0, result.stderr
+    return result.stdout
 
 
 def examples(text: str) -> list[list[str]]:
@@ -100,9 +100,10 @@ def test_markup_is_not_eaten() -> None:
 
 
 def test_a_typo_suggests_the_command_once() -> None:
-    result = CliRunner().invoke(ROOT, ["statsu"], prog_name="storekit")
-    assert result.exit_code == 2
-    assert result.output.count("Did you mean 'status'?") == 1, result.output
+    result = run_cli(["statsu"])
+    output = result.stdout + result.stderr
+    assert result.code == 2
+    assert output.count("Did you mean 'status'?") == 1, output
 
 
 def run(*args: str) -> Ran:
