@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from storekit.exits import exit_now, teardown_skipped
 from storekit.interrupts import interrupt_on  # signal only: loads in no time
 
 
@@ -23,6 +24,10 @@ def main() -> None:
         from storekit.cli.app import main as cli_main
 
         cli_main()  # catches its own stops once it runs; this covers the steps before
+    except SystemExit as exc:
+        if isinstance(exc.code, int | None) and teardown_skipped():
+            exit_now(exc.code or 0)
+        raise
     except KeyboardInterrupt:
         message = "interrupted; rerun the same command to resume"
         if "--json" in sys.argv[1:]:

@@ -209,6 +209,14 @@ def file_url_path(url: str) -> str:
     return os.path.normpath(unquote(urlsplit(url).path))
 
 
+def file_url_spelled(url: str) -> str:
+    """The path a `file://` URL as a user wrote it names, taken literally (a user's `%20` or `#` is
+    part of the name); `file://localhost/x` is `/x`, and `file://./x` (a common slip) is `./x`."""
+    rest = url[len("file://") :]
+    host, slash, path = rest.partition("/")
+    return slash + path if host in ("", "localhost") else rest
+
+
 def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays."""
     if not url:
@@ -222,11 +230,7 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     except ValueError as exc:
         raise ConfigError(source, key, f"not a valid URL ({exc})") from None
     if parts.scheme in ("", "file"):
-        raw_path = parts.path if parts.scheme == "file" else url
-        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
-            # file://./storage is a common slip: treat the netloc as the start of a relative path
-            raw_path = parts.netloc + parts.path
-        path = Path(raw_path)
+        path = Path(file_url_spelled(url) if parts.scheme == "file" else url)
         if not path.is_absolute():
             path = base_dir / path
         return Path(os.path.normpath(path)).as_uri()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from storekit.durable import write_file_atomic
-from storekit.errors import StorekitError, UsageError
+from storekit.errors import UsageError, storage_errors
 
 TEXTFILE_MODE = 0o644
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -130,7 +130,5 @@ def write_textfile(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UsageError(f"{path}: directory {directory} does not exist")
-    try:
+    with storage_errors(f"cannot write {path}"):
         write_file_atomic(path, text.encode("utf-8"), mode=TEXTFILE_MODE)
-    except OSError as exc:
-        raise StorekitError(f"cannot write {path}: {exc.strerror or exc}") from None

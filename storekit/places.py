@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from storekit.config import SiteConfig, TierConfig, refuse_url_credentials
+from storekit.config import SiteConfig, TierConfig, file_url_spelled, refuse_url_credentials
 from storekit.errors import NotFoundError, UsageError
 from storekit.paths import resolves_outside
 from storekit.store import Store, open_store
@@ -70,7 +70,7 @@ def resolve_place(
         return _s3_place(where, site, s3_options, what)
     if "://" in where and not where.startswith("file://"):
         raise UsageError(f"{what} {where!r}: expected a directory, file:// or s3://bucket/prefix")
-    path = where.removeprefix("file://")
+    path = file_url_spelled(where) if where.startswith("file://") else where
     if bare == "cwd" or site is None or os.path.isabs(path) or path.startswith(("./", "../", "~")):
         return _local_place(os.path.abspath(os.path.expanduser(path)), site)
     tier_cfg = site.tier(tier)

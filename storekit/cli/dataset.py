@@ -103,8 +103,9 @@ def info_command(
       storekit dataset info datasets/code/sample/v1
       storekit dataset info /lustre/storage/datasets/text/web/v2 --json
     """
+    from storekit.cli.dataset_tables import render_manifest_summary
     from storekit.pipeline.location import resolve_location
-    from storekit.pipeline.summary import manifest_summary, render_manifest_summary
+    from storekit.pipeline.summary import manifest_summary
     from storekit.pipeline.verify import load_dataset_manifest
 
     out = make_output(json_out, quiet)

@@ -38,6 +38,7 @@ from storekit.cli.prepare_slurm import (
     submit_and_report,
 )
 from storekit.errors import ExitCode, UsageError
+from storekit.exits import skip_teardown
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -348,6 +349,9 @@ def prepare_dataset_command(
     with _progress(out) as progress:
         outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)
     _report(out, outcome)
+    # committed and reported, every task thread and worker process ended: the interpreter's
+    # teardown (freeing the tokenizer, ~0.1 s) would only keep the caller waiting
+    skip_teardown()
 
 
 def _name_from_input(ref: str) -> str:
@@ -402,8 +406,9 @@ class _progress:
 
 
 def _report(out: Output, outcome: PrepareOutcome) -> None:
+    from storekit.cli.dataset_tables import render_manifest_summary
     from storekit.pipeline.megatron import as_command_line, data_path_args, shard_prefixes
-    from storekit.pipeline.summary import manifest_summary, plan_summary, render_manifest_summary
+    from storekit.pipeline.summary import manifest_summary, plan_summary
 
     data: dict[str, Any] = {
         "status": outcome.status,

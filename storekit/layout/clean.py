@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from storekit.durable import is_tombstone, remove_tree
-from storekit.errors import StorekitError, UsageError
+from storekit.errors import UsageError, storage_errors
 from storekit.jobs.reclaim import reclaim, work_dir_state
 from storekit.layout.spec import LayoutSpec
 from storekit.lease import dir_lease_path
@@ -195,9 +195,7 @@ def apply_clean(plan: CleanPlan, store: Store) -> list[CleanEntry]:
             if newest > entry.newest:
                 entry.action, entry.reason = "keep", "changed since it was planned"
                 continue
-        try:
+        with storage_errors(f"cannot delete {plan.url}/{entry.path}"):
             remove_tree(path)
-        except OSError as exc:
-            raise StorekitError(f"cannot delete {plan.url}/{entry.path}: {exc.strerror or exc}") from None
         deleted.append(entry)
     return deleted

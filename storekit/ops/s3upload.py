@@ -346,17 +346,13 @@ def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple
     parts: dict[int, tuple[int, str]] = {}
     marker = 0
     while True:
-        try:
-            page: dict[str, Any] = engine.call(
-                f"list parts of {engine.bucket}/{key}",
-                lambda m=marker: engine.client.list_parts(  # type: ignore[misc]
-                    Bucket=engine.bucket, Key=key, UploadId=upload_id, PartNumberMarker=m
-                ),
-            )
-        except Exception as exc:
-            if s3_error_code(exc) in GONE_UPLOAD_CODES:
-                raise NoSuchUpload(key) from exc
-            raise
+        page: dict[str, Any] = engine.call_on_upload(
+            f"list parts of {engine.bucket}/{key}",
+            key,
+            lambda m=marker: engine.client.list_parts(  # type: ignore[misc]
+                Bucket=engine.bucket, Key=key, UploadId=upload_id, PartNumberMarker=m
+            ),
+        )
         for p in page.get("Parts", []):
             parts[int(p["PartNumber"])] = (int(p["Size"]), str(p["ETag"]).strip('"'))
         if not page.get("IsTruncated"):

@@ -24,7 +24,6 @@ import contextlib
 import copy
 import itertools
 import json
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from storekit.durable import write_file_atomic
 from storekit.pipeline import unicode_tables
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -376,9 +376,7 @@ def _remember_proof(key: str | None) -> None:
     path = _proof_file(key)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("whole tokens come out of their own merges\n")
-        os.replace(tmp, path)
+        write_file_atomic(path, b"whole tokens come out of their own merges\n")
 
 
 _CORES: dict[int, tuple[Compiled, Any]] = {}  # id(compiled) -> (compiled, tiktoken core): one per process

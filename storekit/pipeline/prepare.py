@@ -23,7 +23,6 @@ from storekit.executors.base import Executor, default_workers, get_executor
 from storekit.executors.local import peak_rss
 from storekit.lease import Lease
 from storekit.manifest import Manifest
-from storekit.ops import hash_stream
 from storekit.paths import join_rel
 from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
 from storekit.pipeline.engines import choose_engine, sample_documents
@@ -32,6 +31,7 @@ from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.location import DatasetLocation, resolve_location
 from storekit.pipeline.plan import PrepPlan, plan_tasks
+from storekit.pipeline.source_digests import source_entry
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import resolve_tokenizer
@@ -267,20 +267,7 @@ class SourceHasher(threading.Thread):
 
     def run(self) -> None:
         try:
-            entries = []
-            for src in self.plan.sources:
-                with self.fs.open(src.url) as fh:
-                    digest = hash_stream(fh.read)
-                entries.append(
-                    {
-                        "path": src.display,
-                        "size": digest.size,
-                        "xxh3_128": digest.xxh3_128,
-                        "format": src.format,
-                        "compression": src.compression,
-                    }
-                )
-            self._entries = entries
+            self._entries = [source_entry(src, self.fs) for src in self.plan.sources]
         except BaseException as exc:  # re-raised in the main thread by result()
             self._error = exc
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from storekit.durable import write_file_atomic
 from storekit.ops import hash_stream
+from storekit.pipeline.formats.base import SourceFile
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 
@@ -43,21 +44,26 @@ def read_record(plan: PrepPlan, work: Path, source: int) -> dict[str, Any] | Non
     return entry
 
 
-def hash_source(plan: PrepPlan, source: int, work: Path, fs: InputFS) -> dict[str, Any]:
-    """The manifest entry of one source: its record, else hashed now and recorded."""
-    entry = read_record(plan, work, source)
-    if entry is not None:
-        return entry
-    src = plan.sources[source]
+def source_entry(src: SourceFile, fs: InputFS) -> dict[str, Any]:
+    """What the manifest says of one source: read whole through its store and hashed now."""
     with fs.open(src.url) as fh:
         digest = hash_stream(fh.read)
-    entry = {
+    return {
         "path": src.display,
         "size": digest.size,
         "xxh3_128": digest.xxh3_128,
         "format": src.format,
         "compression": src.compression,
     }
+
+
+def hash_source(plan: PrepPlan, source: int, work: Path, fs: InputFS) -> dict[str, Any]:
+    """The manifest entry of one source: its record, else hashed now and recorded."""
+    entry = read_record(plan, work, source)
+    if entry is not None:
+        return entry
+    src = plan.sources[source]
+    entry = source_entry(src, fs)
     record = record_path(work, source)
     record.parent.mkdir(exist_ok=True, mode=0o700)
     doc = {"entry": entry, "size": src.size, "mtime": src.mtime}  # what the plan said when hashed

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from storekit.errors import Interrupted, StorekitError
 from storekit.executors.base import default_workers
 from storekit.interrupts import interrupt_on
+from storekit.liveness import process_start
 from storekit.slurm import commands
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
@@ -29,14 +30,15 @@ def element_workers(env: Mapping[str, str] | None = None) -> int:
 
 def process_age() -> float | None:
     """Seconds since this process started (exec), from /proc: what start-up cost, imports included."""
+    start_ticks = process_start(os.getpid())
     try:
-        with open("/proc/self/stat", "rb") as fh:
-            start_ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
         with open("/proc/uptime", "rb") as fh:
             uptime = float(fh.read().split()[0])
     except (OSError, IndexError, ValueError):
         return None
-    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    if start_ticks is None:
+        return None
+    return max(0.0, uptime - int(start_ticks) / os.sysconf("SC_CLK_TCK"))
 
 
 def stop_on_preemption() -> None:

@@ -85,3 +85,16 @@ def test_a_tier_command_path_is_tier_relative_or_inside_a_posix_tier(tmp_path: P
         tier_relative(site, "s3://arch/storage/x")
     with pytest.raises(UsageError, match="name an area"):
         tier_relative(site, ".")
+
+
+def test_a_file_url_is_spelled_the_same_way_on_the_command_line_and_in_the_config(tmp_path: Path) -> None:
+    # file://localhost/abs and file://./rel mean what they mean in a site config's tier url
+    site = parse_config(
+        f'[tiers.t]\nurl = "file://localhost{tmp_path}/t"\n'.encode(), source="t.toml", base_dir=tmp_path
+    )
+    assert site.tiers["t"].local_root == str(tmp_path / "t")
+    (tmp_path / "t" / "a").mkdir(parents=True)
+    place = resolve_place(f"file://localhost{tmp_path}/t/a", site)
+    assert (place.tier_name, place.rel) == ("t", "a")
+    odd = tmp_path / "x#1"
+    assert resolve_place(f"file://{odd}", None).display.endswith("/x#1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from storekit import faults
 from storekit.config import TierConfig
 from storekit.durable import TOMBSTONE_MARK
+from storekit.errors import NoSpaceError
 from storekit.layout.clean import SlurmUnreachable, apply_clean, job_ids_in_name, plan_clean
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
@@ -94,6 +97,19 @@ def test_an_entry_written_after_planning_is_kept(storage: Path) -> None:
     plan = plan_clean(load_layout("llm-cluster"), store, jobs=lambda: None)
     (old / "sub" / "late.bin").write_bytes(b"written by a job that came back")
     assert apply_clean(plan, store) == [] and old.is_dir()
+
+
+def test_a_full_disk_while_deleting_is_no_space_exit_6_naming_the_entry(storage: Path) -> None:
+    # the one OS-error translator: ENOSPC is exit 6 here too (a copy of its own made it exit 1)
+    make(storage, "old-run", 30)
+    store = open_store(TierConfig(name="local", url=storage.as_uri()))
+    plan = plan_clean(load_layout("llm-cluster"), store, jobs=lambda: None)
+
+    def full() -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with faults.at("durable.tombstoned", full), pytest.raises(NoSpaceError, match="scratch/old-run"):
+        apply_clean(plan, store)
 
 
 def test_job_names() -> None:

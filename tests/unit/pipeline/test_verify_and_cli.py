@@ -253,7 +253,7 @@ def test_the_samples_bad_records_are_explained_where_they_are_counted() -> None:
 
     from rich.console import Console
 
-    from storekit.pipeline.summary import render_manifest_summary
+    from storekit.cli.dataset_tables import render_manifest_summary
 
     examples = [
         {"where": "bundled:cpython-stdlib-sample.jsonl.gz:30", "reason": "empty", "detail": "no text"}

@@ -14,9 +14,29 @@ from pathlib import Path
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.durable import TMP_MARK, is_tombstone
+from storekit.tier.stub import Stub
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000_123_456_789  # mtimes set exactly (ns) so a restore that rounds them is caught
+
+# a stub as `tier --archive` writes it (the plan and stub tests read it back)
+ARCHIVED = Stub(
+    unit="step_000050",
+    unit_kind="checkpoint",
+    is_file=False,
+    writer="torch-dcp",
+    step=50,
+    action="archive",
+    to_tier="vault",
+    to_path="checkpoints/run_001/step_000050",
+    manifest="checkpoints/run_001/step_000050.storekit-archive.json",
+    manifest_xxh3="0123456789abcdef0123456789abcdef",
+    bytes=4096,
+    files=3,
+    dirs=1,
+    unit_id="00112233aabbccdd",
+    at="2026-11-01T00:00:00Z",
+)
 
 
 def make_unit(unit: Path, *, big: int = 0, seed: int = 0) -> None:

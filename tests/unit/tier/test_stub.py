@@ -16,7 +16,7 @@ from storekit.store import open_store
 from storekit.tier.stub import StubError, parse_stub, render_stub, stub_rel, unit_rel_of
 from tests.conftest import Ran
 from tests.unit.tier.conftest import dcp_unit, make_site
-from tests.unit.tier.test_plan_cli import ARCHIVED
+from tests.unit.tier.helpers import ARCHIVED
 
 
 def test_a_stub_round_trips_and_holds_no_url() -> None:

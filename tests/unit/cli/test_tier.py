@@ -13,27 +13,11 @@ import pytest
 
 from storekit.tier.apply import apply_plan
 from storekit.tier.plan import PlanUnit, body_digest, load_plan
-from storekit.tier.stub import Stub, render_stub
+from storekit.tier.stub import render_stub
 from tests.conftest import Ran
 from tests.unit.tier.conftest import DAY, aged, dcp_unit, make_site, tree_state
+from tests.unit.tier.helpers import ARCHIVED
 
-ARCHIVED = Stub(
-    unit="step_000050",
-    unit_kind="checkpoint",
-    is_file=False,
-    writer="torch-dcp",
-    step=50,
-    action="archive",
-    to_tier="vault",
-    to_path="checkpoints/run_001/step_000050",
-    manifest="checkpoints/run_001/step_000050.storekit-archive.json",
-    manifest_xxh3="0123456789abcdef0123456789abcdef",
-    bytes=4096,
-    files=3,
-    dirs=1,
-    unit_id="00112233aabbccdd",
-    at="2026-11-01T00:00:00Z",
-)
 POLICIES = '[policies.old-runs]\naction = "archive"\nolder_than = "1d"\nkeep_last = 1\n'
 
 
