@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -83,6 +84,7 @@ class Bench:
         self.tokenizer = tokenizer
         self.task_size = task_size
         self.config = root / "storekit.toml"
+        (root / "jobs" / "logs").mkdir(parents=True)
         self.config.write_text(f'default_tier = "shared"\n[tiers.shared]\nurl = "{root / "storage"}"\n')
         self.runs = 0
         self.tasks = 0
@@ -101,7 +103,7 @@ class Bench:
             "--version",
             version,
             "--work-dir",
-            str(self.root / "work"),
+            str(self.root / "jobs" / "scratch"),  # logs/ beside scratch/: element logs outlive the job
         ]
         return [*args, "--task-size", task_size] if task_size else args
 
@@ -112,7 +114,7 @@ class Bench:
         self.runs += 1
         version = f"local{self.runs}"
         started = time.monotonic()
-        storekit(
+        doc = storekit(
             [
                 *self.args(version, corpus or self.corpus, task_size or self.task_size),
                 "--workers",
@@ -121,7 +123,9 @@ class Bench:
             self.config,
         )
         seconds = time.monotonic() - started
-        return self._done(version, seconds, {"executor": "local", "workers": workers})
+        t = doc.get("timings", {})
+        info = {"executor": "local", "workers": workers, "tasks_s": t.get("tokenize_seconds")}
+        return self._done(version, seconds, {**info, "finalize_s": t.get("finalize_seconds")})
 
     def slurm(
         self,
@@ -171,6 +175,7 @@ class Bench:
             "elements": doc["slurm"]["elements"],
             "tasks_per_element": doc["slurm"]["tasks_per_element"],
             "submit_seconds": round(submitted, 3),
+            **element_times(Path(doc["slurm"]["log_dir"]), doc["slurm"]["array_job_id"]),
         }
         return self._done(version, seconds, info)
 
@@ -189,6 +194,23 @@ class Bench:
         self.tasks = row["tasks"]
         shutil.rmtree(dataset)
         return row
+
+
+def element_times(log_dir: Path, array: str) -> dict[str, Any]:
+    """What the element logs say: each one's start-up (exec to ready: Python, imports, plan,
+    tokenizer), its tasks' time, and the inline finalize's; whether the finalize job had to run."""
+    ready, tasks, fin = [], [], []
+    for log in sorted(log_dir.glob(f"{array}_*.out")):
+        text = log.read_text()
+        ready += [float(x) for x in re.findall(r"\(ready ([\d.]+) s after start", text)]
+        tasks += [float(x) for x in re.findall(r"tasks run in ([\d.]+) s", text)]
+        fin += [float(x) for x in re.findall(r": prepared .* in ([\d.]+) s$", text, re.MULTILINE)]
+    return {
+        "element_ready_s": ready,
+        "element_tasks_s": tasks,
+        "inline_finalize_s": fin,
+        "finalize_job_ran": any(p.name.split(".")[0].isdigit() for p in log_dir.glob("*.out")),
+    }
 
 
 def small_corpus(root: Path, source: Path, elements: int) -> Path:
@@ -268,6 +290,20 @@ def main() -> None:
         st = statistics.median(r["tokens_per_s"] for r in slurm)
         same = all(r["identical"] for r in local + slurm)
         print(f"{n:>5} {lt:>12,.0f} {st:>12,.0f} {st / lt:>6.2f} {slurm[0]['elements']:>8}  {same}")
+    print("\nwhere the seconds went (first run of each; Slurm's element figures: the slowest element)")
+    head = ["nodes", "local", "tasks", "final", "rest", "slurm", "submit", "ready", "tasks", "final", "rest"]
+    print(" ".join(f"{h:>6}" for h in head) + "  finalize job")
+    for n in counts:
+        lo = next(r for r in result["rows"] if r["executor"] == "local" and r["workers"] == n)
+        r = next(r for r in result["rows"] if r["executor"] == "slurm" and r["nodes"] == n)
+        ready, tasks = max(r["element_ready_s"], default=0.0), max(r["element_tasks_s"], default=0.0)
+        fin = sum(r["inline_finalize_s"])
+        rest = r["seconds"] - r["submit_seconds"] - ready - tasks - fin  # queueing, exits, the finalize job
+        local_rest = lo["seconds"] - (lo["tasks_s"] or 0) - (lo["finalize_s"] or 0)  # start-up, plan
+        cells = [lo["seconds"], lo["tasks_s"] or 0, lo["finalize_s"] or 0, local_rest]
+        cells += [r["seconds"], r["submit_seconds"], ready, tasks, fin, rest]
+        used = "ran" if r["finalize_job_ran"] else "cancelled"
+        print(f"{n:>6} " + " ".join(f"{c:>6.2f}" for c in cells) + f"  {used}")
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
 

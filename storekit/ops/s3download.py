@@ -1,16 +1,23 @@
 """Downloads of the S3 transfer engine: concurrent ranged GETs, hashed and written in order.
 
-The pool fetches ranges ahead (bounded by the in-flight cap); the caller's thread takes them in file
-order, hashes them (xxh3-128 of exactly the bytes written), writes them sequentially to a temp file
-beside the destination, and at each file's end fsyncs, checks the expected digest if one was given,
-renames into place and fsyncs the directory. Every GET names the ETag the HEAD saw (If-Match), so an
-object replaced during the download fails it instead of mixing two versions.
+The pool fetches ranges ahead (bounded by the in-flight cap), each into a reused page-aligned buffer,
+and writes it at its offset in a temp file beside the destination with O_DIRECT where the filesystem
+takes it: the bytes go to the device without a page-cache copy (most of a recall's client CPU) and
+without waiting for the kernel's writeback (here ~330 MB/s buffered + fsync against 1.7 GB/s direct),
+so the fsync at the file's end is short. The tail of a file that is not a whole block, and every
+write where O_DIRECT is refused, go through a buffered descriptor. The caller's thread takes the
+ranges in file order and hashes them (xxh3-128 of exactly the bytes written); at each file's end the
+file is fsynced, checked against the expected digest if one was given, renamed into place, and the
+directory fsynced. Every GET names the ETag the HEAD saw (If-Match), so an object replaced during the
+download fails it instead of mixing two versions.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import errno
+import mmap
 import os
 import uuid
 from collections import deque
@@ -25,6 +32,11 @@ from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import MismatchError, StorekitError, storage_error
 from storekit.ops.s3transfer import DownloadItem, DownloadResult, S3Transfer, fadvise_dontneed
 
+# O_DIRECT needs block-aligned offsets, lengths and memory; a page covers every usual block size
+ALIGN = mmap.PAGESIZE
+# the body is read in pieces of this size: each piece is copied once more, while still in the cache
+PIECE = 1024 * 1024
+
 
 class ShortBody(ConnectionError):
     """The gateway sent fewer bytes than the range asked for (a dropped connection): retryable."""
@@ -35,10 +47,10 @@ class _Target:
     item: DownloadItem
     size: int
     tmp: str
-    fd: int
+    fd: int  # buffered: tails, and everything where O_DIRECT is refused
+    direct: int = -1  # the same file opened O_DIRECT, or -1
     hasher: xxhash.xxh3_128 = field(default_factory=xxhash.xxh3_128)
-    written: int = 0
-    last_length: int = 0
+    hashed: int = 0
 
 
 @dataclass
@@ -52,7 +64,7 @@ class _Range:
 def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[DownloadResult]:
     heads = list(engine.pool.map(lambda item: _head(engine, item), items))  # sizes and ETags, concurrently
     targets: list[_Target] = []
-    window: deque[tuple[_Range, cf.Future[bytes]]] = deque()
+    window: deque[tuple[_Range, cf.Future[mmap.mmap]]] = deque()
     finishing: list[cf.Future[DownloadResult]] = []
     # fsync + verify + rename of one file overlaps the download of the next
     with cf.ThreadPoolExecutor(2, thread_name_prefix="storekit-fsync") as finisher:
@@ -70,7 +82,11 @@ def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[Do
                     pending = next(planned, None)
                 rng, fut = window.popleft()
                 try:
-                    _write(rng, fut.result())
+                    buf = fut.result()
+                    try:
+                        _hash(rng, buf)
+                    finally:
+                        engine.range_buffers.give(buf)
                 finally:
                     engine.budget.release(rng.length)
                 if rng.offset + rng.length == rng.target.size:
@@ -81,8 +97,10 @@ def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[Do
                 fut.cancel()
             started: list[cf.Future[Any]] = [fut for _, fut in window]
             cf.wait(started + list(finishing))
-            for held, _ in window:
+            for held, fut in window:
                 engine.budget.release(held.length)
+                if not fut.cancelled() and fut.exception() is None:
+                    engine.range_buffers.give(fut.result())
             for t in targets:
                 _discard(t)
             raise
@@ -113,7 +131,7 @@ def _ranges(
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         except OSError as exc:
             raise _local_error(item.path, exc) from None
-        target = _Target(item, size, tmp, fd)
+        target = _Target(item, size, tmp, fd, _open_direct(tmp))
         targets.append(target)
         if size == 0:
             yield _Range(target, 0, 0, etag)
@@ -121,45 +139,92 @@ def _ranges(
             yield _Range(target, offset, min(step, size - offset), etag)
 
 
-def _fetch(engine: S3Transfer, rng: _Range) -> bytes:
-    if rng.length == 0:
-        return b""
-    engine.throttle(rng.length)
-    key = rng.target.item.key
-
-    def get() -> bytes:
-        resp = engine.client.get_object(
-            Bucket=engine.bucket,
-            Key=key,
-            Range=f"bytes={rng.offset}-{rng.offset + rng.length - 1}",
-            IfMatch=rng.etag,
-        )
-        data: bytes = resp["Body"].read()
-        if len(data) != rng.length:
-            raise ShortBody(f"{len(data)} of {rng.length} bytes at offset {rng.offset}")
-        return data
-
-    data = engine.call(f"download {engine.bucket}/{key}", get)
-    faults.point("transfer.range-fetched")
-    return data
-
-
-def _write(rng: _Range, data: bytes) -> None:
-    target = rng.target
-    target.hasher.update(data)
-    view = memoryview(data)
+def _open_direct(path: str) -> int:
+    """`path` opened again with O_DIRECT, or -1 where the filesystem refuses it (tmpfs, some FUSE)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return -1
     try:
-        while view:
-            n = os.write(target.fd, view)
-            view = view[n:]
-    except OSError as exc:
-        raise _local_error(target.item.path, exc) from None
-    # the range before this one: starts its writeback now (so the final fsync is short) and drops
-    # whatever of it is already clean (so a recall of terabytes does not flush the page cache)
-    if target.last_length:
-        fadvise_dontneed(target.fd, target.written - target.last_length, target.last_length)
-    target.written += len(data)
-    target.last_length = len(data)
+        return os.open(path, os.O_WRONLY | os.O_CLOEXEC | flag)
+    except OSError:
+        return -1
+
+
+def _fetch(engine: S3Transfer, rng: _Range) -> mmap.mmap:
+    """The range's bytes in one of the engine's aligned buffers, already written to the temp file."""
+    buf = engine.range_buffers.take(engine.config.range_size)
+    try:
+        if rng.length:
+            engine.throttle(rng.length)
+            key = rng.target.item.key
+            engine.call(f"download {engine.bucket}/{key}", lambda: _get_into(engine, rng, buf))
+            _write(rng, buf)
+            faults.point("transfer.range-fetched")
+    except BaseException:
+        engine.range_buffers.give(buf)
+        raise
+    return buf
+
+
+def _get_into(engine: S3Transfer, rng: _Range, buf: mmap.mmap) -> None:
+    resp = engine.client.get_object(
+        Bucket=engine.bucket,
+        Key=rng.target.item.key,
+        Range=f"bytes={rng.offset}-{rng.offset + rng.length - 1}",
+        IfMatch=rng.etag,
+    )
+    body, got = resp["Body"], 0
+    with memoryview(buf) as view:
+        try:
+            while got < rng.length:
+                n = body.readinto(view[got : min(got + PIECE, rng.length)])
+                if not n:
+                    break
+                got += n
+        except Exception as exc:
+            if type(exc).__name__ != "IncompleteReadError":
+                raise
+    if got != rng.length:
+        raise ShortBody(f"{got} of {rng.length} bytes at offset {rng.offset}")
+
+
+def _write(rng: _Range, buf: mmap.mmap) -> None:
+    """The whole blocks of the range go O_DIRECT where the file takes it, the rest buffered."""
+    target = rng.target
+    direct = 0
+    if target.direct >= 0 and rng.offset % ALIGN == 0:
+        direct = rng.length - rng.length % ALIGN
+    with memoryview(buf) as view:
+        try:
+            if direct:
+                try:
+                    _pwrite_all(target.direct, view[:direct], rng.offset)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    direct = 0  # an alignment this filesystem does not take: buffered, like the rest
+            if direct < rng.length:
+                _pwrite_all(target.fd, view[direct : rng.length], rng.offset + direct)
+                # start its writeback now, so the file's final fsync waits for little
+                fadvise_dontneed(target.fd, rng.offset + direct, rng.length - direct)
+        except OSError as exc:
+            raise _local_error(target.item.path, exc) from None
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def _hash(rng: _Range, buf: mmap.mmap) -> None:
+    """In file order: the digest is of the bytes written, in the order they sit in the file."""
+    target = rng.target
+    if target.hashed != rng.offset:
+        raise AssertionError(f"{target.item.key}: range at {rng.offset} hashed after {target.hashed}")
+    with memoryview(buf) as view:
+        target.hasher.update(view[: rng.length])
+    target.hashed += rng.length
 
 
 def _finish(target: _Target) -> DownloadResult:
@@ -168,8 +233,7 @@ def _finish(target: _Target) -> DownloadResult:
     try:
         os.fsync(target.fd)
         fadvise_dontneed(target.fd, 0, target.size)  # all clean after the fsync: drop it
-        os.close(target.fd)
-        target.fd = -1
+        _close(target)
         if item.expected_xxh3_128 is not None and digest != item.expected_xxh3_128:
             raise MismatchError(
                 f"s3 object {item.key}: expected xxh3-128 {item.expected_xxh3_128}, downloaded {digest}"
@@ -181,17 +245,22 @@ def _finish(target: _Target) -> DownloadResult:
     except BaseException:
         _discard(target)
         raise
-    return DownloadResult(item.key, item.path, target.written, digest)
+    return DownloadResult(item.key, item.path, target.hashed, digest)
 
 
 def _discard(target: _Target) -> None:
     """Close and remove a temp file that will not be renamed (a no-op once it was)."""
-    if target.fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(target.fd)
-        target.fd = -1
+    with contextlib.suppress(OSError):
+        _close(target)
     with contextlib.suppress(OSError):
         os.unlink(target.tmp)
+
+
+def _close(target: _Target) -> None:
+    for fd in (target.fd, target.direct):
+        if fd >= 0:
+            os.close(fd)
+    target.fd = target.direct = -1
 
 
 def _local_error(path: str, exc: OSError) -> StorekitError:

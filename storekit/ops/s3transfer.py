@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import mmap
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,6 +91,10 @@ def s3_client(options: Mapping[str, Any], *, max_pool: int, sign_payload: bool) 
     return session.client("s3", config=botocore.config.Config(**conf), **kwargs)
 
 
+def anonymous_map(size: int) -> mmap.mmap:
+    return mmap.mmap(-1, size)
+
+
 def tier_bucket_prefix(tier: TierConfig) -> tuple[str, str]:
     """`s3://bucket/some/prefix` -> ("bucket", "some/prefix")."""
     bucket, _, prefix = tier.url[len("s3://") :].strip("/").partition("/")
@@ -147,7 +152,9 @@ class S3Transfer:
         self.journal = journal
         self.endpoint = mask_url(endpoint) if endpoint else "the S3 endpoint"
         self.budget = ByteBudget(self.config.max_in_flight_bytes)
-        self.buffers = PartBuffers(self.config.max_in_flight_bytes)
+        self.buffers: PartBuffers[bytearray] = PartBuffers(self.config.max_in_flight_bytes)
+        # downloads' ranges: page-aligned (anonymous maps), as O_DIRECT writes need
+        self.range_buffers = PartBuffers(self.config.max_in_flight_bytes, alloc=anonymous_map)
         # one bucket for every thread; `bandwidth` lets a test give it an injected clock
         self.bandwidth = bandwidth or (TokenBucket(self.config.bandwidth) if self.config.bandwidth else None)
         self.pool = ThreadPoolExecutor(self.config.threads, thread_name_prefix="storekit-s3")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
+from typing import Generic, TypeVar
+
+B = TypeVar("B", bound=Sized)
 
 
 class TokenBucket:
@@ -82,25 +85,26 @@ class ByteBudget:
             self._cond.notify_all()
 
 
-class PartBuffers:
+class PartBuffers(Generic[B]):
     """Part buffers used again rather than allocated per part: a fresh 64 MiB object is mapped anew
     and faults in every page (~0.3 CPU-s per GB read on the test host, a fifth of an upload's client
     CPU). Only buffers of one size (the part size in use) are kept, at most `cap` bytes of them; a
     buffer is either in flight (under ByteBudget) or here, so the memory bound stays the cap."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, alloc: Callable[[int], B] = bytearray) -> None:  # type: ignore[assignment]
         self.cap = cap
+        self._alloc = alloc
         self._size = 0
-        self._free: list[bytearray] = []
+        self._free: list[B] = []
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> bytearray:
+    def take(self, size: int) -> B:
         with self._lock:
             if self._free and self._size == size:
                 return self._free.pop()
-        return bytearray(size)
+        return self._alloc(size)
 
-    def give(self, buf: bytearray) -> None:
+    def give(self, buf: B) -> None:
         with self._lock:
             if len(buf) != self._size:  # the part size changed (a huge file): keep the new size only
                 self._free, self._size = [], len(buf)

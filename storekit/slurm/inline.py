@@ -31,9 +31,16 @@ from storekit.slurm.element import ignore_stop_signals
 CLAIM = "finalizing-inline."  # + the array job id: a directory in the work dir
 
 
+PROBES = 8  # stats of the highest tasks before a listing
+
+
 def all_done(work: JobDir) -> bool:
-    """Every task of the plan has its completion record (one listing of tasks/)."""
+    """Every task of the plan has its completion record. The highest tasks belong to the elements
+    Slurm starts last, so a few stats answer "no" for most elements; only one that finds them done
+    lists tasks/ (at 1,000 elements of a 10,000-task plan: ~1,000 stats, not 10M entries read)."""
     total = work.header().tasks
+    if not all(work.is_done(i) for i in range(total - 1, max(total - 1 - PROBES, -1), -1)):
+        return False
     return work.done_tasks() >= set(range(total))
 
 

@@ -130,6 +130,37 @@ def test_the_bandwidth_cap_is_charged_every_byte(tmp_path: Path) -> None:
         assert clock.now == pytest.approx((sent + 12 * MiB - MiB) / MiB)
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["o_direct", "o_direct-refused"])
+def test_downloads_split_into_direct_blocks_and_buffered_tails(
+    tmp_path: Path, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole blocks go O_DIRECT, a range's or file's partial block through the page cache; ranges
+    whose offsets are not block-aligned, and filesystems that refuse O_DIRECT, go buffered."""
+    from storekit.ops import s3download
+
+    if direct:
+        (tmp_path / "probe").write_bytes(b"")
+        probe = s3download._open_direct(str(tmp_path / "probe"))
+        assert probe >= 0, "this filesystem takes O_DIRECT: the direct path is what is tested"
+        os.close(probe)
+    else:
+        monkeypatch.setattr(s3download, "_open_direct", lambda path: -1)
+    sizes = {"aligned": 3 * MiB, "tail": 3 * MiB + 333, "tiny": 100, "empty": 0}
+    data = {n: write_random(tmp_path / n, size, seed=20 + i) for i, (n, size) in enumerate(sizes.items())}
+    odd = TransferConfig(min_part_size=5 * MiB, threads=3, max_in_flight_bytes=8 * MiB, range_size=MiB + 4196)
+    for config in (SMALL_PARTS, odd):
+        with fresh_bucket(config) as engine:
+            up = engine.upload_files([UploadItem(str(tmp_path / n), n) for n in sizes])
+            out = tmp_path / f"out-{config.range_size}"
+            out.mkdir()
+            items = [DownloadItem(n, str(out / n), r.xxh3_128) for n, r in zip(sizes, up, strict=True)]
+            down = engine.download_files(items)
+            assert [d.size for d in down] == list(sizes.values())
+            for n in sizes:
+                assert (out / n).read_bytes() == data[n], n
+            assert sorted(os.listdir(out)) == sorted(sizes)  # no temp left
+
+
 class _FakeClock:
     def __init__(self) -> None:
         self.now = 0.0

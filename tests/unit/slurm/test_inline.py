@@ -7,7 +7,7 @@ from pathlib import Path
 
 from storekit import faults
 from storekit.executors.local import LocalExecutor
-from storekit.slurm.inline import claim, finalize_inline
+from storekit.slurm.inline import all_done, claim, finalize_inline
 from tests.unit.jobs import echo_job
 
 
@@ -70,3 +70,15 @@ def test_a_failed_inline_finalize_publishes_nothing_and_leaves_it_to_the_finaliz
     assert work.done_tasks() == {0, 1}  # the work is kept for the finalize job
     assert any("did not finish" in line and "Input/output error" in line for line in said), said
     assert job.finalize()["status"] == "prepared"  # what the finalize job then does
+
+
+def test_all_done_looks_at_the_highest_tasks_and_then_at_every_one(tmp_path: Path) -> None:
+    work = echo_job.make(tmp_path / "job", [1] * 12)
+    job = echo_job.EchoJob(work)
+    run_tasks(job, list(range(1, 12)))  # all but task 0, below the probed ones
+    assert not all_done(work)
+    run_tasks(job, [0])
+    assert all_done(work)
+    work2 = echo_job.make(tmp_path / "job2", [1] * 12)
+    run_tasks(echo_job.EchoJob(work2), list(range(11)))  # all but the highest
+    assert not all_done(work2)
