@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storekit.durable import TMP_MARK, fsync_dir
+from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
 from storekit.errors import BusyError
 from storekit.liveness import process_alive, process_start
 
@@ -228,13 +228,7 @@ class Lease:
         if self.lost or not self.held():
             self.lost = True
             return
-        tmp = self.path.parent / f".{self.path.name}{TMP_MARK}{uuid.uuid4().hex[:12]}"
-        try:
-            tmp.write_bytes(self._doc())
-            os.replace(tmp, self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        write_file_atomic(self.path, self._doc())
 
     def _start_heartbeat(self) -> None:
         def beat() -> None:
