@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from storekit.cli.common import (
     ConfigOpt,
@@ -21,6 +19,9 @@ from storekit.cli.common import (
 )
 from storekit.errors import ExitCode, MismatchError, UsageError
 from storekit.units import format_bytes as format_size
+
+if TYPE_CHECKING:
+    from rich.console import Console  # rich loads only for human output
 
 PathArg = Annotated[
     str,
@@ -148,6 +149,8 @@ def list_command(
         if not entries:
             console.print(f"no datasets on {store.display_url}", markup=False)
             return
+        from rich.table import Table
+
         table = Table(box=None, header_style="bold")
         for col in ("dataset", "state", "tokens", "docs", "shards", "size", "tokenizer"):
             table.add_column(col, justify="right" if col in ("tokens", "docs", "shards", "size") else "left")

@@ -3,12 +3,12 @@ storekit.pipeline.summary returns the data; drawing it is the CLI's."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from storekit.units import format_bytes as format_size
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SAMPLE_CORPUS = "bundled:cpython-stdlib-sample"
 
@@ -17,6 +17,8 @@ def render_manifest_summary(console: Console, summary: dict[str, Any]) -> None:
     ds = summary.get("dataset") or {}
     tok = summary.get("tokenizer") or {}
     stats = summary.get("stats") or {}
+    from rich.table import Table
+
     table = Table("", "", show_header=False, box=None)
     table.add_row("dataset", f"{ds.get('kind')}/{ds.get('name')}/{ds.get('version')}")
     table.add_row("created", f"{summary.get('created_at')} by storekit {summary.get('storekit_version')}")

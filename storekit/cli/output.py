@@ -11,13 +11,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
-
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from storekit.cli.progress import PlainProgress, ProgressState, fit, interval_from_env, progress_parts
+
+if TYPE_CHECKING:  # rich loads on first human output: --json and --quiet runs never need it (~20 ms)
+    from rich.console import Console
+    from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
 _emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
@@ -52,6 +53,8 @@ class _LiveLine:
         self.console = console
 
     def __rich__(self) -> Text:
+        from rich.text import Text
+
         line = fit(progress_parts(self.state, time.monotonic(), bar=True), max(self.console.width - 1, 20))
         return Text(line, no_wrap=True, overflow="crop")
 
@@ -81,9 +84,19 @@ class Output:
     def __init__(self, *, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
-        self.out = Console(highlight=False, soft_wrap=True)
         self._started = time.monotonic()
+
+    @cached_property
+    def err(self) -> Console:
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @cached_property
+    def out(self) -> Console:
+        from rich.console import Console
+
+        return Console(highlight=False, soft_wrap=True)
 
     def result(self, command: str, data: Mapping[str, Any], human: Callable[[Console], None]) -> None:
         _emitted["result"] = True
@@ -126,6 +139,8 @@ class Output:
             finally:
                 plain.close()
             return
+        from rich.live import Live
+
         with Live(_LiveLine(state, self.err), console=self.err, refresh_per_second=4, transient=False):
             yield ProgressHandle(state)
 

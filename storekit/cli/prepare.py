@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from storekit.cli.common import (
     ConfigOpt,
@@ -42,6 +40,8 @@ from storekit.exits import skip_teardown
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
+    from rich.console import Console  # rich loads only for human output: ~20 ms of start-up
+
     from storekit.pipeline.prepare import PrepareOutcome, Progress
 
 # The pipeline is imported inside the command: every other command starts faster without it.
@@ -461,6 +461,8 @@ def _report(out: Output, outcome: PrepareOutcome) -> None:
 
 def _render_plan(console: Console, plan: dict[str, Any], where: str) -> None:
     console.print(f"plan for {where} (dry run: nothing written)")
+    from rich.table import Table
+
     table = Table("", "", show_header=False, box=None)
     for key in (
         "plan_id",

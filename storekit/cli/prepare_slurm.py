@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from storekit.cli.output import Output
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from storekit.config import SiteConfig
     from storekit.pipeline.spec import PipelineSpec
     from storekit.slurm.prepare import SlurmPrepareOutcome

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import fsspec
-
 from storekit.config import TierConfig
 from storekit.errors import StorekitError
 from storekit.store.base import Store
@@ -16,7 +14,7 @@ from storekit.store.s3 import S3Store, s3_filesystem
 def _open_posix(tier: TierConfig) -> Store:
     root = tier.local_root
     assert root is not None  # SCHEMES sends only file:// tiers here
-    return PosixStore(tier, fsspec.filesystem("file"), root)
+    return PosixStore(tier, root)
 
 
 def _open_s3(tier: TierConfig) -> Store:

@@ -6,9 +6,7 @@ import base64
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import IO, Any, TypeVar
-
-import fsspec
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from storekit.config import mask_url
 from storekit.errors import (
@@ -21,6 +19,9 @@ from storekit.errors import (
 )
 from storekit.paths import clean_rel
 from storekit.store.base import Capabilities, Entry, Store, check_metadata
+
+if TYPE_CHECKING:
+    import fsspec
 
 # Ceph RGW (Pacific) rejects the aws-chunked CRC trailers newer botocore sends by default, and
 # a dead endpoint should fail in seconds, not minutes.
@@ -334,6 +335,8 @@ def _changed_while_reading(exc: BaseException) -> bool:
 
 
 def s3_filesystem(options: Mapping[str, Any]) -> fsspec.AbstractFileSystem:
+    import fsspec
+
     opts = dict(options)
     config = {**S3_DEFAULT_CONFIG, **opts.pop("config_kwargs", {})}
     return fsspec.filesystem(

@@ -85,3 +85,24 @@ def test_plan_apply_verify_recall_against_the_gateway(
         if path.is_file() and not path.is_symlink():
             assert secret not in path.read_bytes(), path
     assert all(secret.decode() not in r.stdout + r.stderr for r in (ran, verify, back, gc))
+
+
+def test_wrong_credentials_are_one_line_naming_the_tier_not_exit_5(
+    site_dir: Path, s3_tier: TierConfig, sk: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retrying cannot fix a wrong secret: exit 1 (not 5, retryable), one line naming the tier and the
+    gateway's answer, the secret nowhere, and the unit kept as it was."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-xyz")
+    lustre = site_dir / "lustre" / RUN
+    before = snapshot(lustre)
+    for what in (("--archive", f"{RUN}/step_000100"), ("--archive", "old-runs")):
+        ran = sk(site_dir, "tier", *what, "--json")
+        assert ran.code == 1 and "Traceback" not in ran.stderr, ran.stderr
+        failed = [r for r in ran.json()["results"] if r["status"] == "failed"]
+        assert failed and all(r["exit_code"] == 1 for r in failed)
+        for r in failed:
+            assert "wrong credentials for tier vault" in r["reason"] and "\n" not in r["reason"], r
+        assert "wrong-secret-xyz" not in ran.stdout + ran.stderr
+    after = snapshot(lustre)
+    after.pop("."), before.pop(".")  # the run directory: its units' leases came and went
+    assert after == before  # nothing freed, no stub

@@ -113,3 +113,34 @@ def test_an_s3_archive_tier_without_credentials_is_one_line_exit_1(
     after = snapshot(site_dir / "lustre")
     assert after.pop(RUN1)[:2] == before.pop(RUN1)[:2]  # its mtime: the unit's lease came and went
     assert after == before  # nothing freed, no stub, no lease left
+
+
+@pytest.mark.parametrize("stale", ["copy", "manifest"])
+def test_a_stale_copy_at_the_destination_is_refused_and_left_alone(
+    site_dir: Path, sk: Callable[..., Ran], stale: str
+) -> None:
+    """A copy (or a lone manifest) already where the unit would go, not from this move's journal: the
+    unit fails with one line naming it, nothing of the source or the stale copy changes, and the
+    other units still move."""
+    lustre, vault = site_dir / "lustre", site_dir / "vault"
+    there = vault / RUN1 / "step_000100"
+    if stale == "copy":
+        make_unit(there, seed=999)
+    else:
+        there.parent.mkdir(parents=True, exist_ok=True)
+        there.with_name("step_000100.storekit-archive.json").write_text("{}")
+    before_src, before_vault = snapshot(lustre / RUN1), snapshot(vault)
+    ran = sk(site_dir, "tier", "--archive", "old-runs", "--json")
+    assert ran.code == 1 and "Traceback" not in ran.stderr, ran.stderr
+    by = statuses(ran.json())
+    status, reason = by["step_000100"]
+    assert status == "failed" and "already exists on the destination" in reason and "\n" not in reason
+    assert str(there) in reason
+    assert by["step_000200"][0] == "done"  # one refusal does not stop the others
+    after_src = snapshot(lustre / RUN1)
+    kept = {p: s for p, s in before_src.items() if p.startswith("step_000100")}
+    assert kept and {p: after_src.get(p) for p in kept} == kept  # the source: kept as it was
+    assert not stub_path(lustre / RUN1 / "step_000100").exists()
+    after_vault = snapshot(vault)
+    old = {p: s for p, s in before_vault.items() if p.startswith(f"{RUN1}/step_000100")}
+    assert old and {p: after_vault.get(p) for p in old} == old  # the stale copy: not touched
