@@ -153,14 +153,7 @@ def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) ->
     faults.point("slurm.array-submitted")
     after = [f"--dependency=afterok:{array_id}", "--kill-on-invalid-dep=yes", *extra_args]
     finalize_id = commands.submit(str(plan.finalize_script_path), after, env=env)
-    work.record_submission(
-        Submission(
-            executor=EXECUTOR,
-            job_id=finalize_id,
-            submitted=time.time(),
-            extra={"role": "finalize", "after": array_id, "log_dir": str(plan.log_dir)},
-        )
-    )
+    _record_finalize(work, finalize_id, after=array_id, log_dir=plan.log_dir)
     return Submitted(array_job_id=array_id, finalize_job_id=finalize_id, plan=plan)
 
 
@@ -170,15 +163,20 @@ def submit_finalize(work: JobDir, script: str, log_dir: Path, *, extra_args: Seq
     path = log_dir / "finalize.sbatch"
     write_file_atomic(path, script.encode(), mode=0o600)
     job_id = commands.submit(str(path), extra_args, env=job_environment(os.environ))
+    _record_finalize(work, job_id, after=None, log_dir=log_dir)
+    return job_id
+
+
+def _record_finalize(work: JobDir, job_id: str, *, after: str | None, log_dir: Path) -> None:
+    """The finalize job in the work dir's submissions: after the array `after`, or on its own."""
     work.record_submission(
         Submission(
             executor=EXECUTOR,
             job_id=job_id,
             submitted=time.time(),
-            extra={"role": "finalize", "after": None, "log_dir": str(log_dir)},
+            extra={"role": "finalize", "after": after, "log_dir": str(log_dir)},
         )
     )
-    return job_id
 
 
 def job_environment(env: Mapping[str, str]) -> dict[str, str]:

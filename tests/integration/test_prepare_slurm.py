@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import run_storekit
+from tests.conftest import REPO, run_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 pytestmark = pytest.mark.slurm
@@ -253,3 +256,52 @@ def test_no_slurm_commands_or_a_controller_down_is_one_line_exit_5_and_writes_no
         assert said in error and "\n" not in error, error
     scratch = cfg.parent / "storage" / "scratch"
     assert not scratch.exists() or not any(scratch.iterdir())  # no work dir was made
+
+
+@pytest.fixture
+def small_array_cluster(slurm_cluster: None) -> Iterator[dict[str, str]]:
+    """A private one-node Slurm with MaxArraySize=3 (the shared test cluster keeps Slurm's 1001):
+    slurm-up.sh on free ports and its own state dir; slurm-down.sh stops exactly its daemons."""
+    scripts = REPO / "scripts" / "services"
+    state = Path(tempfile.mkdtemp(prefix="sk-slurm-"))  # short: slurmstepd's socket paths cap at 108
+    env = {**os.environ, "STOREKIT_SLURM_DIR": str(state), "SLURMCTLD_PORT": str(_free_port()),
+           "SLURMD_PORT": str(_free_port()), "SLURM_NODES": "1", "SLURM_NODE_CPUS": "2",
+           "SLURM_MAX_ARRAY_SIZE": "3"}  # fmt: skip
+    up = subprocess.run([str(scripts / "slurm-up.sh")], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        yield {"SLURM_CONF": str(state / "slurm.conf")}
+    finally:
+        subprocess.run([str(scripts / "slurm-down.sh"), "--wipe"], env=env, capture_output=True, timeout=120)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_more_tasks_than_max_array_size_run_several_per_element_and_complete(
+    small_array_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    cfg, corpus = make_site(tmp_path)
+    proc = run_storekit(prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1"),
+                        env=small_array_cluster)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    slurm = json.loads(proc.stdout)["slurm"]
+    assert slurm["max_array_size"] == 3 and slurm["tasks"] > 3, slurm  # read from this cluster's config
+    assert slurm["elements"] <= 3 and slurm["tasks_per_element"] >= 2, slurm
+    assert f"#SBATCH --array=0-{slurm['elements'] - 1}" in Path(slurm["array_script"]).read_text()
+    deadline = time.monotonic() + WAIT_S
+    ids = ",".join([slurm["array_job_id"], slurm["finalize_job_id"]])
+    env = {**os.environ, **small_array_cluster}
+    while queue := subprocess.run(
+        ["squeue", "-h", "-j", ids, "-o", "%i %T %R"], env=env, capture_output=True, text=True, timeout=30
+    ).stdout.strip():
+        assert time.monotonic() < deadline and "launch failed" not in queue, queue
+        time.sleep(0.5)
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    assert (dataset / "manifest.json").is_file(), sorted(Path(slurm["log_dir"]).iterdir())
+    local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "2"))
+    assert local.returncode == 0, local.stderr
+    assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
