@@ -190,6 +190,7 @@ def _move(
             dest_check: Destination = make()
             try:
                 dest_check.precheck()
+                _refuse_another_units_copy(dest_check, src)
             finally:
                 dest_check.close()
             journal.advance(
@@ -209,6 +210,24 @@ def _move(
             return _resume(action, src, unit_rel, journal, dest, resumed)
         finally:
             dest.close()
+
+
+def _refuse_another_units_copy(dest: Destination, src: Path) -> None:
+    """A committed copy at the destination made from another source (two tiers holding the same
+    relative path) may be the only copy a stub elsewhere names: never replaced. This unit's own
+    older copy (archived, recalled, archived again) is."""
+    data = dest.manifest()
+    if data is None:
+        return
+    try:
+        source = parse_manifest(data, dest.manifest_url).source
+    except StorekitError:
+        source = "an unreadable manifest"
+    if source != src.as_uri():
+        raise StorekitError(
+            f"{dest.url} holds an archive of another unit ({source}), not of {src}; refusing to replace it",
+            hint="archive to another path (a plan's dst_path), or remove that copy once nothing names it",
+        )
 
 
 @contextlib.contextmanager

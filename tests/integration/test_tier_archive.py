@@ -14,7 +14,7 @@ import pytest
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.errors import ExitCode, NotFoundError, StorekitError
-from storekit.ops.s3delete import list_keys
+from storekit.ops.s3delete import delete_keys, list_keys
 from storekit.ops.s3transfer import DIGEST_META_KEY, S3Transfer, TransferConfig
 from storekit.tier.audit import gc, verify_stub
 from storekit.tier.mover import archive_unit, recall_unit
@@ -191,6 +191,8 @@ def _every_point(base: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Tr
     unit = f"{RUN}/step_100"
 
     def setup(where: Path) -> tuple[Path, Path, Callable[[], object], dict[str, Any]]:
+        # the last round's archive belongs to a unit now deleted: a new source may not replace it
+        delete_keys(engine, _objects(engine))
         root, journal = where / "lustre", where / "journal"
         make_small_unit(root / unit, big=5 * MiB + 1, seed=8)
         before = snapshot(root / unit)
@@ -343,3 +345,33 @@ def test_the_archive_sends_unsigned_payloads_and_an_md5_checked_manifest(
     assert files and all(sha == "UNSIGNED-PAYLOAD" for _, sha, _ in files)
     assert len(manifest) == 1 and manifest[0][2]
     assert f"storage/{RUN}.storekit-archive.json" in _objects(engine)
+
+
+def test_an_archive_of_another_unit_at_the_destination_is_refused_and_kept(
+    tmp_path: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Transfer
+) -> None:
+    """Two source tiers with the same relative unit path: the second archive would replace the first
+    one's objects and manifest, which the first one's stub still names. It is refused before anything
+    is sent; the same unit archived again after a recall (its own old copy) is not."""
+    first, second, journal = tmp_path / "lustre", tmp_path / "nvme", tmp_path / "journal"
+    unit = f"{RUN}/step_1"
+    make_unit(first / unit, seed=30)
+    make_unit(second / unit, seed=31)
+    archive_unit(first, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+    manifest_key = f"storage/{unit}.storekit-archive.json"
+    old = engine.client.get_object(Bucket=engine.bucket, Key=manifest_key)["Body"].read()
+    keys = _objects(engine)
+    other = snapshot(second / unit)
+
+    with pytest.raises(StorekitError, match="holds an archive of another unit") as info:
+        archive_unit(second, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+    assert info.value.exit_code == ExitCode.ERROR and str(first / unit) in str(info.value)
+    assert engine.client.get_object(Bucket=engine.bucket, Key=manifest_key)["Body"].read() == old
+    assert _objects(engine) == keys and _uploads(engine) == []
+    assert snapshot(second / unit) == other and not stub_path(second / unit).exists()
+    assert verify_stub(stub_path(first / unit), site=site).problems == []
+
+    recall_unit(first, unit, journal_dir=journal, site=site, transfer=SMALL)
+    assert os.path.isdir(first / unit) and not stub_path(first / unit).exists()
+    again = archive_unit(first, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+    assert (again.state, again.freed) == ("done", True)
