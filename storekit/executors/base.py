@@ -19,6 +19,7 @@ from storekit.jobs.workdir import JobDir
 
 ProgressFn = Callable[[int, int, int], None]  # units of work since the last call (docs, tokens, bytes)
 DoneFn = Callable[[int, dict[str, Any]], None]  # (task, its completion record) once it exists
+SkipFn = Callable[[int], bool]  # true: the task needs no run (e.g. another run completed it)
 
 
 class Stopped(BaseException):
@@ -59,6 +60,7 @@ class Job(Protocol):
 @dataclass
 class RunReport:
     tasks_run: int = 0
+    tasks_skipped: int = 0  # found done (by another run) right before starting: not run
     worker_peak_rss: list[int] = field(default_factory=list)  # of forked worker processes only
     seconds: float = 0.0
 
@@ -74,8 +76,10 @@ class Executor(Protocol):
         workers: int,
         progress: ProgressFn,
         on_done: DoneFn | None = None,
+        skip: SkipFn | None = None,
     ) -> RunReport:
-        """Run the tasks in `todo`; raise the first task's error, or Interrupted on a stop signal."""
+        """Run the tasks in `todo`; raise the first task's error, or Interrupted on a stop signal.
+        A task for which `skip(task)` is true right before it starts is counted skipped, not run."""
         ...
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from storekit import faults
 from storekit.errors import ExitCode, Interrupted, StorekitError, UsageError
-from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, Stopped
+from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, SkipFn, Stopped
 
 _PR_SET_PDEATHSIG = 1
 THREADS_PER_PROCESS = 2  # the default; the measured gain is for 2, more make the GIL the limit sooner
@@ -70,8 +70,13 @@ class LocalExecutor:
         workers: int,
         progress: ProgressFn,
         on_done: DoneFn | None = None,
+        skip: SkipFn | None = None,
     ) -> RunReport:
-        """Run the tasks in `todo`; raises the first task's error, or Interrupted on a stop signal."""
+        """Run the tasks in `todo`; raises the first task's error, or Interrupted on a stop signal.
+
+        `skip(task)` is asked right before each task starts (in the thread that would run it): a
+        task it says needs no run (another Slurm element completed it, say) is counted in
+        `tasks_skipped`, and neither run nor passed to `on_done`."""
         report = RunReport()
         started = time.monotonic()
         if not todo:
@@ -83,9 +88,9 @@ class LocalExecutor:
         counted = _Counter(job, report, on_done)
         try:
             if len(threads) == 1:
-                _run_here(job, todo, threads[0], progress, counted, self.log)
+                _run_here(job, todo, threads[0], progress, counted, self.log, skip)
             else:
-                _run_pool(job, todo, threads, progress, counted, report, self.log)
+                _run_pool(job, todo, threads, progress, counted, report, self.log, skip)
         except KeyboardInterrupt:
             job.dir.remove_temps(own=self.own_temps_only)
             raise _interrupted(report, len(todo)) from None
@@ -112,6 +117,10 @@ class _Counter:
             self.on_done(index, summary)
         faults.point(self.point)
 
+    def skipped(self, index: int) -> None:
+        self.report.tasks_skipped += 1
+        faults.point("executor.task-skipped")
+
 
 def _interrupted(report: RunReport, total: int) -> Interrupted:
     return Interrupted(
@@ -127,8 +136,11 @@ def run_on_threads(
     progress: ProgressFn,
     done: DoneFn,
     log: str | None = None,
+    skip: SkipFn | None = None,
+    skipped: Callable[[int], None] = lambda index: None,
 ) -> None:
-    """Run tasks from `next_task()` until it returns None, on `threads` threads of this process.
+    """Run tasks from `next_task()` until it returns None, on `threads` threads of this process;
+    one that `skip` says needs no run goes to `skipped` instead (both under the threads' lock).
 
     The first failure is recorded (failed/NNNNNN.json), stops the other threads (between two
     steps) and is raised here; so is KeyboardInterrupt, once every thread has stopped and removed
@@ -149,13 +161,21 @@ def run_on_threads(
         with lock:
             done(index, summary)
 
+    def locked_skipped(index: int) -> bool:
+        if skip is None or not skip(index):
+            return False
+        with lock:
+            skipped(index)
+        return True
+
     def loop(finished: threading.Event) -> None:
         runner = job.runner(stop.is_set)
         index: int | None = -1
         try:
             while not stop.is_set() and (index := next_task()) is not None:
                 faults.point("executor.task-claimed")
-                runner.run(index, locked_progress, locked_done)
+                if not locked_skipped(index):  # checked last: it may have been completed just now
+                    runner.run(index, locked_progress, locked_done)
             runner.drain()
         except BaseException as exc:
             # commits still running in the background touch temp dirs: let them end before
@@ -219,8 +239,9 @@ def _run_here(
     todo: Sequence[int],
     threads: int,
     progress: ProgressFn,
-    done: DoneFn,
+    done: _Counter,
     log: str | None,
+    skip: SkipFn | None,
 ) -> None:
     pending = iter(todo)
     take = threading.Lock()
@@ -229,7 +250,7 @@ def _run_here(
         with take:
             return next(pending, None)
 
-    run_on_threads(job, next_task, threads, progress, done, log)
+    run_on_threads(job, next_task, threads, progress, done, log, skip, done.skipped)
 
 
 def _run_pool(
@@ -237,9 +258,10 @@ def _run_pool(
     todo: Sequence[int],
     threads: Sequence[int],
     progress: ProgressFn,
-    done: DoneFn,
+    done: _Counter,
     report: RunReport,
     log: str | None,
+    skip: SkipFn | None,
 ) -> None:
     job.setup_process()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
@@ -250,7 +272,8 @@ def _run_pool(
     for _ in range(sum(threads)):
         tasks.put(None)  # one end mark per thread
     procs = [
-        ctx.Process(target=_worker_main, args=(job, tasks, results, n, log), daemon=True) for n in threads
+        ctx.Process(target=_worker_main, args=(job, tasks, results, n, log, skip), daemon=True)
+        for n in threads
     ]
     for p in procs:
         p.start()
@@ -268,6 +291,9 @@ def _run_pool(
             elif kind == "done":
                 remaining.discard(msg[1])
                 done(msg[1], msg[2])
+            elif kind == "skipped":
+                remaining.discard(msg[1])
+                done.skipped(msg[1])
             elif kind == "rss":
                 report.worker_peak_rss.append(msg[1])
             elif kind == "error":
@@ -323,7 +349,9 @@ def _set_parent_death_signal() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _worker_main(job: Job, tasks: Any, results: Any, threads: int, log: str | None) -> None:
+def _worker_main(
+    job: Job, tasks: Any, results: Any, threads: int, log: str | None, skip: SkipFn | None = None
+) -> None:
     _set_parent_death_signal()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches it too
@@ -335,8 +363,11 @@ def _worker_main(job: Job, tasks: Any, results: Any, threads: int, log: str | No
     def done(index: int, summary: dict[str, Any]) -> None:
         results.put(("done", index, summary))
 
+    def skipped(index: int) -> None:
+        results.put(("skipped", index))
+
     try:
-        run_on_threads(job, tasks.get, threads, progress, done, log)
+        run_on_threads(job, tasks.get, threads, progress, done, log, skip, skipped)
     except StorekitError as exc:
         index = getattr(exc, "task_index", -1)
         results.put(("error", index, type(exc).__name__, exc.message, exc.hint, int(exc.exit_code)))
