@@ -4,7 +4,8 @@ It reads which plan tasks it owns from the submission in jobs.json (by `$SLURM_A
 `$SLURM_ARRAY_TASK_ID`), skips those with a completion record (a requeued element resumes), and runs
 the rest on the local executor with `$SLURM_CPUS_PER_TASK` workers, naming its Slurm log in failure
 records. It takes no lock: tasks only add their own records. On USR1/TERM it requeues itself and
-exits 0 (see element.py). The element that sees every task of the plan done finalizes the job
+exits 0 (see element.py). Once its own tasks are done it helps with other elements' unstarted
+tasks (see helping.py). The element that sees every task of the plan done finalizes the job
 itself, the finalize job being the fallback (see inline.py).
 """
 
@@ -14,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,14 @@ from storekit.errors import Interrupted, StorekitError
 from storekit.executors.base import Job, load_job
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir
-from storekit.slurm.element import element_workers, process_age, requeue_self, stop_on_preemption
+from storekit.slurm.element import (
+    element_workers,
+    ignore_stop_signals,
+    process_age,
+    requeue_self,
+    stop_on_preemption,
+)
+from storekit.slurm.helping import help_others
 from storekit.slurm.inline import finalize_inline
 from storekit.slurm.submit import element_tasks
 
@@ -38,6 +46,8 @@ class ElementResult:
     ran: int
     skipped: int  # already done before this element started (a requeue, a rerun)
     requeued: bool = False
+    done_by_others: int = 0  # own tasks a helper completed first: found done right before starting
+    helped: int = 0  # other elements' tasks this one ran once its own were done
     finalized: dict[str, Any] | None = None  # what finalize returned, when this element ran it
 
 
@@ -92,18 +102,34 @@ def run_element(
         say(f"element {name}: task {task} done")
         faults.point("slurm.element-task-done")
 
-    try:
-        executor.run(job, todo, workers=workers, progress=lambda d, t, b: None, on_done=counted)
-    except Interrupted:
+    def helped(task: int, record: dict[str, Any]) -> None:
+        say(f"element {name}: task {task} done (helping)")
+
+    try:  # skip: a helper may complete one of its tasks first (one stat before each task)
+        report = executor.run(
+            job, todo, workers=workers, progress=lambda d, t, b: None, on_done=counted, skip=work.is_done
+        )
+        say(f"element {name}: {ran[0]} tasks run in {time.monotonic() - started:.2f} s")
+    except (Interrupted, KeyboardInterrupt):
         if set(tasks) <= work.done_tasks():  # the signal came after its last task: nothing to redo
+            ignore_stop_signals()
             say(f"element {name}: stopped by a signal after its last task; the finalize job finalizes")
             return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
-    say(f"element {name}: {ran[0]} tasks run in {time.monotonic() - started:.2f} s")
-    finalized = finalize_inline(work, job, array, name, say)
-    return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), finalized=finalized)
+    result = ElementResult(name, tasks, ran[0], len(tasks) - len(todo), done_by_others=report.tasks_skipped)
+    try:  # its own tasks are done: a stop from here on needs no requeue (nothing of its own is left)
+        helping_started = time.monotonic()
+        run, _ = help_others(work, job, executor, workers, helped, say, name)
+        result = replace(result, helped=run)
+        if run:
+            say(f"element {name}: helped with {run} tasks in {time.monotonic() - helping_started:.2f} s")
+    except (Interrupted, KeyboardInterrupt):
+        ignore_stop_signals()  # exit 0: the owners still have the tasks it was helping with
+        say(f"element {name}: stopped by a signal while helping, after its last task; finalize job finalizes")
+        return result
+    return replace(result, finalized=finalize_inline(work, job, array, name, say))
 
 
 def _on_node(job: Job) -> Job:
