@@ -235,7 +235,8 @@ def run_element_command(
     def human(console: Console) -> None:
         state = "requeued" if result.requeued else "done"
         console.print(
-            f"element {result.element}: {state}, {result.ran} tasks run, {result.skipped} already done"
+            f"element {result.element}: {state}, {result.ran} tasks run, {result.skipped} already done, "
+            f"{result.done_by_others} done by helpers, {result.helped} run helping others"
         )
 
     out.result("jobs run-element", result.__dict__, human)

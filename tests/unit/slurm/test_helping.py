@@ -1,0 +1,118 @@
+"""An element done with its own tasks helps with the others' unstarted ones, highest first, leaves
+in-flight and failed ones alone, and an owner skips what a helper completed."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storekit import faults
+from storekit.durable import TMP_MARK
+from storekit.errors import ExitCode, InputError
+from storekit.executors.local import LocalExecutor
+from storekit.jobs.workdir import JobDir, Submission
+from storekit.slurm.run import run_element
+from tests.unit.jobs import echo_job
+
+SIZES = [10] * 8
+BATCHES = [[0, 1], [2, 3, 4, 5, 6, 7]]  # element 0 owns two tasks, element 1 six
+
+
+@pytest.fixture(autouse=True)
+def keep_signal_handlers() -> Iterator[None]:
+    """run_element turns USR1/TERM into a stop (and ignores them when it stops): undo it."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def make(tmp_path: Path, fail: tuple[int, ...] = ()) -> JobDir:
+    work = echo_job.make(tmp_path / "job", SIZES, fail=fail, threads_per_process=1)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    work.record_submission(
+        Submission(executor="slurm", job_id="77", array="0-1", batches=BATCHES, extra={"log_dir": str(logs)})
+    )
+    return work
+
+
+def env(element: int, cpus: int = 2) -> dict[str, str]:
+    return {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": str(element), "SLURM_CPUS_PER_TASK": str(cpus)}
+
+
+def in_flight_elsewhere(work: JobDir, index: int) -> Path:
+    """A temp dir another node's element is writing (its host is not this one: may be alive)."""
+    tmp = work.tasks / f".{index:06d}{TMP_MARK}4242-1@some-other-node.abcd1234"
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def test_an_element_done_with_its_tasks_runs_the_unstarted_ones_highest_first(tmp_path: Path) -> None:
+    work = make(tmp_path)
+    LocalExecutor().run(
+        echo_job.EchoJob(work), [2], workers=1, progress=lambda d, t, b: None
+    )  # owner's first
+    flying = in_flight_elsewhere(work, 7)  # another helper (or the owner) is writing 7
+    said: list[str] = []
+    result = run_element(work.path, None, env=env(0), say=said.append)
+    helping = [line.split(": ", 1)[1] for line in said if "helping with" in line]
+    assert helping == ["helping with tasks 6, 5", "helping with tasks 4, 3"]  # 2 workers a round
+    assert (result.ran, result.helped, result.finalized) == (2, 4, None)  # 7 is not done: no finalize
+    assert work.done_tasks() == {0, 1, 2, 3, 4, 5, 6} and flying.is_dir()  # in flight: left alone
+
+    flying.rmdir()  # its run died; the owner, requeued, runs what is left and finalizes
+    owner = run_element(work.path, None, env=env(1), say=said.append)
+    assert (owner.ran, owner.skipped, owner.helped) == (1, 5, 0)
+    assert owner.finalized is not None and owner.finalized["status"] == "prepared"
+    expected = b"".join(echo_job.payload(i, n) for i, n in enumerate(SIZES))
+    assert echo_job.output_of(work.path).read_bytes() == expected
+
+
+def test_a_task_with_a_failure_record_is_left_to_its_owner(tmp_path: Path) -> None:
+    work = make(tmp_path)
+    work.record_failure(6, "bad input (earlier attempt)", exit_code=3, log=None)
+    result = run_element(work.path, None, env=env(0, cpus=1), say=lambda line: None)
+    assert result.helped == 5 and work.done_tasks() == {0, 1, 2, 3, 4, 5, 7}
+
+
+def test_a_helped_task_that_fails_records_the_helpers_log_like_an_owned_one(tmp_path: Path) -> None:
+    work = make(tmp_path, fail=(5,))
+    with pytest.raises(InputError, match="task 5: bad input"):
+        run_element(work.path, None, env=env(0, cpus=1), say=lambda line: None)
+    failure = work.read_failure(5)
+    assert failure is not None and failure["log"] == str(tmp_path / "logs" / "77_0.out")
+    assert failure["exit_code"] == int(ExitCode.ERROR) and not work.scan().in_flight
+
+
+def test_an_owner_skips_its_tasks_a_helper_completed_after_it_started(tmp_path: Path) -> None:
+    work = make(tmp_path)
+    job = echo_job.EchoJob(work)
+
+    def helper_finishes_the_far_end() -> None:  # at the owner's first claim (task 2)
+        for index in (7, 6):
+            if not work.is_done(index):
+                job.runner(lambda: False).run(index, lambda d, t, b: None, lambda i, r: None)
+
+    said: list[str] = []
+    with faults.at("executor.task-claimed", helper_finishes_the_far_end):
+        result = run_element(work.path, None, env=env(1, cpus=1), say=said.append)
+    assert (result.ran, result.done_by_others) == (4, 2)  # 2..5 run; 6 and 7 found done, not rerun
+    assert not any(f"task {i} done" in line for line in said for i in (6, 7)), said
+
+
+def test_a_stop_while_helping_exits_without_a_requeue(tmp_path: Path) -> None:
+    work = make(tmp_path)
+    said: list[str] = []
+
+    def stop() -> None:  # USR1/TERM arrive as KeyboardInterrupt in the main thread
+        raise KeyboardInterrupt
+
+    with faults.at("slurm.element-helping", stop):
+        result = run_element(work.path, None, env=env(0), say=said.append)
+    assert not result.requeued and result.finalized is None  # no SLURM_JOB_ID: a requeue would raise
+    assert work.done_tasks() == {0, 1}
+    assert "stopped by a signal while helping" in said[-1]
