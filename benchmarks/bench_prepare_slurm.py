@@ -198,16 +198,22 @@ class Bench:
 
 def element_times(log_dir: Path, array: str) -> dict[str, Any]:
     """What the element logs say: each one's start-up (exec to ready: Python, imports, plan,
-    tokenizer), its tasks' time, and the inline finalize's; whether the finalize job had to run."""
-    ready, tasks, fin = [], [], []
+    tokenizer), its own tasks' time, the tasks it ran for other elements once its own were done and
+    how long that took, and the inline finalize's; whether the finalize job had to run."""
+    ready, tasks, fin, helped, helping = [], [], [], [], []
     for log in sorted(log_dir.glob(f"{array}_*.out")):
         text = log.read_text()
         ready += [float(x) for x in re.findall(r"\(ready ([\d.]+) s after start", text)]
         tasks += [float(x) for x in re.findall(r"tasks run in ([\d.]+) s", text)]
         fin += [float(x) for x in re.findall(r": prepared .* in ([\d.]+) s$", text, re.MULTILINE)]
+        for n, s in re.findall(r"helped with (\d+) tasks in ([\d.]+) s", text):
+            helped.append(int(n))
+            helping.append(float(s))
     return {
         "element_ready_s": ready,
         "element_tasks_s": tasks,
+        "element_helped_tasks": helped,  # only elements that helped
+        "element_helping_s": helping,
         "inline_finalize_s": fin,
         "finalize_job_ran": any(p.name.split(".")[0].isdigit() for p in log_dir.glob("*.out")),
     }
