@@ -15,13 +15,13 @@ from storekit.tier.audit import gc
 from storekit.tier.mover import drain_unit, recall_unit
 from storekit.tier.stubfile import read_stub, stub_path
 from tests.unit.tier.helpers import (
+    Snapshot,
     leftovers,
     make_unit,
     memory_dir,
     point_names,
     posix_site,
     run_killed,
-    Snapshot,
     snapshot,
     unfinished,
 )

@@ -217,13 +217,14 @@ def test_drain_recall_drain_again_replaces_the_units_own_older_copy(tiers: tuple
     stub = read_stub(stub_path(burst / UNIT))
     assert stub is not None and stub.manifest_xxh3 == third.manifest_xxh3_128
     assert verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems == []
-    assert sorted(os.listdir(parallel / "checkpoints/run_001")) == ["step_100", "step_100.storekit-archive.json"]
+    one_copy = ["step_100", "step_100.storekit-archive.json"]
+    assert sorted(os.listdir(parallel / "checkpoints/run_001")) == one_copy
     assert leftovers(burst) == [] and leftovers(parallel) == [] and unfinished(journal) == []
     recall(tiers)
     assert snapshot(burst / UNIT) == before
 
 
-def test_a_unit_changed_during_a_redrain_keeps_the_older_copy_committed(tiers: tuple[Path, Path, Path]) -> None:
+def test_a_change_during_a_redrain_keeps_the_older_copy_committed(tiers: tuple[Path, Path, Path]) -> None:
     """A rollback of the second drain removes only its own temp copy: the older copy stays whole and
     committed, the source stays whole."""
     from storekit import faults
