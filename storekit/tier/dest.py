@@ -347,6 +347,8 @@ class PosixDestination:
     def _purge_swapped(self) -> None:
         """The replaced copy's tombstone (one a kill left too): only this destination's own."""
         prefix = f".{self.dest.name}{TOMBSTONE_MARK}"
+        if not self.dest.parent.is_dir():  # a rollback of a move killed before it made the directory
+            return
         for name in os.listdir(self.dest.parent):
             if name.startswith(prefix):
                 remove_tombstone(str(self.dest.parent / name))
