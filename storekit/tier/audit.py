@@ -204,7 +204,7 @@ def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
         )
         return S3Destination(tier, key, journal=FileUploadJournal(journal.uploads_path), config=None)
     tag = posix_temp_tag(str(doc.get("action")), journal.id)
-    return PosixDestination(Path(file_url_path(url)), temp_tag=tag)
+    return PosixDestination(Path(file_url_path(url)), temp_tag=tag, replaces=str(doc.get("replaces", "")))
 
 
 def _files_of(doc: dict[str, Any]) -> list[UnitEntry]:

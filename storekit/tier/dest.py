@@ -4,6 +4,7 @@ copy(src, files)   copy every file, hashing it in the reading pass; each finishe
                    read back (every byte, from the destination) while the next ones are copied;
                    returns {path: xxh3-128} of the source bytes, raises MismatchError on a
                    read-back that differs
+clear()            before a copy: no manifest may vouch for bytes that are about to change
 commit(manifest)   make the copy count: the manifest goes last (present = complete)
 fetch(m, into)     materialize the files into the temp directory `into`, checked in the same pass
 readback(m)        re-read every file against the manifest (`tier verify`)
@@ -24,7 +25,15 @@ import xxhash
 
 from storekit import faults
 from storekit.config import TierConfig
-from storekit.durable import TMP_MARK, fsync_dir, remove_tree, write_file_atomic
+from storekit.durable import (
+    TMP_MARK,
+    TOMBSTONE_MARK,
+    fsync_dir,
+    remove_tombstone,
+    remove_tree,
+    tombstone,
+    write_file_atomic,
+)
 from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
@@ -39,7 +48,7 @@ from storekit.ops.s3transfer import (
     fadvise_dontneed,
     tier_bucket_prefix,
 )
-from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry
+from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry, manifest_digest
 
 CHUNK = 8 * 1024 * 1024
 COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the others' copying
@@ -55,6 +64,8 @@ class Destination(Protocol):
 
     def precheck(self) -> None:
         """Before anything is planned: can this destination hold a committed copy at all?"""
+
+    def clear(self) -> None: ...
 
     def commit(self, manifest: bytes) -> None: ...
 
@@ -177,6 +188,11 @@ class S3Destination:
                     _mismatch(f"s3://{self.engine.bucket}/{self.key(f.path)}", want, size, digest)
                 )
 
+    def clear(self) -> None:
+        """The objects are overwritten in place: an older copy's manifest goes first."""
+        if self.manifest() is not None:
+            self.uncommit()
+
     def commit(self, manifest: bytes) -> None:
         self.engine.call(
             f"upload {self.manifest_url}",
@@ -239,20 +255,32 @@ def _s3_missing(exc: BaseException) -> bool:
 
 
 class PosixDestination:
-    """The unit copied to `dest` (renamed into place from a temp sibling), the manifest beside it."""
+    """The unit copied to `dest` (renamed into place from a temp sibling), the manifest beside it.
 
-    def __init__(self, dest: Path, *, temp_tag: str) -> None:
+    `replaces` is the manifest digest of the unit's own older copy already at `dest` (drained,
+    recalled, drained again): it stays committed while the new copy is made and read back in the
+    temp sibling, and is swapped out only at the commit (manifest removed, old copy to a tombstone,
+    new copy renamed in, new manifest, tombstone removed), so a kill anywhere leaves the source whole
+    and at most one copy named by a manifest."""
+
+    def __init__(self, dest: Path, *, temp_tag: str, replaces: str = "") -> None:
         self.dest = dest
         self.temp = dest.parent / f".{dest.name}{TMP_MARK}{temp_tag}"
         self.manifest_path = dest.parent / f"{dest.name}{MANIFEST_SUFFIX}"
         self.url = dest.as_uri()
         self.manifest_url = self.manifest_path.as_uri()
+        self.replaces = replaces
 
     def close(self) -> None:
         pass
 
     def precheck(self) -> None:
         pass
+
+    def _holds_replaced(self) -> bool:
+        """The manifest at the destination is the older copy this move replaces (still committed)."""
+        data = self.manifest()
+        return bool(self.replaces) and data is not None and manifest_digest(data) == self.replaces
 
     def copy(
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
@@ -286,8 +314,15 @@ class PosixDestination:
             checks.wait()
         return digests
 
+    def clear(self) -> None:
+        """The copy goes to the temp sibling: only a manifest that is not the replaced copy's goes."""
+        if not self._holds_replaced():
+            self.uncommit()
+
     def commit(self, manifest: bytes) -> None:
         if self.temp.exists():
+            if os.path.lexists(self.dest):
+                self._swap_out()
             os.rename(self.temp, self.dest)
             fsync_dir(self.dest.parent)
             faults.point("tier.renamed")
@@ -295,6 +330,28 @@ class PosixDestination:
             raise NotFoundError(f"{self.dest}: the copy to commit is gone (neither it nor its temp exists)")
         write_file_atomic(self.manifest_path, manifest, mode=0o644)
         fsync_dir(self.dest.parent)
+        faults.point("tier.manifest-written")
+        self._purge_swapped()
+
+    def _swap_out(self) -> None:
+        """The older copy leaves its place for the new one (already read back in the temp sibling):
+        its manifest first, so no reader takes it as complete, then the copy to a tombstone."""
+        if not self.replaces or not (self.manifest() is None or self._holds_replaced()):
+            raise StorekitError(
+                f"{self.dest}: appeared on the destination during the move; refusing to replace it"
+            )
+        self.uncommit()
+        faults.point("tier.replaced-uncommitted")
+        tombstone(self.dest)
+
+    def _purge_swapped(self) -> None:
+        """The replaced copy's tombstone (one a kill left too): only this destination's own."""
+        prefix = f".{self.dest.name}{TOMBSTONE_MARK}"
+        if not self.dest.parent.is_dir():  # a rollback of a move killed before it made the directory
+            return
+        for name in os.listdir(self.dest.parent):
+            if name.startswith(prefix):
+                remove_tombstone(str(self.dest.parent / name))
 
     def manifest(self) -> bytes | None:
         try:
@@ -331,10 +388,13 @@ class PosixDestination:
         return problems
 
     def discard(self, files: Sequence[UnitEntry]) -> None:
-        """Only for a journaled move before its commit: the destination did not exist before it."""
-        self.uncommit()
+        """Only for a journaled move before its commit: its temp copy goes; so does what is at the
+        destination, unless it is the still committed older copy this move was to replace."""
         remove_partial(self.temp)
-        remove_partial(self.dest)
+        if not self._holds_replaced():
+            self.uncommit()
+            remove_partial(self.dest)
+        self._purge_swapped()
 
 
 def materialize(

@@ -158,11 +158,13 @@ def _to_posix(
     journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), dest.as_uri()))
 
     def make() -> Destination:
-        return PosixDestination(dest, temp_tag=posix_temp_tag(action, journal.id))
+        tag = posix_temp_tag(action, journal.id)
+        return PosixDestination(dest, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")))
 
-    if not journal.load(tidy=False) and (  # read-only: its temps are tidied under the lease
-        os.path.lexists(dest) or os.path.lexists(PosixDestination(dest, temp_tag="").manifest_path)
-    ):
+    # a copy without a manifest, or a lone manifest, is nobody's committed copy: never replaced
+    # (a committed one is judged under the lease: this unit's own older copy is replaced)
+    has_manifest = os.path.lexists(PosixDestination(dest, temp_tag="").manifest_path)
+    if not journal.load(tidy=False) and os.path.lexists(dest) != has_manifest:  # read-only here
         raise StorekitError(f"{dest}: already exists on the destination; refusing to {action} over it")
     return _move(
         action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
@@ -190,7 +192,7 @@ def _move(
             dest_check: Destination = make()
             try:
                 dest_check.precheck()
-                _refuse_another_units_copy(dest_check, src)
+                older = _refuse_another_units_copy(dest_check, src)
             finally:
                 dest_check.close()
             journal.advance(
@@ -204,6 +206,7 @@ def _move(
                 free_source=free_source,
                 info=dataclasses.asdict(info or UnitInfo()),
                 fingerprint=fingerprint(entries),
+                replaces=manifest_digest(older) if older is not None else "",  # this unit's older copy
             )
         dest: Destination = make()
         try:
@@ -212,13 +215,13 @@ def _move(
             dest.close()
 
 
-def _refuse_another_units_copy(dest: Destination, src: Path) -> None:
+def _refuse_another_units_copy(dest: Destination, src: Path) -> bytes | None:
     """A committed copy at the destination made from another source (two tiers holding the same
     relative path) may be the only copy a stub elsewhere names: never replaced. This unit's own
-    older copy (archived, recalled, archived again) is."""
+    older copy (archived, recalled, archived again) is: its manifest is returned."""
     data = dest.manifest()
     if data is None:
-        return
+        return None
     try:
         source = parse_manifest(data, dest.manifest_url).source
     except StorekitError:
@@ -228,6 +231,7 @@ def _refuse_another_units_copy(dest: Destination, src: Path) -> None:
             f"{dest.url} holds an archive of another unit ({source}), not of {src}; refusing to replace it",
             hint="archive to another path (a plan's dst_path), or remove that copy once nothing names it",
         )
+    return data
 
 
 @contextlib.contextmanager
@@ -272,8 +276,7 @@ def _resume(
     if journal.state in ("planned", "copying"):
         entries = _unchanged(src, journal, dest, "planned")
         journal.advance("copying")
-        if dest.manifest() is not None:
-            dest.uncommit()  # an older copy's manifest must never vouch for this one
+        dest.clear()  # an older copy's manifest must never vouch for this one
         log_action(jdir, f"{action}.copy", uid, unit=unit_rel, source=str(src), dest=dest.url)
 
         def copied(digests: dict[str, str]) -> None:

@@ -15,10 +15,11 @@ from storekit.tier.audit import gc
 from storekit.tier.mover import drain_unit, recall_unit
 from storekit.tier.stubfile import read_stub, stub_path
 from tests.unit.tier.helpers import (
-    count_points,
+    Snapshot,
     leftovers,
     make_unit,
     memory_dir,
+    point_names,
     posix_site,
     run_killed,
     snapshot,
@@ -43,33 +44,44 @@ def _setup(base: Path, phase: str, unit: str) -> tuple[Path, Path, Path, Callabl
         make_unit(burst / unit, seed=7)
     parallel.mkdir()
     site = posix_site(burst, parallel)
-    if phase == "recall":
+    if phase != "drain":
         drain_unit(burst, unit, site.tier("parallel"), journal_dir=journal)
+    if phase == "redrain":  # recalled and changed: the next drain replaces its own older copy
+        recall_unit(burst, unit, journal_dir=journal, site=site)
+        files = [p for p in sorted((burst / unit).rglob("*")) if p.is_file()] or [burst / unit]
+        files[0].write_bytes(b"changed after the recall")
 
     def op() -> object:
-        if phase == "drain":
+        if phase != "recall":
             return drain_unit(burst, unit, site.tier("parallel"), journal_dir=journal)
         return recall_unit(burst, unit, journal_dir=journal, site=site)
 
     return burst, parallel, journal, op
 
 
-def _whole_somewhere(burst: Path, parallel: Path, unit: str, before: dict[str, tuple[object, ...]]) -> None:
+def _whole_somewhere(
+    burst: Path, parallel: Path, unit: str, before: Snapshot, older: tuple[Snapshot, bytes] | None = None
+) -> None:
     """After a kill: the unit is whole at the source, or committed whole at the destination with a
-    stub naming it; never partly present under its real name."""
+    stub naming it; never partly present under its real name. A manifest at the destination always
+    describes the copy beside it: the older copy (`older`: its tree, its manifest) or the new one."""
     src, dst = burst / unit, parallel / unit
-    committed = (parallel / f"{unit}.storekit-archive.json").exists()
+    manifest = parallel / f"{unit}.storekit-archive.json"
+    committed = manifest.exists()
     if os.path.lexists(src):
         assert snapshot(src) == before
     else:
         assert committed and snapshot(dst) == before and read_stub(stub_path(src)) is not None
     if committed:
-        assert snapshot(dst) == before
+        if older is not None and manifest.read_bytes() == older[1]:
+            assert snapshot(dst) == older[0]
+        else:
+            assert snapshot(dst) == before
 
 
 @pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
 @pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
-@pytest.mark.parametrize("phase", ["drain", "recall"])
+@pytest.mark.parametrize("phase", ["drain", "recall", "redrain"])
 def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> None:
     tmp_path = memory_dir(tmp_path)
     try:
@@ -81,20 +93,28 @@ def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str
 
 def _every_point(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> int:
     *_, probe = _setup(tmp_path / "probe", phase, unit)
-    total = count_points(probe)
+    reached = point_names(probe)
+    total = len(reached)
+    if phase == "redrain":  # the swap's every step is among the kill points
+        swap = ["tier.replaced-uncommitted", "durable.tombstoned", "tier.renamed", "tier.manifest-written"]
+        assert [p for p in reached if p in swap][:4] == swap  # then the source freed (a tombstone)
     assert total >= (12 if unit == UNIT else 8)
     for n in range(1, total + 1):
         burst, parallel, journal, op = _setup(tmp_path / f"k{n}", phase, unit)
-        before = snapshot(burst / unit) if phase == "drain" else snapshot(parallel / unit)
+        before = snapshot(burst / unit) if phase != "recall" else snapshot(parallel / unit)
+        older = None
+        if phase == "redrain":
+            older = (snapshot(parallel / unit), (parallel / f"{unit}.storekit-archive.json").read_bytes())
+            assert older[0] != before
         assert run_killed(op, f"*@{n}=kill"), f"point {n} of {total} was not reached"
-        _whole_somewhere(burst, parallel, unit, before)
+        _whole_somewhere(burst, parallel, unit, before, older)
         if gc_first:
             gc(
                 journal, roots=[burst, parallel], site=posix_site(burst, parallel)
             )  # an abandoned run cleaned up before the rerun
-            _whole_somewhere(burst, parallel, unit, before)
+            _whole_somewhere(burst, parallel, unit, before, older)
         op()
-        if phase == "drain":
+        if phase != "recall":
             assert not os.path.lexists(burst / unit) and read_stub(stub_path(burst / unit)) is not None
         else:
             assert snapshot(burst / unit) == before and not stub_path(burst / unit).exists()

@@ -193,3 +193,71 @@ def test_a_unit_changed_after_its_commit_is_kept_and_loses_its_stub(tiers: tuple
     assert (burst / UNIT / "manifest.json").exists() and not stub_path(burst / UNIT).exists()
     assert (parallel / "checkpoints/run_001/step_100.storekit-archive.json").exists()  # the copy is committed
     assert unfinished(journal) == []
+
+
+def test_drain_recall_drain_again_replaces_the_units_own_older_copy(tiers: tuple[Path, Path, Path]) -> None:
+    """The unit's own copy, left at the destination by a recall, is replaced by the next drain: the
+    new copy made and read back beside it, then swapped in; one copy and one manifest remain."""
+    burst, parallel, journal = tiers
+    drain(tiers)
+    recall(tiers)
+    manifest = parallel / f"{UNIT}.storekit-archive.json"
+    old_manifest = manifest.read_bytes()
+
+    again = drain(tiers)  # the same bytes: nothing to change but the copy's manifest is rewritten
+    assert (again.state, again.freed) == ("done", True) and not (burst / UNIT).exists()
+    recall(tiers)
+    (burst / UNIT / "model/rank1.pt").write_bytes(b"new weights")
+    before = snapshot(burst / UNIT)
+
+    third = drain(tiers)
+    assert (third.state, third.freed) == ("done", True) and not (burst / UNIT).exists()
+    assert snapshot(parallel / UNIT) == before  # the new bytes, exactly
+    assert manifest.read_bytes() != old_manifest
+    stub = read_stub(stub_path(burst / UNIT))
+    assert stub is not None and stub.manifest_xxh3 == third.manifest_xxh3_128
+    assert verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems == []
+    one_copy = ["step_100", "step_100.storekit-archive.json"]
+    assert sorted(os.listdir(parallel / "checkpoints/run_001")) == one_copy
+    assert leftovers(burst) == [] and leftovers(parallel) == [] and unfinished(journal) == []
+    recall(tiers)
+    assert snapshot(burst / UNIT) == before
+
+
+def test_a_change_during_a_redrain_keeps_the_older_copy_committed(tiers: tuple[Path, Path, Path]) -> None:
+    """A rollback of the second drain removes only its own temp copy: the older copy stays whole and
+    committed, the source stays whole."""
+    from storekit import faults
+
+    burst, parallel, journal = tiers
+    drain(tiers)
+    recall(tiers)
+    manifest = parallel / f"{UNIT}.storekit-archive.json"
+    old, old_manifest = snapshot(parallel / UNIT), manifest.read_bytes()
+
+    def touch() -> None:
+        with open(burst / UNIT / "model/rank1.pt", "ab") as fh:
+            fh.write(b"more")
+
+    with faults.at("tier.copying", touch), pytest.raises(UnitChanged, match="changed since it was planned"):
+        drain(tiers)
+    assert snapshot(parallel / UNIT) == old and manifest.read_bytes() == old_manifest
+    assert (burst / UNIT / "model/rank1.pt").stat().st_size == 65_540
+    assert leftovers(parallel) == [] and unfinished(journal) == []
+
+
+def test_a_committed_copy_of_another_source_is_refused_and_kept(tiers: tuple[Path, Path, Path]) -> None:
+    """Another burst tier's unit at the same relative path drained first: its copy (which its stub
+    names) is never replaced by this unit's drain."""
+    burst, parallel, journal = tiers
+    other = burst.parent / "burst2"
+    make_unit(other / UNIT, seed=2)
+    drain_unit(other, UNIT, posix_site(other, parallel).tier("parallel"), journal_dir=journal)
+    kept, manifest = snapshot(parallel / UNIT), (parallel / f"{UNIT}.storekit-archive.json").read_bytes()
+    source = snapshot(burst / UNIT)
+    with pytest.raises(StorekitError, match="holds an archive of another unit"):
+        drain(tiers)
+    assert snapshot(parallel / UNIT) == kept
+    assert (parallel / f"{UNIT}.storekit-archive.json").read_bytes() == manifest
+    assert snapshot(burst / UNIT) == source and not stub_path(burst / UNIT).exists()
+    assert verify_stub(stub_path(other / UNIT), site=posix_site(other, parallel)).problems == []
