@@ -22,9 +22,10 @@ pytestmark = pytest.mark.slurm
 WAIT_S = 300
 
 
-def squeue_ids(job_ids: list[str]) -> str:
+def squeue_ids(job_ids: list[str], env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
         ["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T %R"],
+        env=None if env is None else {**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=30,
@@ -33,12 +34,13 @@ def squeue_ids(job_ids: list[str]) -> str:
     return proc.stdout.strip()
 
 
-def wait_gone(job_ids: list[str]) -> None:
-    """Until Slurm no longer lists the jobs (they finished, failed or were cancelled)."""
+def wait_gone(job_ids: list[str], env: dict[str, str] | None = None) -> None:
+    """Until Slurm no longer lists the jobs (they finished, failed or were cancelled); a job held
+    after a failed launch never leaves the queue, so that fails at once."""
     deadline = time.monotonic() + WAIT_S
-    while queue := squeue_ids(job_ids):
-        if time.monotonic() > deadline:
-            pytest.fail(f"jobs {job_ids} still queued after {WAIT_S}s:\n{queue}")
+    while queue := squeue_ids(job_ids, env):
+        if time.monotonic() > deadline or "launch failed" in queue:
+            pytest.fail(f"jobs {job_ids} still queued after {WAIT_S}s or held:\n{queue}")
         time.sleep(1)
 
 
@@ -292,14 +294,7 @@ def test_more_tasks_than_max_array_size_run_several_per_element_and_complete(
     assert slurm["max_array_size"] == 3 and slurm["tasks"] > 3, slurm  # read from this cluster's config
     assert slurm["elements"] <= 3 and slurm["tasks_per_element"] >= 2, slurm
     assert f"#SBATCH --array=0-{slurm['elements'] - 1}" in Path(slurm["array_script"]).read_text()
-    deadline = time.monotonic() + WAIT_S
-    ids = ",".join([slurm["array_job_id"], slurm["finalize_job_id"]])
-    env = {**os.environ, **small_array_cluster}
-    while queue := subprocess.run(
-        ["squeue", "-h", "-j", ids, "-o", "%i %T %R"], env=env, capture_output=True, text=True, timeout=30
-    ).stdout.strip():
-        assert time.monotonic() < deadline and "launch failed" not in queue, queue
-        time.sleep(0.5)
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]], small_array_cluster)
     dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
     assert (dataset / "manifest.json").is_file(), sorted(Path(slurm["log_dir"]).iterdir())
     local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "2"))
