@@ -32,6 +32,7 @@ from storekit.cli.prepare_slurm import (
     QosOpt,
     SetupOpt,
     TimeOpt,
+    WaitOpt,
     slurm_options,
     submit_and_report,
 )
@@ -272,6 +273,7 @@ def prepare_dataset_command(
     slurm_extra: ExtraOpt = None,
     slurm_container: ContainerOpt = None,
     slurm_setup: SetupOpt = None,
+    slurm_wait: WaitOpt = False,
     force: Annotated[
         bool,
         typer.Option(
@@ -328,6 +330,8 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
+    if slurm_wait and executor != "slurm":
+        raise UsageError("--slurm-wait needs --executor slurm (a local run always waits)")
     if executor == "slurm":
         options = slurm_options(
             partition=slurm_partition,
@@ -342,7 +346,9 @@ def prepare_dataset_command(
             container=slurm_container,
             setup=slurm_setup,
         )
-        submit_and_report(out, spec, site, options, config=config, force=force, dry_run=dry_run)
+        submit_and_report(
+            out, spec, site, options, config=config, force=force, dry_run=dry_run, wait=slurm_wait
+        )
         return
     if executor != "local":
         raise UsageError(f"--executor {executor!r}: expected local or slurm")

@@ -25,7 +25,8 @@ ExecutorOpt = Annotated[
         metavar="local|slurm",
         help="local: this host's cores (default). slurm: submit the tasks as a job array and a "
         "finalize job that publishes the dataset; the command returns once they are queued "
-        "(`storekit jobs status` follows them). Work dir, tokenizer, inputs and output must be on "
+        "(`storekit jobs status` follows them), or with --slurm-wait once it is published. "
+        "Work dir, tokenizer, inputs and output must be on "
         "shared file systems.",
     ),
 ]
@@ -94,6 +95,15 @@ SetupOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--slurm-wait",
+        help="Return once the jobs have published the dataset (exit 0) or ended without it (exit 1), "
+        "as sbatch --wait does; the jobs go on if this command is stopped.",
+        rich_help_panel=_PANEL,
+    ),
+]
 
 
 def slurm_options(
@@ -136,13 +146,20 @@ def submit_and_report(
     config: str | None,
     force: bool,
     dry_run: bool,
+    wait: bool = False,
 ) -> None:
     from storekit.config import find_config_file
-    from storekit.slurm.prepare import submit_prepare
+    from storekit.slurm.prepare import submit_prepare, wait_published
 
     found = find_config_file(config)
     cfg = str(found.resolve()) if found is not None else None
     outcome = submit_prepare(spec, site, options=options, config=cfg, force=force, dry_run=dry_run)
+    if wait and outcome.status == "submitted" and outcome.submitted is not None:
+        out.info(
+            f"submitted array job {outcome.submitted.array_job_id}; waiting for the dataset "
+            "(Ctrl-C stops waiting, not the jobs)"
+        )
+        wait_published(outcome)
     report(out, outcome)
 
 
@@ -175,6 +192,11 @@ def report(out: Output, outcome: SlurmPrepareOutcome) -> None:
     if outcome.submitted is not None:
         data["slurm"]["array_job_id"] = outcome.submitted.array_job_id
         data["slurm"]["finalize_job_id"] = outcome.submitted.finalize_job_id
+    if outcome.manifest is not None and outcome.status == "prepared":
+        from storekit.pipeline.summary import manifest_summary
+
+        data["manifest"] = manifest_summary(outcome.manifest)
+        data["waited_seconds"] = round(outcome.waited_seconds or 0.0, 3)
 
     def human(console: Console) -> None:
         for note in outcome.notes:
@@ -194,6 +216,14 @@ def report(out: Output, outcome: SlurmPrepareOutcome) -> None:
             return
         sub = outcome.submitted
         assert sub is not None
+        if outcome.status == "prepared":
+            console.print(
+                f"prepared {outcome.location.display}: array job {sub.array_job_id} "
+                f"({sp.elements.elements} elements, {sp.elements.task_count} tasks), "
+                f"published {outcome.waited_seconds or 0.0:.1f} s after submitting",
+                markup=False,
+            )
+            return
         console.print(
             f"submitted {outcome.location.display}: array job {sub.array_job_id} "
             f"({sp.elements.elements} elements x {sp.elements.per_element} tasks, {sp.elements.task_count} "

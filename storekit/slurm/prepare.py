@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig
-from storekit.errors import BusyError, StorekitError, UnreachableError
+from storekit.errors import BusyError, Interrupted, StorekitError, UnreachableError
 from storekit.executors.base import Job, TaskRunner
 from storekit.manifest import Manifest
 from storekit.pipeline.commit import check_existing
@@ -36,6 +36,7 @@ from storekit.slurm.script import SlurmOptions
 from storekit.slurm.shared import all_on_this_host, refuse_node_local
 from storekit.slurm.staging import check_sources, copy_tokenizer, with_tokenizer_copy
 from storekit.slurm.submit import EXECUTOR, SubmitPlan, Submitted, plan_submission, submit
+from storekit.slurm.wait import ended_without_publishing, wait_for_jobs
 
 
 @dataclass
@@ -49,6 +50,7 @@ class SlurmPrepareOutcome:
     manifest: Manifest | None = None
     tasks_done: int = 0
     notes: list[str] = field(default_factory=list)
+    waited_seconds: float | None = None  # --slurm-wait: from the submission to the dataset published
 
 
 def log_dir_for(work: Path) -> Path:
@@ -102,6 +104,27 @@ def submit_prepare(
         outcome.submitted = submit(work, outcome.submit_plan, extra_args=extra_args)
     outcome.status = "submitted"
     return outcome
+
+
+def wait_published(outcome: SlurmPrepareOutcome) -> None:
+    """Wait for a submitted job to publish (status "prepared", its manifest) or raise (exit 1).
+    Ctrl-C stops the waiting only: the jobs stay queued (exit 130, `jobs status` follows them)."""
+    sub = outcome.submitted
+    assert sub is not None
+    ids = [sub.array_job_id, sub.finalize_job_id]
+    try:
+        waited = wait_for_jobs(outcome.work_dir, ids)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"stopped waiting; jobs {', '.join(ids)} go on",
+            hint=f"follow them with `storekit jobs status {outcome.work_dir}`",
+        ) from None
+    manifest = None
+    if waited.finished:
+        manifest = check_existing(outcome.location, outcome.plan.plan_id, force=False, work=None)
+    if manifest is None:
+        raise ended_without_publishing(outcome.work_dir, ids)
+    outcome.status, outcome.manifest, outcome.waited_seconds = "prepared", manifest, waited.seconds
 
 
 def _cluster(

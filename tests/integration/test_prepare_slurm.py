@@ -94,16 +94,22 @@ def test_an_array_over_the_nodes_builds_the_same_bytes_as_a_local_run(
     assert planned["status"] == "planned" and "exec " in planned["slurm"]["sbatch"]["array"]
     assert not Path(planned["plan"]["work_dir"]).exists()  # a dry run writes nothing
 
-    doc = submit(prepare_args(cfg, corpus, "v2", "--executor", "slurm", "--slurm-cpus", "1"))
+    # --slurm-wait: the command returns once the dataset is published (and the work dir removed)
+    proc = run_storekit(
+        prepare_args(cfg, corpus, "v2", "--executor", "slurm", "--slurm-cpus", "1", "--slurm-wait")
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    storage = cfg.parent / "storage" / "datasets" / "text" / "web"
+    a, b = storage / "v1", storage / "v2"
+    assert doc["status"] == "prepared" and (b / "manifest.json").is_file(), doc
+    assert not Path(doc["plan"]["work_dir"]).exists()  # finalize removed it before the command returned
+    assert doc["manifest"]["stats"]["tokens"] > 0 and doc["waited_seconds"] > 0, doc
     slurm = doc["slurm"]
     assert slurm["elements"] >= 4, slurm
     script = Path(slurm["array_script"]).read_text()
     assert "#SBATCH --cpus-per-task=1" in script and "testsecret" not in script
-    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
-
-    storage = cfg.parent / "storage" / "datasets" / "text" / "web"
-    a, b = storage / "v1", storage / "v2"
-    assert (b / "manifest.json").is_file(), sorted(Path(slurm["log_dir"]).iterdir())
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])  # the elements' last log lines
     assert dataset_files(a) == dataset_files(b)  # every shard byte-identical
     ma = json.loads((a / "manifest.json").read_bytes())
     mb = json.loads((b / "manifest.json").read_bytes())
@@ -128,14 +134,20 @@ def test_a_failed_task_publishes_nothing_is_named_with_its_log_and_rerun_complet
     good_line = json.dumps({"text": "def fixed():\n    return 1\n"}).encode()
     bad.write_bytes(b'{"text": "def broken(" \n' + good_line + b"\n")  # line 1: malformed JSON
     args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1", "--on-error", "fail")
-    slurm = submit(args)["slurm"]
-    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
+    waited = run_storekit([*args, "--slurm-wait"])  # returns once the jobs have left the queue
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    error = json.loads(waited.stdout)["error"]
+    assert "ended without publishing" in error["message"] and "jobs status" in error["hint"], error
     dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
     assert not (dataset / "manifest.json").exists()  # nothing published
 
     status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
     assert status.returncode == 0, status.stderr
     job = json.loads(status.stdout)["jobs"][0]
+    array = next(s for s in job["submissions"] if s["extra"]["role"] == "array")
+    ids = [s["job_id"] for s in job["submissions"]]
+    assert squeue_ids(ids) == ""  # it returned because they had all left the queue
+    slurm = {"log_dir": array["extra"]["log_dir"]}
     assert job["counts"]["failed"] >= 1 and not job["complete"], job
     failure = job["failed"][0]
     assert str(bad) in failure["error"] and failure["exit_code"] == 1
