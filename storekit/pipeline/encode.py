@@ -97,30 +97,26 @@ class Encoder:
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """All documents' ids back to back (with BOS/EOS), and each document's length in tokens."""
-        flat: list[int] = []
-        extend = flat.extend
-        lengths: list[int] = []
-        add_len = lengths.append
-        bos, eos = self.bos, self.eos
-        extra = (bos is not None) + (eos is not None)
         self._count_specials(texts)
         t0 = time.perf_counter()
+        encodings: list[Any]
         if self.fast is not None:
-            encodings = [self.fast.encode(text) for text in texts]
+            encodings = [self.fast.encode_ids(text) for text in texts]  # uint32 arrays
         else:
             encodings = [
                 enc.ids for enc in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
             ]
         t1 = time.perf_counter()
+        head = [np.array([self.bos], dtype=np.uint32)] if self.bos is not None else []
+        tail = [np.array([self.eos], dtype=np.uint32)] if self.eos is not None else []
+        parts: list[Any] = []
+        lengths: list[int] = []
         for ids in encodings:
-            if bos is not None:
-                flat.append(bos)
-            extend(ids)
-            if eos is not None:
-                flat.append(eos)
-            add_len(len(ids) + extra)
+            parts += (*head, ids, *tail)
+            lengths.append(len(ids) + len(head) + len(tail))
         del encodings
-        out = np.array(flat, dtype=self.dtype)
+        # one pass into the shard's dtype (ids fit it: the dtype is chosen from the vocabulary size)
+        out = np.concatenate(parts, dtype=self.dtype, casting="unsafe") if parts else np.zeros(0, self.dtype)
         self.encode_seconds += t1 - t0
         self.ids_seconds += time.perf_counter() - t1
         return out, lengths
@@ -156,7 +152,7 @@ class Encoder:
             self._count_specials((piece,))
             t0 = time.perf_counter()
             if self.fast is not None:
-                raw = self.fast.encode(piece)
+                raw = self.fast.encode_ids(piece)
             else:
                 (enc,) = self.tokenizer.encode_batch_fast([piece], add_special_tokens=False)
                 raw = enc.ids

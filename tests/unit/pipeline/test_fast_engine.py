@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 from storekit.pipeline import engines
 from storekit.pipeline.bundled import bundled_path
 from storekit.pipeline.engines import choose_engine, compiled_for, fast_encoder
-from storekit.pipeline.fastbpe import FastBPE
+from storekit.pipeline.fastbpe import _SENTINEL, FastBPE
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import plan_tasks
 from storekit.pipeline.sources import discover_sources
@@ -53,6 +53,7 @@ HARD_CASES = [
     " \U0001fae8 \U0001fac8",
     "private use \ue000\U000f0000 noncharacters \ufdd0\uffff",
     "a" * 5000 + " " + "ب" * 3000 + " " + "1" * 999,
+    f"the core's never-allowed sentinel is plain text: {_SENTINEL}x {_SENTINEL}{_SENTINEL[:5]}",
 ]
 
 
