@@ -50,6 +50,13 @@ class ElementResult:
     helped: int = 0  # other elements' tasks this one ran once its own were done
     finalized: dict[str, Any] | None = None  # what finalize returned, when this element ran it
 
+    def summary(self) -> str:
+        state = "requeued" if self.requeued else "done"
+        return (
+            f"element {self.element}: {state}, {self.ran} tasks run, {self.skipped} already done, "
+            f"{self.done_by_others} done by helpers, {self.helped} run helping others"
+        )
+
 
 def element_identity(env: Mapping[str, str]) -> tuple[str, int]:
     array, index = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
