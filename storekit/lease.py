@@ -161,6 +161,7 @@ class Lease:
         self.acquired = time.time()
         for _ in range(3):
             if self._create():
+                self._remove_dead_temps()
                 self._start_heartbeat()
                 return
             current = read_lease(self.path)
@@ -186,7 +187,7 @@ class Lease:
                 os.fsync(fh.fileno())
             try:
                 os.link(tmp, self.path)
-            except FileExistsError:
+            except (FileExistsError, FileNotFoundError):  # taken; or its holder removed our temp
                 return False
             except OSError as exc:  # no hard links here (some FUSE mounts): exclusive create instead
                 if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
@@ -197,6 +198,16 @@ class Lease:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+    def _remove_dead_temps(self) -> None:
+        """Temps of this lease's writes that a kill left (creating, renewing, breaking it): only the
+        holder removes them; a contender whose temp goes meanwhile finds the lease taken."""
+        prefix = f".{self.path.name}{TMP_MARK}"
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self.path.parent):
+                if name.startswith(prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.path.parent / name)
 
     def _create_exclusive(self) -> bool:
         try:

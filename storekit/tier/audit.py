@@ -28,6 +28,7 @@ from storekit.tier.stub import STUB_SUFFIX, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
 from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
+from storekit.tier.verified import remove_temps as remove_verified_temps
 
 
 @dataclass
@@ -119,6 +120,8 @@ def gc(
     report = GcReport()
     for journal in journals(journal_dir, tidy=not dry_run):
         _gc_journal(journal, site, dry_run, report)
+    if not dry_run:
+        remove_verified_temps(journal_dir)
     for root in roots:
         for directory in _dirs_with_tombstones(root):
             if dry_run:

@@ -58,6 +58,8 @@ class UnitJournal:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
+            if tidy:
+                self.remove_orphans()
             return False
         try:
             doc = json.loads(data)
@@ -105,22 +107,35 @@ class UnitJournal:
             return None
 
     def finish(self) -> None:
-        """The move is done (or rolled back): the journal goes; the action log keeps the history."""
-        for path in (self.manifest_path, self.uploads_path, self.path):
+        """The move is done (or rolled back): the journal goes; the action log keeps the history.
+        The journal itself first: a kill after it leaves files no journal names (removed by the next
+        load of this id or by `journals`), never a journal whose saved manifest is gone."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        fsync_dir(self.dir)
+        self.remove_orphans()
+
+    def remove_orphans(self) -> None:
+        """The saved manifest and upload journal of a finished move (nothing reads them any more)."""
+        for path in (self.manifest_path, self.uploads_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        fsync_dir(self.dir)
 
 
 def journals(journal_dir: Path, *, tidy: bool = True) -> list[UnitJournal]:
     """Every unit journal left in `journal_dir` (moves not finished)."""
     found = []
     with contextlib.suppress(FileNotFoundError):
-        for name in sorted(os.listdir(journal_dir)):
+        names = sorted(os.listdir(journal_dir))
+        ids = {n[: -len(".json")] for n in names if n.endswith(".json") and n.count(".") == 1}
+        for name in names:
+            uid = name.split(".")[0]
             if name.endswith(".json") and name.count(".") == 1 and not name.startswith("."):
-                j = UnitJournal(journal_dir, name[: -len(".json")])
+                j = UnitJournal(journal_dir, uid)
                 if j.load(tidy=tidy):
                     found.append(j)
+            elif tidy and name.endswith((".manifest.json", ".uploads.json")) and uid not in ids:
+                UnitJournal(journal_dir, uid).remove_orphans()  # a kill inside finish()
     return found
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from pathlib import Path
 
 import xxhash
 
-from storekit.durable import fsync_dir, write_file_atomic
+from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
 
 VERIFIED_DIR = "verified"
 
@@ -29,8 +30,24 @@ def record_verified(journal_dir: Path, manifest_url: str, digest: str, *, at: fl
     path = _record_path(journal_dir, manifest_url)
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"manifest": manifest_url, "manifest_xxh3_128": digest, "at": time.time() if at is None else at}
-    write_file_atomic(path, json.dumps(doc, sort_keys=True).encode() + b"\n", mode=0o600)
+    data = json.dumps(doc, sort_keys=True).encode() + b"\n"
+    try:
+        write_file_atomic(path, data, mode=0o600)
+    except FileNotFoundError:  # `tier gc` took our temp for a killed writer's: write it again
+        write_file_atomic(path, data, mode=0o600)
     fsync_dir(path.parent)
+
+
+def remove_temps(journal_dir: Path) -> list[str]:
+    """Temps of record writes that a kill left (`tier gc`)."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(journal_dir / VERIFIED_DIR):
+            if TMP_MARK in name:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(journal_dir / VERIFIED_DIR / name)
+                    removed.append(name)
+    return removed
 
 
 def verified_at(journal_dir: Path, manifest_url: str, digest: str) -> float | None:

@@ -25,6 +25,7 @@ from tests.unit.tier.helpers import (
     snapshot,
     unfinished,
 )
+from tests.unit.tier.kills import SEED, io_event_count, killed_at_event, moments
 
 UNIT = "checkpoints/run_001/step_100"
 
@@ -100,27 +101,58 @@ def _every_point(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> int:
         assert [p for p in reached if p in swap][:4] == swap  # then the source freed (a tombstone)
     assert total >= (12 if unit == UNIT else 8)
     for n in range(1, total + 1):
-        burst, parallel, journal, op = _setup(tmp_path / f"k{n}", phase, unit)
-        before = snapshot(burst / unit) if phase != "recall" else snapshot(parallel / unit)
-        older = None
-        if phase == "redrain":
-            older = (snapshot(parallel / unit), (parallel / f"{unit}.storekit-archive.json").read_bytes())
-            assert older[0] != before
-        assert run_killed(op, f"*@{n}=kill"), f"point {n} of {total} was not reached"
-        _whole_somewhere(burst, parallel, unit, before, older)
-        if gc_first:
-            gc(
-                journal, roots=[burst, parallel], site=posix_site(burst, parallel)
-            )  # an abandoned run cleaned up before the rerun
-            _whole_somewhere(burst, parallel, unit, before, older)
-        op()
-        if phase != "recall":
-            assert not os.path.lexists(burst / unit) and read_stub(stub_path(burst / unit)) is not None
-        else:
-            assert snapshot(burst / unit) == before and not stub_path(burst / unit).exists()
-        assert snapshot(parallel / unit) == before
-        report = gc(journal, roots=[burst, parallel], site=posix_site(burst, parallel))
-        assert report.left == []
-        assert leftovers(tmp_path / f"k{n}") == [], n
-        assert unfinished(journal) == []
+        _kill_then_rerun(
+            tmp_path / f"k{n}", phase, unit, gc_first, lambda op, n=n: run_killed(op, f"*@{n}=kill")
+        )
     return total
+
+
+def _kill_then_rerun(
+    base: Path, phase: str, unit: str, gc_first: bool, kill: Callable[[Callable[[], object]], bool]
+) -> None:
+    """One crash: set up, kill the move (`kill(op)` must report a kill), check that nothing is lost or
+    partly present, optionally gc, rerun, and check that the move is done and nothing is left over."""
+    burst, parallel, journal, op = _setup(base, phase, unit)
+    before = snapshot(burst / unit) if phase != "recall" else snapshot(parallel / unit)
+    older = None
+    if phase == "redrain":
+        older = (snapshot(parallel / unit), (parallel / f"{unit}.storekit-archive.json").read_bytes())
+        assert older[0] != before
+    assert kill(op), f"{base.name}: the kill was not reached"
+    _whole_somewhere(burst, parallel, unit, before, older)
+    if gc_first:
+        gc(
+            journal, roots=[burst, parallel], site=posix_site(burst, parallel)
+        )  # an abandoned run cleaned up first
+        _whole_somewhere(burst, parallel, unit, before, older)
+    op()
+    if phase != "recall":
+        assert not os.path.lexists(burst / unit) and read_stub(stub_path(burst / unit)) is not None
+    else:
+        assert snapshot(burst / unit) == before and not stub_path(burst / unit).exists()
+    assert snapshot(parallel / unit) == before
+    report = gc(journal, roots=[burst, parallel], site=posix_site(burst, parallel))
+    assert report.left == []
+    assert leftovers(base) == [], base.name
+    assert unfinished(journal) == []
+
+
+RANDOM_KILLS = 12  # per phase and unit: 108 in all, beside the ~500 at fault points above
+
+
+@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
+@pytest.mark.parametrize("phase", ["drain", "recall", "redrain"])
+@pytest.mark.parametrize("seed", [SEED], ids=lambda s: f"seed={s}")
+def test_sigkill_at_random_moments_then_rerun(tmp_path: Path, phase: str, unit: str, seed: int) -> None:
+    """Kills inside the steps: just before a seeded-random N-th file-system call of the move (an open,
+    mkdir, chmod, utime, rename, unlink, listing...), while the copy threads are mid-file."""
+    base = memory_dir(tmp_path)
+    try:
+        *_, probe = _setup(base / "probe", phase, unit)
+        total = io_event_count(probe)
+        assert total >= 20
+        for i, n in enumerate(moments(total, RANDOM_KILLS, salt=f"{phase}:{unit}")):
+            _kill_then_rerun(base / f"m{n}", phase, unit, i % 2 == 1, lambda op, n=n: killed_at_event(op, n))
+    finally:
+        if base.is_relative_to("/dev/shm"):
+            shutil.rmtree(base)
