@@ -224,6 +224,23 @@ def make_setup(args: argparse.Namespace, corpus: Path, parts: Path) -> Setup:
     )
 
 
+def compile_bytecode(s: Setup, trees: list[str]) -> str:
+    """Byte-compile the storekit trees under test, as `pip install` does for an installed package:
+    a checkout run through PYTHONPATH under PYTHONDONTWRITEBYTECODE=1 would otherwise compile every
+    module from source on each start (~0.1 s per process here), which no installed copy pays."""
+    python = s.storekit_cmd[0]
+    done = []
+    for tree in trees:
+        if tree and (Path(tree) / "storekit").is_dir():
+            subprocess.run(
+                [python, "-m", "compileall", "-q", "-j0", str(Path(tree) / "storekit")], check=True
+            )
+            done.append(tree)
+    return (
+        f"byte-compiled before timing: {', '.join(done)}" if done else "installed copy (compiled at install)"
+    )
+
+
 # ---------------------------------------------------------------- statistics and report
 
 
@@ -406,7 +423,7 @@ def markdown(
         f"tokenizer: anthropic 0.34.0 tokenizer.json (65k BPE), EOS `<EOT>` appended; "
         f"{env['dataset_tokens']:,} tokens incl. EOS. Rounds: {args.repeat} (order rotated), medians; "
         f"spread = ±half the min–max range. Load average at start: {env['loadavg']}. "
-        f"storekit: {env['storekit']}.",
+        f"storekit: {env['storekit']}, {env['storekit_bytecode']}.",
     ]
     trees = [f"`{k}` = {v}" for k, v in env.items() if k.startswith("storekit@")]
     if trees:
@@ -645,6 +662,7 @@ def main() -> None:
         "command": "python3 benchmarks/bench_prepare.py " + shlex.join(sys.argv[1:]),
         "tools": tools,
         "storekit": storekit_version(args),
+        "storekit_bytecode": compile_bytecode(s, [args.storekit_pythonpath, *trees.values()]),
     }
     for label, where in trees.items():
         env[f"storekit@{label}"] = storekit_version(args, where)

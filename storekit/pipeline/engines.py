@@ -196,9 +196,10 @@ def sample_documents(
     inside = [p for p in pieces if p not in chosen]
     step = max(1, len(inside) // (SAMPLE_PIECES - len(chosen)))
     chosen += inside[step // 2 :: step][: SAMPLE_PIECES - len(chosen)]
-    per_piece = max(1, budget // max(1, len(chosen)))
     opts = plan.options
-    for piece in chosen:
+    left = budget  # a piece whose last document overshot leaves less to the next: the total stays ~budget
+    for n, piece in enumerate(chosen):
+        share = max(1, left // (len(chosen) - n))  # at least one document from every chosen piece
         src = plan.sources[piece.source]
         reader = PieceReader(
             fs, src, piece, text_key=opts["text_key"], keep_fields=(), max_doc_bytes=opts["max_doc_bytes"]
@@ -209,5 +210,6 @@ def sample_documents(
                 continue
             yield doc.text, functools.partial(reader.where, doc.position)
             taken += doc.nbytes
-            if taken >= per_piece:
+            if taken >= share:
                 break
+        left -= taken

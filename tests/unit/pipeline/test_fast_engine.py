@@ -23,8 +23,13 @@ from storekit.pipeline import engines
 from storekit.pipeline.bundled import bundled_path
 from storekit.pipeline.engines import choose_engine, compiled_for, fast_encoder
 from storekit.pipeline.fastbpe import FastBPE
+from storekit.pipeline.inputs import InputFS
+from storekit.pipeline.plan import plan_tasks
+from storekit.pipeline.sources import discover_sources
+from storekit.pipeline.spec import CLI_SOURCE, build_spec
 from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
 from tests.unit.pipeline import tokfiles
+from tests.unit.pipeline.helpers import TOKENIZER, write_jsonl
 
 HANDBOOK = Path("/usr/share/doc/debian-handbook/html")  # Debian package debian-handbook (scripts/test.sh)
 
@@ -218,3 +223,31 @@ def test_sample_is_a_share_of_the_input_within_bounds() -> None:
     assert engines.sample_budget(0) == engines.sample_budget(120_000_000) == 512 << 10
     assert engines.sample_budget(256 << 20) == 1 << 20  # 1/256 of the input between the bounds
     assert engines.sample_budget(10 << 30) == 2 << 20
+
+
+def test_the_sample_stays_near_its_budget_and_draws_from_every_source(tmp_path: Path) -> None:
+    # documents of 1 KiB and 24 KiB in turn: a piece's last document overshoots its share by up to
+    # 24 KiB; what it overshot comes off the next pieces' shares, so the total stays ~ the budget
+    # (each of the 16 pieces overshooting on its own gave ~ +190 KiB here)
+    big, small = "x" * (24 << 10), "y" * (1 << 10)
+    for name in "abc":
+        write_jsonl(
+            tmp_path / "in" / f"{name}.jsonl", [{"text": big if i % 2 else small} for i in range(120)]
+        )
+    options = {
+        "name": "x",
+        "inputs": (str(tmp_path / "in"),),
+        "tokenizer": TOKENIZER,
+        "task_bytes": 256 << 10,
+    }
+    spec = build_spec(CLI_SOURCE, options, {})
+    fs = InputFS(None)
+    sources = discover_sources(spec.inputs, forced_format="auto", text_key="text", fs=fs)
+    plan = plan_tasks(spec, sources, resolve_tokenizer(TOKENIZER, eos=True, bos=False))
+    budget = 640 << 10
+    docs = list(engines.sample_documents(plan, fs, budget))
+    sampled = sum(len(text) for text, _ in docs)  # ASCII: characters are bytes; JSON adds ~12 per line
+    assert budget - (2 << 10) <= sampled <= budget + (24 << 10)
+    assert {where().rsplit(":", 1)[0] for _, where in docs} >= {
+        str(tmp_path / "in" / f"{n}.jsonl") for n in "abc"
+    }
