@@ -6,11 +6,12 @@ documents (one task is ~1 KB of input, so the per-task bookkeeping is what domin
 
   submit     plan the corpus, write plan.json + job.json (the work dir), record the array's
              element -> tasks map in jobs.json (what `prepare --executor slurm` does before sbatch)
-  elements   NODES elements one after another, each running its batch of tasks with the job
-             layer's run-task code (`storekit jobs run-task`: read the plan, scan the records, run,
-             one rename per completion record)
-  finalize   `storekit jobs finalize`: every record checked, cross-task dedup, shards, manifest
-             last, then the work dir removed
+  elements   NODES elements one after another, each the real `storekit jobs run-element` code:
+             its batch from jobs.json, the records scanned, its tasks run (one stat before each,
+             one rename per completion record), then the end-of-element checks: the helping scan
+             (what it would run is not: see concurrent_elements) and the all-done probe
+  finalize   the last element's inline finalize (its claim, then what `storekit jobs finalize`
+             does): every record checked, cross-task dedup, shards, manifest last, work dir removed
 
 Everything runs in one process, once without tracing (wall times: submit must stay under 10 s)
 and once under `strace -f -yy`, whose lines are split into phases by marker stats and counted by
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,19 +105,45 @@ def make_corpus(folder: Path, tasks: int) -> int:
 
 
 # -- one run of the three phases (the child, maybe under strace) --------------------------------------
+@contextlib.contextmanager
+def concurrent_elements() -> Iterator[None]:
+    """Elements run here one after another; on a cluster they run at once. So an element's helping
+    scans the work dir as it would (that listing is counted) but runs nothing: the other elements'
+    unstarted tasks stand for tasks in flight on other nodes. No scancel of the finalize job
+    (there is no Slurm job 1002), as no sbatch."""
+    import importlib
+
+    from storekit.slurm.helping import free_tasks
+
+    run: Any = importlib.import_module("storekit.slurm.run")
+    commands: Any = importlib.import_module("storekit.slurm.commands")
+
+    def scan_only(work: Any, job: Any, executor: Any, workers: int, *rest: Any) -> tuple[int, int]:
+        free_tasks(work, work.header().tasks, max(1, workers))
+        return 0, 0
+
+    saved = run.help_others, commands.cancel
+    run.help_others, commands.cancel = scan_only, lambda ids: None
+    try:
+        yield
+    finally:
+        run.help_others, commands.cancel = saved
+
+
 def mark(phase: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.stat(f"{MARK}/{phase}")
 
 
 def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_trace: str) -> dict[str, Any]:
+    from storekit import faults
     from storekit.config import load_config
-    from storekit.executors.base import load_job
-    from storekit.jobs.run import run_tasks
     from storekit.jobs.workdir import Submission
     from storekit.pipeline.inputs import InputFS
     from storekit.pipeline.prepare import make_plan
     from storekit.pipeline.spec import CLI_SOURCE, build_spec
+    from storekit.slurm.run import run_element
+    from storekit.slurm.staging import copy_tokenizer
 
     site = load_config(str(root / "storekit.toml"))
     overrides = {"inputs": (str(corpus),), "tokenizer": TOKENIZER, "task_bytes": task_bytes,
@@ -127,6 +155,7 @@ def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_tr
     t0 = time.monotonic()
     plan, location, work, _ = make_plan(spec, site, InputFS(site))
     work.start(plan, meta={"output": location.display, "tier": None, "force": False, "executor": "slurm"})
+    copy_tokenizer(plan, work.path)  # elements load this copy (its xxh3 checked)
     n = len(plan.tasks)
     batches = [list(range(n))[e::nodes] for e in range(nodes)]
     array = Submission(executor="slurm", job_id="1001", array=f"0-{nodes - 1}", batches=batches,
@@ -139,18 +168,41 @@ def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_tr
 
     mark("elements")
     t0 = time.monotonic()
-    for batch in batches:
-        run_tasks(work.path, batch, site, workers=1)
-    seconds["elements"] = time.monotonic() - t0
-    if element_trace:  # one more element process, all its tasks done: what starting one costs
-        argv = [sys.executable, "-m", "storekit", "jobs", "run-task", str(work.path), "--tasks", "0", "-q"]
-        subprocess.run([*strace_argv(Path(element_trace)), *argv], check=True, stdout=subprocess.DEVNULL)
+    finalize_started: list[float] = []
+    traced = [0.0]
 
-    mark("finalize")
-    t0 = time.monotonic()
-    result = load_job(work.path, site).finalize()  # type: ignore[attr-defined]
-    seconds["finalize"] = time.monotonic() - t0
+    def finalize_phase() -> None:  # the last element finalizes inline: from here on, finalize's count
+        if element_trace:  # one more element process, all its tasks done: what starting one costs
+            started = time.monotonic()
+            argv = [
+                sys.executable,
+                "-m",
+                "storekit",
+                "jobs",
+                "run-task",
+                str(work.path),
+                "--tasks",
+                "0",
+                "-q",
+            ]
+            subprocess.run([*strace_argv(Path(element_trace)), *argv], check=True, stdout=subprocess.DEVNULL)
+            traced[0] = time.monotonic() - started
+        finalize_started.append(time.monotonic())
+        mark("finalize")
+
+    finalized = None
+    with concurrent_elements(), faults.at("slurm.inline-finalize", finalize_phase):
+        for e in range(nodes):
+            env = {"SLURM_ARRAY_JOB_ID": "1001", "SLURM_ARRAY_TASK_ID": str(e), "SLURM_CPUS_PER_TASK": "1"}
+            done = run_element(work.path, site, env=env, say=lambda line: None)
+            finalized = done.finalized or finalized
+    end = time.monotonic()
+    if not finalize_started or finalized is None:
+        sys.exit("simulation: no element finalized the job")
+    seconds["elements"] = finalize_started[0] - t0 - traced[0]
+    seconds["finalize"] = end - finalize_started[0]
     mark("end")
+    result = finalized
     return {"tasks": n, "nodes": nodes, "seconds": seconds, "work_dir_files": sizes, "result": result}
 
 

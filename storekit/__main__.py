@@ -1,6 +1,7 @@
 """`storekit` and `python -m storekit`: stop signals are caught before the CLI loads.
 
-Loading the CLI takes a few hundred milliseconds; a SIGTERM or SIGUSR1 (Slurm preemption) in that
+Loading the CLI takes a few hundred milliseconds (a Slurm array element skips it:
+storekit/slurm/element_entry.py); a SIGTERM or SIGUSR1 (Slurm preemption) in that
 window must stop the command like any other stop (exit 130), not kill it by the default action.
 """
 
@@ -21,6 +22,11 @@ def main() -> None:
         early = os.environ.get("STOREKIT_TEST_SIGNAL_AT_START")  # fault point for the tests
         if early in ("SIGTERM", "SIGUSR1"):
             os.kill(os.getpid(), getattr(signal, early))
+        if sys.argv[1:3] == ["jobs", "run-element"]:  # every Slurm element: skip loading the CLI
+            from storekit.slurm.element_entry import fast_args, run
+
+            if (parsed := fast_args(sys.argv[3:])) is not None:
+                raise SystemExit(run(*parsed))
         from storekit.cli.app import main as cli_main
 
         cli_main()  # catches its own stops once it runs; this covers the steps before

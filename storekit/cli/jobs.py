@@ -233,11 +233,7 @@ def run_element_command(
     result = run_element(Path(work_dir), site_config(config))
 
     def human(console: Console) -> None:
-        state = "requeued" if result.requeued else "done"
-        console.print(
-            f"element {result.element}: {state}, {result.ran} tasks run, {result.skipped} already done, "
-            f"{result.done_by_others} done by helpers, {result.helped} run helping others"
-        )
+        console.print(result.summary(), markup=False)
 
     out.result("jobs run-element", result.__dict__, human)
 

@@ -194,8 +194,8 @@ class JobDir:
 
     def new_task_dir(self, index: int) -> Path:
         tmp = self.tasks / f".{index:06d}{TMP_MARK}{self.run_tag}.{uuid.uuid4().hex[:8]}"
-        with io_errors(tmp):
-            tmp.mkdir(parents=True)
+        with io_errors(tmp):  # no parents: a work dir finalize removed must not come back as a husk
+            tmp.mkdir()
         return tmp
 
     def commit_task(self, tmp: Path, index: int) -> None:

@@ -1,7 +1,7 @@
 """The one S3 transfer engine: files up and down over boto3 with shared limits.
 
 One engine holds one thread pool for all the files of a job (not a pool per file), a cap on the
-bytes of part buffers alive at once (memory = that cap), an optional bandwidth cap, and per-request
+bytes of parts in flight at once (memory = that cap), an optional bandwidth cap, and per-request
 retries with a time budget. Uploads hash each file with xxh3-128 in the reading thread, in file
 order; downloads hash the bytes they write, in file order, in the same pass. ETags are never used
 as content digests (a multipart ETag is an MD5 of MD5s, and not even that under SSE).
@@ -50,7 +50,7 @@ WRONG_CREDENTIAL_CODES = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch
 @dataclass(frozen=True, kw_only=True)
 class TransferConfig:
     threads: int = 8
-    max_in_flight_bytes: int = 512 * MiB  # part buffers alive at once, all files together
+    max_in_flight_bytes: int = 512 * MiB  # part bytes in flight at once (buffers or mapped pages), all files
     min_part_size: int = 64 * MiB
     max_parts: int = S3_MAX_PARTS  # lowered by tests to reach the ceiling with small files
     # ranged GETs (downloads, read-back): a 32 MiB body is mapped anew for each range (above glibc's
@@ -154,7 +154,6 @@ class S3Transfer:
         self.journal = journal
         self.endpoint = mask_url(endpoint) if endpoint else "the S3 endpoint"
         self.budget = ByteBudget(self.config.max_in_flight_bytes)
-        self.buffers: PartBuffers[bytearray] = PartBuffers(self.config.max_in_flight_bytes)
         # downloads' ranges: page-aligned (anonymous maps), as O_DIRECT writes need
         self.range_buffers = PartBuffers(self.config.max_in_flight_bytes, alloc=anonymous_map)
         # one bucket for every thread; `bandwidth` lets a test give it an injected clock

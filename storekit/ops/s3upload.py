@@ -1,10 +1,13 @@
 """Uploads of the S3 transfer engine: one reading thread, parts sent by the shared pool.
 
-The caller's thread reads each file in order, part by part, hashes it (xxh3-128) as it reads, drops
-what it read from the page cache and hands the part to the pool; it blocks when the in-flight cap is
-reached. A file up to one part goes in one PUT whose metadata carries its digest (known before the
-PUT); a larger one is a multipart upload whose metadata cannot carry it (the digest is known only
-after the last part is read). Every multipart upload is journaled before its first part is sent.
+The caller's thread hashes each file (xxh3-128) in order, part by part, and hands each part to the
+pool; it blocks when the in-flight cap is reached. A part of 4 MiB or more is sent straight from the
+file's pages (storekit.ops.s3parts: mapped, not copied into a buffer) and dropped from the page cache
+once sent; a smaller one is read into memory. Parts leave after they were hashed, so the file's size
+and mtime are checked again before the upload is completed. A file up to one part goes in one PUT
+whose metadata carries its digest (known before the PUT); a larger one is a multipart upload whose
+metadata cannot carry it (the digest is known only after the last part is read). Every multipart
+upload is journaled before its first part is sent.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import xxhash
 from storekit import faults
 from storekit.errors import StorekitError, s3_error_code, storage_error
 from storekit.ops.journal import UploadEntry
+from storekit.ops.s3parts import MappedPart
 from storekit.ops.s3transfer import (
     DIGEST_META_KEY,
     GONE_UPLOAD_CODES,
@@ -33,6 +37,8 @@ from storekit.ops.s3transfer import (
     UploadResult,
     fadvise_dontneed,
 )
+
+MAP_MIN = 4 * 1024 * 1024  # smaller parts are read: a map costs more than copying them
 
 
 def upload_files(
@@ -100,17 +106,23 @@ def _single_put(
 ) -> cf.Future[UploadResult]:
     size = st.st_size
     engine.budget.acquire(size)
+    data: bytes | MappedPart = b""
     try:
-        data = _read_part(engine, item.path, fd, 0, size, size == engine.part_size(size))
-        fadvise_dontneed(fd, 0, size)
+        data = _read_part(item.path, fd, 0, size)
+        hasher = xxhash.xxh3_128()
+        _hash_part(hasher, item.path, fd, 0, data)
+        if not isinstance(data, MappedPart):
+            fadvise_dontneed(fd, 0, size)
         _check_unchanged(item.path, fd, st)
+        own = _SharedFd(fd, item.path) if isinstance(data, MappedPart) else None
     except BaseException as exc:
         engine.budget.release(size)
+        _part_sent(data, None, 0)
         stop.set()
         if not isinstance(exc, Exception):
             raise
         return _failed(exc)
-    digest = xxhash.xxh3_128_hexdigest(data)
+    digest = hasher.hexdigest()
     meta = _object_metadata({**item.metadata, DIGEST_META_KEY: digest})
 
     def send() -> UploadResult:
@@ -119,15 +131,19 @@ def _single_put(
             engine.call(
                 f"upload {engine.bucket}/{item.key}",
                 lambda: engine.client.put_object(
-                    Bucket=engine.bucket, Key=item.key, Body=data, Metadata=meta
+                    Bucket=engine.bucket, Key=item.key, Body=_body(data), Metadata=meta
                 ),
             )
+            if own is not None:  # the bytes went from the pages, after the hash: still the same file?
+                _check_unchanged(item.path, own.fd, st)
         except BaseException:
             stop.set()
             raise
         finally:
             engine.budget.release(size)
-            _part_sent(engine, data)
+            _part_sent(data, own, 0)
+            if own is not None:
+                own.release()
         return UploadResult(item.key, size, digest, parts=0, reused_parts=0, digest_in_metadata=True)
 
     return engine.pool.submit(send)
@@ -154,6 +170,7 @@ class _Multipart:
         return f"upload {self.engine.bucket}/{self.item.key}"
 
     def run(self, fd: int) -> None:
+        self.fd = _SharedFd(fd, self.item.path)  # parts are dropped from the cache after they are sent
         try:
             reusable = self._begin()
             hasher = xxhash.xxh3_128()
@@ -164,23 +181,24 @@ class _Multipart:
                 length = min(self.part_size, self.size - offset)
                 self.engine.budget.acquire(length)
                 try:
-                    whole = length == self.part_size
-                    data = _read_part(self.engine, self.item.path, fd, offset, length, whole)
+                    data = _read_part(self.item.path, fd, offset, length)
                 except BaseException:
                     self.engine.budget.release(length)
                     raise
-                hasher.update(data)
-                fadvise_dontneed(fd, offset, length)
+                _hash_part(hasher, self.item.path, fd, offset, data)
+                if not isinstance(data, MappedPart):
+                    fadvise_dontneed(fd, offset, length)
                 known = reusable.get(number)
-                if known is not None and known[0] == length and hashlib.md5(data).hexdigest() == known[1]:
+                if known is not None and known[0] == length and _md5(data) == known[1]:
                     # a part of the journaled upload found intact: the part's MD5 decides only
                     # whether to send it again, never what the file's digest is
                     self.engine.budget.release(length)
-                    _part_sent(self.engine, data)
+                    _part_sent(data, self.fd, offset)
                     self.reused += 1
                     self._part_done(number, f'"{known[1]}"')
                     continue
-                self.engine.pool.submit(self._send, number, data)
+                self.fd.acquire()
+                self.engine.pool.submit(self._send, number, offset, data)
             _check_unchanged(self.item.path, fd, self.st)
             with self._lock:
                 self.digest = hasher.hexdigest()
@@ -191,6 +209,8 @@ class _Multipart:
             self._fail(exc)
             if not isinstance(exc, Exception):
                 raise
+        finally:
+            self.fd.release()
 
     def _begin(self) -> dict[int, tuple[int, str]]:
         """Resume the journaled upload of this key if the source is unchanged, else start one."""
@@ -239,7 +259,7 @@ class _Multipart:
         faults.point("transfer.upload-journaled")
         return {}
 
-    def _send(self, number: int, data: bytes | bytearray) -> None:
+    def _send(self, number: int, offset: int, data: bytes | MappedPart) -> None:
         engine = self.engine
         try:
             if self.future.done():
@@ -252,7 +272,7 @@ class _Multipart:
                     Key=self.item.key,
                     UploadId=self.upload_id,
                     PartNumber=number,
-                    Body=data,
+                    Body=_body(data),
                 ),
             )
             faults.point("transfer.part-sent")
@@ -261,7 +281,8 @@ class _Multipart:
             self._fail(exc)
         finally:
             engine.budget.release(len(data))
-            _part_sent(engine, data)
+            _part_sent(data, self.fd, offset)
+            self.fd.release()
 
     def _part_done(self, number: int, etag: str) -> None:
         with self._lock:
@@ -273,12 +294,15 @@ class _Multipart:
             ready = self.digest is not None and len(self.etags) == self.nparts and not self._finishing
             self._finishing = self._finishing or ready
         if ready and not self.future.done():
+            self.fd.acquire()  # _complete stats the file
             self.engine.pool.submit(self._complete)
 
     def _complete(self) -> None:
         engine = self.engine
         parts = [{"PartNumber": n, "ETag": self.etags[n]} for n in sorted(self.etags)]
         try:
+            # parts went from the file's pages after they were hashed: was it written meanwhile?
+            _check_unchanged(self.item.path, self.fd.fd, self.st)
             faults.point("transfer.before-complete")
             try:
                 engine.call(
@@ -310,6 +334,8 @@ class _Multipart:
             )
         except BaseException as exc:
             self._fail(exc)
+        finally:
+            self.fd.release()
 
     def _object_is_there(self) -> bool:
         head = self.engine.call(
@@ -366,31 +392,86 @@ def _object_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     return encode_s3_metadata(metadata)
 
 
-def _read_part(
-    engine: S3Transfer, path: str, fd: int, offset: int, length: int, whole: bool
-) -> bytes | bytearray:
-    """A whole part goes into one of the engine's reused buffers (botocore sends a bytearray as it
-    is); a shorter one into a bytes object of its own size (the body must be exactly the part)."""
-    if not whole:
+def _read_part(path: str, fd: int, offset: int, length: int) -> bytes | MappedPart:
+    """A part of MAP_MIN bytes or more is mapped, not copied (storekit.ops.s3parts); a smaller one is
+    read into a bytes object of its own size."""
+    if length < MAP_MIN:
         return _pread_exact(path, fd, offset, length)
-    buf = engine.buffers.take(length)
-    view, got = memoryview(buf), 0
     try:
-        while got < length:
-            n = os.preadv(fd, [view[got:]], offset + got)
+        return MappedPart(fd, offset, length)
+    except (OSError, ValueError) as exc:  # ValueError: the file shrank below the part since its stat
+        raise StorekitError(f"{path}: cannot map bytes {offset}-{offset + length}: {exc}") from None
+
+
+def _hash_part(hasher: Any, path: str, fd: int, offset: int, data: bytes | MappedPart) -> None:
+    """Hash the part in file order. A mapped part is hashed from a small cache-hot copy read with
+    pread, never by touching the map: a page lost to a truncation would be a SIGBUS there."""
+    if not isinstance(data, MappedPart):
+        hasher.update(data)
+        return
+    buf = _hash_buffer()
+    view = memoryview(buf)
+    try:
+        done = 0
+        while done < len(data):
+            want = min(len(buf), len(data) - done)
+            n = os.preadv(fd, [view[:want]], offset + done)
             if n == 0:
-                raise StorekitError(f"{path}: file shrank while being read (at byte {offset + got})")
-            got += n
+                raise StorekitError(f"{path}: file shrank while being read (at byte {offset + done})")
+            hasher.update(view[:n])
+            done += n
     except OSError as exc:
         raise _local_error(path, exc) from None
     finally:
         view.release()
+
+
+_HASH_PIECE = 1024 * 1024  # fits the L2 cache: the copy and the hash both hit it
+_local = threading.local()
+
+
+def _hash_buffer() -> bytearray:
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray(_HASH_PIECE)
     return buf
 
 
-def _part_sent(engine: S3Transfer, data: bytes | bytearray) -> None:
-    if isinstance(data, bytearray):
-        engine.buffers.give(data)
+def _md5(data: bytes | MappedPart) -> str:
+    return hashlib.md5(data.view if isinstance(data, MappedPart) else data).hexdigest()
+
+
+def _body(data: bytes | MappedPart) -> Any:
+    return data.body() if isinstance(data, MappedPart) else data
+
+
+def _part_sent(data: bytes | MappedPart, fd: _SharedFd | None, offset: int) -> None:
+    if isinstance(data, MappedPart):
+        data.close()
+        if fd is not None:
+            fadvise_dontneed(fd.fd, offset, len(data))  # unmapped first: mapped pages are not dropped
+
+
+class _SharedFd:
+    """A dup of the source's descriptor, kept until its last part is sent (to drop those pages from
+    the cache and stat the file at completion): one reference for the reader, one per part."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = os.dup(fd)
+        self.path = path
+        self._refs = 1
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._refs += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._refs -= 1
+            last = self._refs == 0
+        if last:
+            os.close(self.fd)
 
 
 def _pread_exact(path: str, fd: int, offset: int, length: int) -> bytes:

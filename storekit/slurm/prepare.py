@@ -36,7 +36,6 @@ from storekit.slurm.script import SlurmOptions
 from storekit.slurm.shared import all_on_this_host, refuse_node_local
 from storekit.slurm.staging import check_sources, copy_tokenizer, with_tokenizer_copy
 from storekit.slurm.submit import EXECUTOR, SubmitPlan, Submitted, plan_submission, submit
-from storekit.slurm.wait import ended_without_publishing, wait_for_jobs
 
 
 @dataclass
@@ -109,6 +108,8 @@ def submit_prepare(
 def wait_published(outcome: SlurmPrepareOutcome) -> None:
     """Wait for a submitted job to publish (status "prepared", its manifest) or raise (exit 1).
     Ctrl-C stops the waiting only: the jobs stay queued (exit 130, `jobs status` follows them)."""
+    from storekit.slurm.wait import ended_without_publishing, wait_for_jobs  # not on the nodes
+
     sub = outcome.submitted
     assert sub is not None
     ids = [sub.array_job_id, sub.finalize_job_id]

@@ -35,6 +35,10 @@ from storekit.slurm.helping import help_others
 from storekit.slurm.inline import finalize_inline
 from storekit.slurm.submit import element_tasks
 
+# a helper ran the same task (a collision), another element saw every task done and finalized, which
+# removed the work dir: this element's copy has nowhere to go and nothing is left to do
+FINISHED_ELSEWHERE = "the work dir is gone: every task was done and another element finalized the job"
+
 # kind -> adapter: what a kind checks on a node before its tasks run (prepare: tokenizer copy, sources)
 NODE_ADAPTERS: dict[str, str] = {"prepare": "storekit.slurm.prepare:on_node"}
 
@@ -49,6 +53,13 @@ class ElementResult:
     done_by_others: int = 0  # own tasks a helper completed first: found done right before starting
     helped: int = 0  # other elements' tasks this one ran once its own were done
     finalized: dict[str, Any] | None = None  # what finalize returned, when this element ran it
+
+    def summary(self) -> str:
+        state = "requeued" if self.requeued else "done"
+        return (
+            f"element {self.element}: {state}, {self.ran} tasks run, {self.skipped} already done, "
+            f"{self.done_by_others} done by helpers, {self.helped} run helping others"
+        )
 
 
 def element_identity(env: Mapping[str, str]) -> tuple[str, int]:
@@ -105,9 +116,12 @@ def run_element(
     def helped(task: int, record: dict[str, Any]) -> None:
         say(f"element {name}: task {task} done (helping)")
 
-    try:  # skip: a helper may complete one of its tasks first (one stat before each task)
+    def needless(task: int) -> bool:  # one stat before each task: a helper did it, or all is over
+        return work.is_done(task) or not work.tasks.is_dir()
+
+    try:
         report = executor.run(
-            job, todo, workers=workers, progress=lambda d, t, b: None, on_done=counted, skip=work.is_done
+            job, todo, workers=workers, progress=lambda d, t, b: None, on_done=counted, skip=needless
         )
         say(f"element {name}: {ran[0]} tasks run in {time.monotonic() - started:.2f} s")
     except (Interrupted, KeyboardInterrupt):
@@ -118,6 +132,11 @@ def run_element(
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
+    except StorekitError:
+        if work.path.exists():
+            raise
+        say(f"element {name}: {FINISHED_ELSEWHERE}")
+        return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
     result = ElementResult(name, tasks, ran[0], len(tasks) - len(todo), done_by_others=report.tasks_skipped)
     try:  # its own tasks are done: a stop from here on needs no requeue (nothing of its own is left)
         helping_started = time.monotonic()
@@ -128,6 +147,11 @@ def run_element(
     except (Interrupted, KeyboardInterrupt):
         ignore_stop_signals()  # exit 0: the owners still have the tasks it was helping with
         say(f"element {name}: stopped by a signal while helping, after its last task; finalize job finalizes")
+        return result
+    except StorekitError:
+        if work.path.exists():
+            raise
+        say(f"element {name}: {FINISHED_ELSEWHERE}")
         return result
     return replace(result, finalized=finalize_inline(work, job, array, name, say))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
+from storekit import faults
 from storekit.config import TierConfig
 from storekit.errors import MismatchError, StorekitError
 from storekit.ops.journal import FileUploadJournal
@@ -98,6 +99,24 @@ def test_part_count_ceiling_grows_parts_instead(tmp_path: Path) -> None:
         assert (tmp_path / "back").read_bytes() == data
 
 
+def test_a_source_rewritten_while_its_parts_go_out_fails_the_upload(tmp_path: Path) -> None:
+    """Parts are sent from the file's pages after they were hashed: bytes rewritten in place while
+    they go out (the last part's send is the moment) must fail the upload, never complete it."""
+    path = tmp_path / "ckpt.bin"
+    write_random(path, 12 * MiB + 5, seed=11)  # 3 parts of 5 MiB
+
+    def rewrite() -> None:
+        with open(path, "r+b") as fh:
+            fh.write(b"\xff" * 4096)
+        os.utime(path, ns=(1, 1_800_000_000_000_000_000))
+
+    with fresh_bucket(SMALL_PARTS) as engine:
+        with faults.at("transfer.part-sent", rewrite), pytest.raises(StorekitError, match="changed while"):
+            engine.upload_files([UploadItem(str(path), "ckpt.bin")])
+        assert keys(engine) == []
+        assert engine.client.list_multipart_uploads(Bucket=engine.bucket).get("Uploads", []) == []
+
+
 def test_a_wrong_expected_digest_leaves_nothing(tmp_path: Path) -> None:
     write_random(tmp_path / "f", 6 * MiB, seed=4)
     with fresh_bucket(SMALL_PARTS) as engine:
@@ -174,6 +193,7 @@ class _FakeClock:
 
 _DOWNLOADER = """
 import json, sys
+from storekit import faults
 from storekit.config import TierConfig
 from storekit.ops.s3transfer import DownloadItem, S3Transfer, TransferConfig
 tier = TierConfig(**json.loads(sys.argv[1]))
@@ -218,6 +238,7 @@ def test_an_object_replaced_during_its_download_fails_it(tmp_path: Path) -> None
 # -- kills at fault points: the journal resumes or aborts exactly what was in flight ------------------
 _UPLOADER = """
 import json, sys
+from storekit import faults
 from storekit.config import TierConfig
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import S3Transfer, TransferConfig, UploadItem

@@ -33,6 +33,7 @@ from tests.unit.tier.helpers import (
     snapshot,
     unfinished,
 )
+from tests.unit.tier.kills import SEED, io_event_count, killed_at_event, moments
 
 pytestmark = pytest.mark.ceph
 SMALL = TransferConfig(min_part_size=5 * MiB, threads=4, max_in_flight_bytes=32 * MiB, range_size=4 * MiB)
@@ -187,51 +188,99 @@ def test_sigkill_at_every_point_then_rerun(
             shutil.rmtree(base)
 
 
-def _every_point(base: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Transfer, phase: str) -> int:
+def _setup(
+    where: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Transfer, phase: str
+) -> tuple[Path, Path, Callable[[], object], dict[str, Any]]:
     unit = f"{RUN}/step_100"
+    # the last round's archive belongs to a unit now deleted: a new source may not replace it
+    delete_keys(engine, _objects(engine))
+    root, journal = where / "lustre", where / "journal"
+    make_small_unit(root / unit, big=5 * MiB + 1, seed=8)
+    before = snapshot(root / unit)
+    if phase == "recall":
+        archive_unit(root, unit, s3_tier, journal_dir=journal, transfer=SMALL)
 
-    def setup(where: Path) -> tuple[Path, Path, Callable[[], object], dict[str, Any]]:
-        # the last round's archive belongs to a unit now deleted: a new source may not replace it
-        delete_keys(engine, _objects(engine))
-        root, journal = where / "lustre", where / "journal"
-        make_small_unit(root / unit, big=5 * MiB + 1, seed=8)
-        before = snapshot(root / unit)
-        if phase == "recall":
-            archive_unit(root, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+    def op() -> object:
+        if phase == "archive":
+            return archive_unit(root, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+        return recall_unit(root, unit, journal_dir=journal, site=site, transfer=SMALL)
 
-        def op() -> object:
-            if phase == "archive":
-                return archive_unit(root, unit, s3_tier, journal_dir=journal, transfer=SMALL)
-            return recall_unit(root, unit, journal_dir=journal, site=site, transfer=SMALL)
+    return root, journal, op, before
 
-        return root, journal, op, before
 
-    names = point_names(setup(base / "probe")[2])
+def _kill_then_rerun(
+    where: Path,
+    s3_tier: TierConfig,
+    site: SiteConfig,
+    engine: S3Transfer,
+    phase: str,
+    gc_first: bool,
+    kill: Callable[[Callable[[], object]], bool],
+) -> None:
+    """One crash (`kill(op)` must report it), then: nothing lost or partly present, optionally gc,
+    rerun, the move done, exactly the committed objects on the gateway, nothing left after gc."""
+    unit = f"{RUN}/step_100"
+    root, journal, op, before = _setup(where, s3_tier, site, engine, phase)
+    assert kill(op), f"{where.name}: the kill was not reached"
+    _whole_somewhere(root, unit, before, site, engine)
+    if gc_first:
+        gc(journal, roots=[root], site=site)
+        _whole_somewhere(root, unit, before, site, engine)
+    op()
+    if phase == "archive":
+        assert not os.path.lexists(root / unit)
+        assert verify_stub(stub_path(root / unit), site=site).problems == []
+    else:
+        assert snapshot(root / unit) == before and not stub_path(root / unit).exists()
+    report = gc(journal, roots=[root], site=site)
+    assert report.left == [] and leftovers(where) == []
+    assert unfinished(journal) == []
+    assert _uploads(engine) == []
+    files = [k for k, v in before.items() if v[0] == "file"]
+    assert _objects(engine) == sorted(
+        [f"storage/{unit}/{f}" for f in files] + [f"storage/{unit}.storekit-archive.json"]
+    )
+    shutil.rmtree(where)
+
+
+def _every_point(base: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Transfer, phase: str) -> int:
+    names = point_names(_setup(base / "probe", s3_tier, site, engine, phase)[2])
     total = len(names)
     killed = _distinct_states(names)
     for n in killed:
-        root, journal, op, before = setup(base / f"k{n}")
-        assert run_killed(op, f"*@{n}=kill"), f"point {n} of {total} was not reached"
-        _whole_somewhere(root, unit, before, site, engine)
-        if n % 2:
-            gc(journal, roots=[root], site=site)
-            _whole_somewhere(root, unit, before, site, engine)
-        op()
-        if phase == "archive":
-            assert not os.path.lexists(root / unit)
-            assert verify_stub(stub_path(root / unit), site=site).problems == []
-        else:
-            assert snapshot(root / unit) == before and not stub_path(root / unit).exists()
-        report = gc(journal, roots=[root], site=site)
-        assert report.left == [] and leftovers(base / f"k{n}") == []
-        assert unfinished(journal) == []
-        assert _uploads(engine) == []
-        files = [k for k, v in before.items() if v[0] == "file"]
-        assert _objects(engine) == sorted(
-            [f"storage/{unit}/{f}" for f in files] + [f"storage/{unit}.storekit-archive.json"]
-        )
-        shutil.rmtree(base / f"k{n}")
+
+        def kill(op: Callable[[], object], n: int = n) -> bool:
+            return run_killed(op, f"*@{n}=kill")
+
+        _kill_then_rerun(base / f"k{n}", s3_tier, site, engine, phase, n % 2 == 1, kill)
+    assert total > 0
     return len(killed)
+
+
+RANDOM_KILLS = {"archive": 10, "recall": 6}  # beside the POSIX moves' 108: each costs ~2 s here
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["archive", "recall"])
+@pytest.mark.parametrize("seed", [SEED], ids=lambda s: f"seed={s}")
+def test_sigkill_at_random_moments_then_rerun(
+    tmp_path: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Transfer, phase: str, seed: int
+) -> None:
+    """Kills inside the steps: just before a seeded-random N-th file-system call or HTTP send of the
+    move (between two blocks of a part, a ranged GET's request, a temp file's open, a rename...)."""
+    base = memory_dir(tmp_path)
+    try:
+        total = io_event_count(_setup(base / "probe", s3_tier, site, engine, phase)[2])
+        assert total >= 50
+        for i, n in enumerate(moments(total, RANDOM_KILLS[phase], salt=phase)):
+
+            def kill(op: Callable[[], object], n: int = n) -> bool:
+                return killed_at_event(op, n)
+
+            _kill_then_rerun(base / f"m{n}", s3_tier, site, engine, phase, i % 2 == 1, kill)
+    finally:
+        if base != tmp_path:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 # Points that leave the same state as the first of their kind: a recall killed after its 2nd or 3rd

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import signal
+from pathlib import Path
 
 import pytest
 
 from storekit.errors import StorekitError
 from storekit.executors.base import default_workers
 from storekit.slurm.element import element_workers, own_job_id, requeue_self
+from storekit.slurm.element_entry import fast_args
+from tests.conftest import run_storekit
 
 
 def test_workers_follow_slurm_cpus_per_task_not_the_host() -> None:
@@ -44,3 +48,19 @@ def test_process_age_counts_from_the_process_start() -> None:
     ).stdout
     elapsed = time.monotonic() - started
     assert 0.0 <= float(out) <= elapsed + 0.02  # /proc counts in clock ticks (10 ms)
+
+
+def test_the_element_command_skips_the_cli_and_fails_as_the_cli_does(tmp_path: Path) -> None:
+    """What the sbatch script runs loads no Typer/Click/Rich; other argument shapes take the CLI."""
+    assert fast_args(["/w"]) == ("/w", None)
+    assert (
+        fast_args(["/w", "--config", "/c.toml"]) == fast_args(["--config=/c.toml", "/w"]) == ("/w", "/c.toml")
+    )
+    assert fast_args(["/w", "--json"]) is None and fast_args(["--help"]) is None and fast_args([]) is None
+    env = {"PYTHONPROFILEIMPORTTIME": "1", "SLURM_ARRAY_JOB_ID": "", "SLURM_ARRAY_TASK_ID": ""}
+    fast = run_storekit(["jobs", "run-element", str(tmp_path)], env=env)
+    full = run_storekit(["jobs", "run-element", str(tmp_path), "--json"], env=env)
+    for ran in (fast, full):  # outside an array element: one line, exit 1, either way
+        assert ran.returncode == 1 and "error: jobs run-element runs inside a Slurm array job" in ran.stderr
+    assert not re.search(r"\| +(typer|click|rich)$", fast.stderr, re.MULTILINE), fast.stderr
+    assert re.search(r"\| +typer$", full.stderr, re.MULTILINE)

@@ -3,6 +3,7 @@ in-flight and failed ones alone, and an owner skips what a helper completed."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +12,10 @@ import pytest
 
 from storekit import faults
 from storekit.durable import TMP_MARK
-from storekit.errors import ExitCode, InputError
+from storekit.errors import ExitCode, InputError, StorekitError
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir, Submission
+from storekit.slurm.inline import finalize_inline
 from storekit.slurm.run import run_element
 from tests.unit.jobs import echo_job
 
@@ -116,3 +118,39 @@ def test_a_stop_while_helping_exits_without_a_requeue(tmp_path: Path) -> None:
     assert not result.requeued and result.finalized is None  # no SLURM_JOB_ID: a requeue would raise
     assert work.done_tasks() == {0, 1}
     assert "stopped by a signal while helping" in said[-1]
+
+
+def test_an_owner_whose_task_a_helper_finished_and_another_finalized_leaves_no_husk(tmp_path: Path) -> None:
+    """A collision: while the owner is about to start its task a helper completes it and another
+    element, seeing every task done, finalizes and removes the work dir. The owner must neither bring
+    the work dir back (an empty tasks/ husk, no job.json) nor fail: the job is over."""
+    work = make(tmp_path)
+    LocalExecutor().run(
+        echo_job.EchoJob(work), [1, 2, 3, 4, 5, 6, 7], workers=1, progress=lambda d, t, b: None
+    )
+    fired: list[object] = []
+
+    def helper_finishes_and_another_finalizes() -> None:
+        if not fired:
+            fired.append(None)
+            LocalExecutor().run(echo_job.EchoJob(work), [0], workers=1, progress=lambda d, t, b: None)
+            fired.append(finalize_inline(work, echo_job.EchoJob(work), "77", "77_1", lambda line: None))
+
+    said: list[str] = []
+    with faults.at("executor.task-claimed", helper_finishes_and_another_finalizes):
+        result = run_element(work.path, None, env=env(0, cpus=1), say=said.append)
+    assert isinstance(fired[1], dict) and fired[1]["status"] == "prepared"
+    assert not work.path.exists(), sorted(p.name for p in work.path.rglob("*"))
+    assert (result.ran, result.finalized) == (0, None) and any("the work dir is gone" in s for s in said), (
+        said
+    )
+    expected = b"".join(echo_job.payload(i, n) for i, n in enumerate(SIZES))
+    assert echo_job.output_of(work.path).read_bytes() == expected
+
+
+def test_a_task_dir_is_never_created_in_a_removed_work_dir(tmp_path: Path) -> None:
+    work = make(tmp_path)
+    shutil.rmtree(work.path)
+    with pytest.raises(StorekitError):
+        work.new_task_dir(3)
+    assert not work.path.exists()
