@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 from storekit.errors import ConfigError, NotFoundError, UsageError
 from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
+from storekit.units import parse_duration, parse_size
 
 ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
@@ -35,6 +36,8 @@ class TierConfig:
     role: str = "plain"
     options: Mapping[str, Any] = field(default_factory=dict)
     layout: str = DEFAULT_LAYOUT
+    # [tiers.NAME.transfer], checked: threads, max_in_flight (bytes), bandwidth (bytes/s), retry_budget (s)
+    transfer: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def scheme(self) -> str:
@@ -178,7 +181,7 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         name,
         body,
         source,
-        {"url", "role", "options", "layout"},
+        {"url", "role", "options", "layout", "transfer"},
         _NAME_RE,
         _NAME_RULE,
         " with at least `url`",
@@ -200,7 +203,39 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         role=role,
         options=options,
         layout=tier_layout,
+        transfer=_parse_transfer(body.get("transfer", {}), source, key),
     )
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+_TRANSFER_KEYS: dict[str, tuple[Callable[[Any], float | None], str]] = {  # key -> (parser, a value's form)
+    "threads": (_whole, "a whole number of threads, e.g. 8"),
+    "max_in_flight": (parse_size, "a size, e.g. 512MiB"),
+    "bandwidth": (parse_size, "bytes per second as a size, e.g. 200MB"),
+    "retry_budget": (parse_duration, "a duration, e.g. 120s or 5m"),
+}
+
+
+def _parse_transfer(raw: Any, source: str, key: str) -> dict[str, float]:
+    """How `storekit tier` moves data to and from an S3 tier: its threads, memory and bandwidth
+    caps and how long one request is retried (a gateway restart must fit)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(source, f"{key}.transfer", "expected a table (threads, max_in_flight, ...)")
+    reject_unknown(raw, set(_TRANSFER_KEYS), source, f"{key}.transfer")
+    out: dict[str, float] = {}
+    for name, value in raw.items():
+        parse, expected = _TRANSFER_KEYS[name]
+        try:
+            number = parse(value) if not isinstance(value, bool) else None
+        except (TypeError, ValueError):
+            number = None
+        if number is None or number <= 0:
+            raise ConfigError(source, f"{key}.transfer.{name}", f"expected {expected} above 0, got {value!r}")
+        out[name] = number
+    return out
 
 
 def file_url_path(url: str) -> str:

@@ -19,8 +19,9 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import xxhash
 
@@ -123,6 +124,21 @@ def _mismatch(where: str, entry: UnitEntry, size: int, digest: str) -> str:
 ARCHIVE_TRANSFER = TransferConfig(sign_payload=False)
 
 
+def tier_transfer(tier: TierConfig) -> TransferConfig:
+    """ARCHIVE_TRANSFER with what the tier's [tiers.NAME.transfer] table sets (config.py checked it)."""
+    t = tier.transfer
+    changes: dict[str, Any] = {}
+    if "threads" in t:
+        changes["threads"] = int(t["threads"])
+    if "max_in_flight" in t:
+        changes["max_in_flight_bytes"] = int(t["max_in_flight"])
+    if "bandwidth" in t:
+        changes["bandwidth"] = float(t["bandwidth"])
+    if "retry_budget" in t:
+        changes["retry"] = replace(ARCHIVE_TRANSFER.retry, budget_s=float(t["retry_budget"]))
+    return replace(ARCHIVE_TRANSFER, **changes)
+
+
 class S3Destination:
     """The unit's files under `<prefix>/<unit>/`, its manifest at `<prefix>/<unit>.storekit-archive.json`."""
 
@@ -134,7 +150,7 @@ class S3Destination:
         journal: FileUploadJournal | None,
         config: TransferConfig | None,
     ) -> None:
-        self.engine = S3Transfer.for_tier(tier, config=config or ARCHIVE_TRANSFER, journal=journal)
+        self.engine = S3Transfer.for_tier(tier, config=config or tier_transfer(tier), journal=journal)
         if tier.name:  # every message names the tier, not just its endpoint
             self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
         bucket, prefix = tier_bucket_prefix(tier)

@@ -56,6 +56,31 @@ BAD_CONFIGS = [
         "tiers.a.options.endpoint_url",
         "http(s)://host",
     ),
+    ("transfer-not-table", '[tiers.a]\nurl = "/x"\ntransfer = 8\n', "tiers.a.transfer", "expected a table"),
+    (
+        "transfer-typo",
+        '[tiers.a]\nurl = "s3://b/x"\n[tiers.a.transfer]\nbwlimit = "1GB"\n',
+        "tiers.a.transfer.bwlimit",
+        "unknown key; expected one of bandwidth, max_in_flight, retry_budget, threads",
+    ),
+    (
+        "transfer-threads-float",
+        '[tiers.a]\nurl = "s3://b/x"\n[tiers.a.transfer]\nthreads = 2.5\n',
+        "tiers.a.transfer.threads",
+        "expected a whole number of threads, e.g. 8 above 0, got 2.5",
+    ),
+    (
+        "transfer-bandwidth-words",
+        '[tiers.a]\nurl = "s3://b/x"\n[tiers.a.transfer]\nbandwidth = "fast"\n',
+        "tiers.a.transfer.bandwidth",
+        "got 'fast'",
+    ),
+    (
+        "transfer-budget-zero",
+        '[tiers.a]\nurl = "s3://b/x"\n[tiers.a.transfer]\nretry_budget = "0s"\n',
+        "tiers.a.transfer.retry_budget",
+        "above 0",
+    ),
     (
         "s3-endpoint-credentials",
         '[tiers.a]\nurl = "s3://b/x"\n[tiers.a.options]\nendpoint_url = "http://u:pw-zz9@h:7480"\n',
@@ -104,6 +129,11 @@ endpoint_url = "http://rgw:7480"
 key = "AKID"
 secret = "s3cr3t"
 client_kwargs = { region_name = "us-east-1" }
+[tiers.archive.transfer]
+threads = 16
+max_in_flight = "1GiB"
+bandwidth = "200MB"
+retry_budget = "5m"
 """
     cfg = parse_config(text, source="site.toml", base_dir=tmp_path)
     assert cfg.default_tier == "lustre" and list(cfg.tiers) == ["nvme", "lustre", "archive"]
@@ -116,6 +146,13 @@ client_kwargs = { region_name = "us-east-1" }
         "secret": "***",
         "client_kwargs": {"region_name": "us-east-1"},
     }
+    assert cfg.tiers["archive"].transfer == {
+        "threads": 16,
+        "max_in_flight": 1 << 30,
+        "bandwidth": 200_000_000,
+        "retry_budget": 300.0,
+    }
+    assert cfg.tiers["lustre"].transfer == {}
     assert cfg.tier(None).name == "lustre"
     with pytest.raises(NotFoundError, match="no tier named 'tape'"):
         cfg.tier("tape")
@@ -152,3 +189,26 @@ def test_a_posix_tiers_local_root_is_its_path_decoded(tmp_path: Path) -> None:
     assert "%20" in tier.url and tier.local_root == str(root)
     s3 = parse_config(b'[tiers.a]\nurl = "s3://bucket/x"\n', source="t.toml", base_dir=tmp_path)
     assert s3.tiers["a"].local_root is None
+
+
+def test_a_tiers_transfer_table_sets_its_transfer_engine(tmp_path: Path) -> None:
+    from storekit.tier.dest import ARCHIVE_TRANSFER, tier_transfer
+
+    text = b"""
+[tiers.vault]
+url = "s3://vault/storage"
+role = "archive"
+[tiers.vault.transfer]
+threads = 4
+max_in_flight = "256MiB"
+bandwidth = "100MB"
+retry_budget = "10m"
+[tiers.plain]
+url = "s3://other/storage"
+"""
+    cfg = parse_config(text, source="site.toml", base_dir=tmp_path)
+    set_ = tier_transfer(cfg.tiers["vault"])
+    assert (set_.threads, set_.max_in_flight_bytes, set_.bandwidth) == (4, 256 << 20, 100e6)
+    assert set_.retry.budget_s == 600.0 and set_.retry.max_delay_s == ARCHIVE_TRANSFER.retry.max_delay_s
+    assert set_.sign_payload is False and set_.min_part_size == ARCHIVE_TRANSFER.min_part_size
+    assert tier_transfer(cfg.tiers["plain"]) == ARCHIVE_TRANSFER

@@ -115,6 +115,31 @@ def test_an_s3_archive_tier_without_credentials_is_one_line_exit_1(
     assert after == before  # nothing freed, no stub, no lease left
 
 
+def test_an_s3_archive_tier_that_is_down_is_exit_5_naming_it_once_its_retry_budget_is_spent(
+    site_dir: Path, sk: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens at the tier's endpoint: every request is refused and retried until the tier's
+    own `retry_budget` (1 s here, 120 s by default) is spent; then exit 5 (retryable), one line naming
+    the tier and its URL, the secret nowhere, the unit untouched."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "down-tier-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "down-tier-secret-xyz")
+    config = (site_dir / "storekit.toml").read_text().replace('url = "./vault"', 'url = "s3://vault/archive"')
+    config += '[tiers.vault.options]\nendpoint_url = "http://127.0.0.1:9"\n'
+    config += '[tiers.vault.transfer]\nretry_budget = "1s"\nthreads = 2\n'
+    (site_dir / "storekit.toml").write_text(config)
+    before = snapshot(site_dir / "lustre")
+    ran = sk(site_dir, "tier", "--archive", f"{RUN1}/step_000100", "--json")
+    assert ran.code == 5 and "Traceback" not in ran.stderr, ran.stderr
+    (result,) = ran.json()["results"]
+    assert result["status"] == "failed" and result["exit_code"] == 5
+    assert "tier vault (http://127.0.0.1:9)" in result["reason"] and "(1 s)" in result["reason"]
+    assert "\n" not in result["reason"]
+    assert "down-tier-secret-xyz" not in ran.stdout + ran.stderr
+    after = snapshot(site_dir / "lustre")
+    assert after.pop(RUN1)[:2] == before.pop(RUN1)[:2]  # its mtime: the unit's lease came and went
+    assert after == before  # nothing freed, no stub, no lease left
+
+
 @pytest.mark.parametrize("stale", ["copy", "manifest"])
 def test_a_stale_copy_at_the_destination_is_refused_and_left_alone(
     site_dir: Path, sk: Callable[..., Ran], stale: str
