@@ -51,6 +51,18 @@ def write_file_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int | 
         raise
 
 
+def remove_write_temps(path: str | os.PathLike[str]) -> None:
+    """Temps that killed writes of `path` (write_file_atomic's naming) left beside it. Only the
+    writer that owns `path` may call this: another writer's temp in flight would go too."""
+    directory, name = os.path.split(os.path.abspath(path))
+    prefix = f".{name}{TMP_MARK}"
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.listdir(directory):
+            if entry.startswith(prefix):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, entry))
+
+
 TOMBSTONE_MARK = ".storekit-deleting-"  # a directory being deleted; never a real name (layout check knows)
 
 

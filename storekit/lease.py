@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
+from storekit.durable import TMP_MARK, fsync_dir, remove_write_temps, write_file_atomic
 from storekit.errors import BusyError
 from storekit.liveness import process_alive, process_start
 
@@ -202,12 +202,7 @@ class Lease:
     def _remove_dead_temps(self) -> None:
         """Temps of this lease's writes that a kill left (creating, renewing, breaking it): only the
         holder removes them; a contender whose temp goes meanwhile finds the lease taken."""
-        prefix = f".{self.path.name}{TMP_MARK}"
-        with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(self.path.parent):
-                if name.startswith(prefix):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self.path.parent / name)
+        remove_write_temps(self.path)
 
     def _create_exclusive(self) -> bool:
         try:

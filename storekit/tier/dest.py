@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
-import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from storekit.durable import (
     fsync_dir,
     remove_tombstone,
     remove_tree,
+    remove_write_temps,
     tombstone,
     write_file_atomic,
 )
@@ -337,7 +337,7 @@ class PosixDestination:
             self.uncommit()
 
     def commit(self, manifest: bytes) -> None:
-        self._remove_manifest_temps()
+        remove_write_temps(self.manifest_path)
         if self.temp.exists():
             if os.path.lexists(self.dest):
                 self._swap_out()
@@ -413,16 +413,7 @@ class PosixDestination:
             self.uncommit()
             remove_partial(self.dest)
         self._purge_swapped()
-        self._remove_manifest_temps()
-
-    def _remove_manifest_temps(self) -> None:
-        """Temps of this manifest's atomic write that a kill left (the unit's lease holder only)."""
-        prefix = f".{self.manifest_path.name}{TMP_MARK}"
-        with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(self.dest.parent):
-                if name.startswith(prefix):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self.dest.parent / name)
+        remove_write_temps(self.manifest_path)  # what a kill left of its write (we hold the unit's lease)
 
 
 def materialize(
