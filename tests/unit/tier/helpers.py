@@ -147,13 +147,29 @@ def run_killed(fn: Callable[[], object], spec: str) -> bool:
     return False
 
 
+def child_says(body: Callable[[], str]) -> str:
+    """What `body` returns, run in a forked child (no fault armed): what it installs there (hooks,
+    recorders) never reaches the test's own process."""
+    r, w = os.pipe()
+
+    def run() -> None:
+        os.close(r)
+        os.write(w, body().encode())
+
+    pid = fork_with_faults(run, "never-reached-point")
+    os.close(w)
+    with os.fdopen(r) as fh:
+        text = fh.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return text
+
+
 def point_names(fn: Callable[[], object]) -> list[str]:
     """The fault points an uninterrupted `fn` reaches, in order (recorded in a forked child): the
     N-th name is what `*@N=kill` kills at."""
-    r, w = os.pipe()
 
-    def recorded() -> None:
-        os.close(r)
+    def recorded() -> str:
         seen: list[str] = []
         real = faults.point
 
@@ -163,14 +179,9 @@ def point_names(fn: Callable[[], object]) -> list[str]:
 
         faults.__dict__["point"] = record  # every caller looks it up as faults.point
         fn()
-        os.write(w, "\n".join(seen).encode())
+        return "\n".join(seen)
 
-    pid = fork_with_faults(recorded, "never-reached-point")
-    os.close(w)
-    with os.fdopen(r) as fh:
-        text = fh.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    text = child_says(recorded)
     return text.split("\n") if text else []
 
 

@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from tests.unit.tier.helpers import fork_with_faults
+from tests.unit.tier.helpers import child_says, fork_with_faults
 
 SEED = int(os.environ.get("STOREKIT_TEST_KILL_SEED", "20261125"))
 # the calls a crash can fall before: everything that creates, changes, renames, deletes or opens a
@@ -55,22 +55,14 @@ def _count_events(on_nth: Callable[[int], None]) -> None:
 
 def io_event_count(fn: Callable[[], object]) -> int:
     """How many IO_EVENTS an uninterrupted `fn` reaches (counted in a forked child)."""
-    r, w = os.pipe()
     seen = [0]
 
-    def counted() -> None:
-        os.close(r)
+    def counted() -> str:
         _count_events(lambda n: seen.__setitem__(0, n))
         fn()
-        os.write(w, str(seen[0]).encode())
+        return str(seen[0])
 
-    pid = fork_with_faults(counted, "never-reached-point")
-    os.close(w)
-    with os.fdopen(r) as fh:
-        text = fh.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    return int(text)
+    return int(child_says(counted))
 
 
 def killed_at_event(fn: Callable[[], object], n: int) -> bool:
