@@ -7,6 +7,10 @@ never reads an old entry. It carries the xxh3 of its payload: a damaged entry is
 never trusted. Entries are written atomically into a directory only this user can write to; one
 that cannot be written only costs the compile next time.
 
+The entry also holds the added tokens as `tokenizers` loaded them (ids, flags), with that library's
+version: a process that finds the entry needs no `tokenizers.Tokenizer` at all (loading one is ~0.1 s
+for a 65k vocabulary, paid by every Slurm element). Another `tokenizers` version reads no entry.
+
 Layout: one JSON header line, then the ids (u32), byte lengths (u32) and bytes of every rank.
 """
 
@@ -24,19 +28,31 @@ import numpy as np
 import xxhash
 
 from storekit.durable import write_file_atomic
+from storekit.pipeline.fastbpe import AddedToken
 
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass(frozen=True)
 class CachedRanks:
-    """Everything compile_fast derives from the file (the added tokens come from the loaded tokenizer)."""
+    """Everything compile_fast derives from the file (the added tokens as `tokenizers` loads it)."""
 
     pattern: str
     pattern_name: str
     normalizers: tuple[str, ...]
     ignore_merges: bool
     ranks: dict[bytes, int]
+    added: tuple[AddedToken, ...]
+
+
+_ADDED_FIELDS = ("content", "id", "special", "single_word", "lstrip", "rstrip", "normalized")
+
+
+def tokenizers_version() -> str:
+    """The `tokenizers` that read the added tokens: another version may read a file differently."""
+    import tokenizers
+
+    return str(tokenizers.__version__)
 
 
 @cache
@@ -78,6 +94,15 @@ def load(key: str) -> CachedRanks | None:
         meta = json.loads(head)
         if meta.get("format") != FORMAT or xxhash.xxh3_128_hexdigest(payload) != meta.get("payload_xxh3"):
             return None
+        if meta.get("tokenizers") != tokenizers_version():
+            return None
+        added = tuple(
+            AddedToken(str(t[0]), int(t[1]), *(bool(x) for x in t[2:]))
+            for t in meta["added"]
+            if len(t) == len(_ADDED_FIELDS)
+        )
+        if len(added) != len(meta["added"]):
+            return None
         count = int(meta["count"])
         ids = np.frombuffer(payload, dtype="<u4", count=count)
         lengths = np.frombuffer(payload, dtype="<u4", count=count, offset=4 * count)
@@ -93,6 +118,7 @@ def load(key: str) -> CachedRanks | None:
             normalizers=tuple(str(n) for n in meta["normalizers"]),
             ignore_merges=bool(meta["ignore_merges"]),
             ranks=ranks,
+            added=added,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -110,6 +136,8 @@ def store(key: str, entry: CachedRanks) -> None:
         "pattern_name": entry.pattern_name,
         "normalizers": list(entry.normalizers),
         "ignore_merges": entry.ignore_merges,
+        "added": [[getattr(t, f) for f in _ADDED_FIELDS] for t in entry.added],
+        "tokenizers": tokenizers_version(),
         "count": len(tokens),
         "payload_xxh3": xxhash.xxh3_128_hexdigest(payload),
     }

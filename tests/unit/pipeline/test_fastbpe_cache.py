@@ -60,7 +60,7 @@ def test_second_compile_comes_from_the_cache_with_the_same_ids(
         first.ignore_merges,
     )
     hf = load_tokenizer(info)
-    cached = fastbpe.FastBPE(second, hf, special_as_text=False)
+    cached = fastbpe.FastBPE(second, lambda: hf, special_as_text=False)
     assert cached.encode(TEXT) == hf.encode(TEXT, add_special_tokens=False).ids
     # a changed compiler (fastbpe.py edited) has a new digest and never reads this entry
     monkeypatch.setattr(fastbpe_cache, "compiler_digest", lambda: "0123456789abcdef")
@@ -99,7 +99,7 @@ def test_a_cache_others_can_write_is_neither_read_nor_written(
     os.chmod(cache, 0o777)
     assert fastbpe_cache.load(info.xxh3_128) is None
     entry.unlink()
-    fastbpe_cache.store(info.xxh3_128, fastbpe_cache.CachedRanks("p", "gpt2", (), True, {b"a": 0}))
+    fastbpe_cache.store(info.xxh3_128, fastbpe_cache.CachedRanks("p", "gpt2", (), True, {b"a": 0}, ()))
     assert not list(cache.iterdir())
 
 
