@@ -12,6 +12,11 @@ import os
 import signal
 import sys
 
+# storekit never calls BLAS, but importing numpy starts OpenBLAS's thread pool, one thread per CPU
+# the process may use, and each new thread spins a while: ~0.07 CPU-s per process on 2 CPUs, more on
+# a big node, paid by every Slurm element on the CPUs its tasks need. Set before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from storekit.exits import exit_now, teardown_skipped
 from storekit.interrupts import interrupt_on  # signal only: loads in no time
 

@@ -78,15 +78,21 @@ class Encoder:
 
     def __init__(self, info: TokenizerInfo, tokenizer: Any = None, *, special_as_text: bool = False) -> None:
         self.info = info
-        self.tokenizer = (
-            tokenizer if tokenizer is not None else load_tokenizer(info, special_as_text=special_as_text)
-        )
         self.fast = None
+        added: list[Any]
         if info.engine == "tiktoken":
             from storekit.pipeline.engines import fast_encoder
 
+            # no `tokenizers` load here: the compiled form has the added tokens (Slurm elements start
+            # many processes, each would pay ~0.1 s for it); the fast engine loads it if it must
             self.fast = fast_encoder(info, special_as_text=special_as_text)
-        self._specials = _special_regex(self.tokenizer)
+            added = list(self.fast.compiled.added)
+        else:
+            if tokenizer is None:
+                tokenizer = load_tokenizer(info, special_as_text=special_as_text)
+            added = list(tokenizer.get_added_tokens_decoder().values())
+        self.tokenizer = tokenizer  # None with the fast engine
+        self._specials = _special_regex(added)
         self.special_strings = 0  # literal special-token strings seen in documents
         self.dtype = np.dtype(np.uint16 if info.dtype == "uint16" else np.int32)
         self.eos = info.eos_id
@@ -170,10 +176,11 @@ class Encoder:
         return total
 
 
-def _special_regex(tokenizer: Any) -> re.Pattern[str] | None:
-    """Literal occurrences of the special tokens' text (leftmost-longest, like `tokenizers`)."""
+def _special_regex(added: list[Any]) -> re.Pattern[str] | None:
+    """Literal occurrences of the special tokens' text (leftmost-longest, like `tokenizers`); `added`:
+    `tokenizers` AddedToken objects or fastbpe's, which are read from them."""
     specials = sorted(
-        {str(t.content) for t in tokenizer.get_added_tokens_decoder().values() if t.special and t.content},
+        {str(t.content) for t in added if t.special and t.content},
         key=lambda c: (-len(c), c),
     )
     return re.compile("|".join(re.escape(c) for c in specials)) if specials else None

@@ -40,7 +40,9 @@ def compiled_for(info: TokenizerInfo) -> Any:
             _COMPILED[info.xxh3_128] = "the tiktoken package is not installed"
             return _COMPILED[info.xxh3_128]
         try:
-            _COMPILED[info.xxh3_128] = compile_cached(info.xxh3_128, lambda: _doc(info), load_tokenizer(info))
+            _COMPILED[info.xxh3_128] = compile_cached(
+                info.xxh3_128, lambda: _doc(info), lambda: load_tokenizer(info)
+            )
         except NotCompilable as exc:
             _COMPILED[info.xxh3_128] = str(exc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an unexpected layout
@@ -69,8 +71,11 @@ def fast_encoder(info: TokenizerInfo, *, special_as_text: bool) -> Any:
     compiled = compiled_for(info)
     if isinstance(compiled, str):
         raise UsageError(f"tokenizer {info.name}: the fast engine cannot encode it: {compiled}")
+    # `tokenizers` is loaded only if a document needs it (FastBPE.load_hf)
     return FastBPE(
-        compiled, load_tokenizer(info, special_as_text=special_as_text), special_as_text=special_as_text
+        compiled,
+        lambda: load_tokenizer(info, special_as_text=special_as_text),
+        special_as_text=special_as_text,
     )
 
 

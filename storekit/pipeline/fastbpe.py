@@ -4,8 +4,9 @@
 cannot reproduce exactly. What it accepts, and why each part is exact:
 
 - normalizer: none, NFC, NFKC or a Sequence of them. Text made only of characters no normalisation
-  changes (`unicode_tables.INERT`, ASCII first) is used as is; anything else goes through the
-  tokenizer's own normalizer object, so its Unicode version is the one that applies.
+  changes (`unicode_tables.INERT`, ASCII first) is used as is; anything else goes through a
+  `tokenizers.normalizers` object of the same steps (neither takes a parameter, and a Sequence of
+  one is that one), so `tokenizers`' Unicode version is the one that applies.
 - pre-tokenizer: ByteLevel with its GPT-2 regex, or Split(known regex, Isolated) + ByteLevel without
   regex (Llama 3, Qwen 2, tekken). Every accepted regex matches every character, so tiktoken, which
   encodes only the matches, drops nothing. A document with a character this Python's Unicode does
@@ -311,9 +312,10 @@ def compile_fast(doc: dict[str, Any], hf_tokenizer: Any, *, proof_key: str | Non
     )
 
 
-def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], hf_tokenizer: Any) -> Compiled:
+def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], load_hf: Callable[[], Any]) -> Compiled:
     """compile_fast for the tokenizer file whose xxh3-128 is `key`, from the user's cache when an
-    entry of this compiler is there (`fastbpe_cache`); a fresh compile is stored for the next run."""
+    entry of this compiler is there (`fastbpe_cache`); a fresh compile is stored for the next run.
+    `load_hf` (the loaded `tokenizers.Tokenizer`) is called only for a fresh compile."""
     from storekit.pipeline import fastbpe_cache
 
     cached = fastbpe_cache.load(key)
@@ -323,10 +325,10 @@ def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], hf_tokenize
             pattern_name=cached.pattern_name,
             ranks=cached.ranks,
             normalizers=cached.normalizers,
-            added=_added(hf_tokenizer),
+            added=cached.added,
             ignore_merges=cached.ignore_merges,
         )
-    compiled = compile_fast(read_doc(), hf_tokenizer, proof_key=key)
+    compiled = compile_fast(read_doc(), load_hf(), proof_key=key)
     fastbpe_cache.store(
         key,
         fastbpe_cache.CachedRanks(
@@ -335,6 +337,7 @@ def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], hf_tokenize
             normalizers=compiled.normalizers,
             ignore_merges=compiled.ignore_merges,
             ranks=compiled.ranks,
+            added=compiled.added,
         ),
     )
     return compiled
@@ -405,14 +408,27 @@ def _core_for(compiled: Compiled) -> Any:
     return entry[1]
 
 
-class FastBPE:
-    """Encodes documents with tiktoken's core; `tokenizers` handles what tiktoken cannot (Unsure)."""
+def _normalizer(names: Sequence[str]) -> Any:
+    """The `tokenizers` normalizer of these steps (see the module docstring), or None."""
+    if not names:
+        return None
+    from tokenizers import normalizers
 
-    def __init__(self, compiled: Compiled, hf_tokenizer: Any, *, special_as_text: bool) -> None:
+    steps = [getattr(normalizers, name)() for name in names]
+    return steps[0] if len(steps) == 1 else normalizers.Sequence(steps)
+
+
+class FastBPE:
+    """Encodes documents with tiktoken's core; `tokenizers` handles what tiktoken cannot (Unsure).
+
+    `load_hf` gives the loaded `tokenizers.Tokenizer`; it is called at the first Unsure document only,
+    so a process whose documents never need it never pays its load (~0.1 s for a 65k vocabulary)."""
+
+    def __init__(self, compiled: Compiled, load_hf: Callable[[], Any], *, special_as_text: bool) -> None:
         self.compiled = compiled
         self.core = _core_for(compiled)
-        self.hf = hf_tokenizer
-        self.normalizer = hf_tokenizer.normalizer if compiled.normalizers else None
+        self.load_hf = load_hf
+        self.normalizer = _normalizer(compiled.normalizers)
         raw = [(t.content, t) for t in compiled.added if not t.normalized]
         norm = [(self._normalize(t.content), t) for t in compiled.added if t.normalized]
         self.raw_split = AddedSplitter(raw, skip_special=special_as_text)
@@ -441,7 +457,7 @@ class FastBPE:
             return self._encode(text, inert)
         except Unsure:
             self.hf_documents += 1
-            return np.array(self.hf.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+            return np.array(self.load_hf().encode(text, add_special_tokens=False).ids, dtype=np.uint32)
 
     def _encode(self, text: str, inert: bool) -> np.ndarray:
         encode = self.core.encode_to_tiktoken_buffer

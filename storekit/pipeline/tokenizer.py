@@ -16,7 +16,7 @@ from typing import Any
 
 import xxhash
 
-from storekit.errors import ConfigError, InputError, NotFoundError
+from storekit.errors import ConfigError, InputError, MismatchError, NotFoundError
 from storekit.pipeline.bundled import bundled_path, is_bundled
 
 # Megatron's own rule (DType.optimal_dtype): uint16 below 65500 token ids, else int32
@@ -128,7 +128,19 @@ def read_tokenizer_json(file: str | Path) -> str:
     return data.decode("utf-8")
 
 
-# Loading takes ~0.25 s; forked workers inherit the parent's instance (it never ran a thread pool).
+def _read_planned(info: TokenizerInfo) -> str:
+    """The tokenizer.json text, provably the bytes `info` was made from: with the fast engine it is
+    loaded only when a document needs it, possibly long after planning."""
+    text = read_tokenizer_json(info.file)
+    if xxhash.xxh3_128_hexdigest(text.encode("utf-8")) != info.xxh3_128:
+        raise MismatchError(
+            f"tokenizer {info.file} changed since it was planned (xxh3-128 differs)",
+            hint="rerun the command to plan again with the current tokenizer",
+        )
+    return text
+
+
+# Loading takes ~0.1-0.25 s; forked workers inherit the parent's instance (it never ran a thread pool).
 _LOADED: dict[str, Any] = {}
 
 
@@ -139,7 +151,7 @@ def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any
     if key not in _LOADED:
         from tokenizers import Tokenizer
 
-        tokenizer = _LOADED.get(info.xxh3_128) or Tokenizer.from_str(read_tokenizer_json(info.file))
+        tokenizer = _LOADED.get(info.xxh3_128) or Tokenizer.from_str(_read_planned(info))
         if special_as_text:
             tokenizer = Tokenizer.from_str(tokenizer.to_str())
             tokenizer.encode_special_tokens = True

@@ -34,6 +34,11 @@ def fast_args(args: Sequence[str]) -> tuple[str, str | None] | None:
 
 def run(work_dir: str, config: str | None) -> int:
     """What the CLI's `jobs run-element` does for these arguments: the exit code."""
+    import gc
+
+    # start-up (imports, plan) makes objects and no garbage: collecting meanwhile is wasted CPU on a
+    # node's cores; run_element freezes what start-up made and collects again before its tasks
+    gc.disable()
     from pathlib import Path
 
     from storekit.config import load_config, redact_urls, refuse_url_credentials

@@ -11,6 +11,7 @@ itself, the finalize job being the fallback (see inline.py).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -103,6 +104,9 @@ def run_element(
     ready = f" (ready {age:.2f} s after start: Python, imports, plan, tokenizer)" if age is not None else ""
     say(f"element {name}: {len(todo)} of {len(tasks)} tasks to run, {workers} workers, on {node}{ready}")
     started = time.monotonic()
+    if not gc.isenabled():  # element_entry turned it off for start-up
+        gc.freeze()  # start-up's objects (modules, plan) are for good: the tasks' collections skip them
+        gc.enable()
     executor = LocalExecutor(log=element_log(env, work, array, index), own_temps_only=True)
     ran = [0]
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import marshal
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 
 from storekit.pipeline import engines, fastbpe, fastbpe_cache
 from storekit.pipeline.fastbpe import NotCompilable
@@ -60,7 +63,7 @@ def test_second_compile_comes_from_the_cache_with_the_same_ids(
         first.ignore_merges,
     )
     hf = load_tokenizer(info)
-    cached = fastbpe.FastBPE(second, hf, special_as_text=False)
+    cached = fastbpe.FastBPE(second, lambda: hf, special_as_text=False)
     assert cached.encode(TEXT) == hf.encode(TEXT, add_special_tokens=False).ids
     # a changed compiler (fastbpe.py edited) has a new digest and never reads this entry
     monkeypatch.setattr(fastbpe_cache, "compiler_digest", lambda: "0123456789abcdef")
@@ -74,14 +77,29 @@ def test_a_damaged_entry_is_compiled_again_not_trusted(
     good = engines.compiled_for(info)
     assert isinstance(good, fastbpe.Compiled)
     (entry,) = cache.glob("compiled-*.bin")
-    data = bytearray(entry.read_bytes())
-    # swap two rank ids: still a well-formed file, but not what was written
-    head = data.index(b"\n") + 1
-    data[head : head + 4], data[head + 4 : head + 8] = data[head + 4 : head + 8], data[head : head + 4]
-    entry.write_bytes(bytes(data))
+    data = entry.read_bytes()
+    head, _, payload = data.partition(b"\n")
+    # two ranks swapped: a well-formed payload, but not the one the header's digest is of
+    ranks = marshal.loads(payload)
+    (a, i), (b, j) = list(ranks.items())[:2]
+    entry.write_bytes(head + b"\n" + marshal.dumps({**ranks, a: j, b: i}))
     assert fastbpe_cache.load(info.xxh3_128) is None
-    entry.write_bytes(bytes(data[: len(data) // 2]))  # cut short
+    entry.write_bytes(data[: len(data) // 2])  # cut short
     assert fastbpe_cache.load(info.xxh3_128) is None
+    # a sound digest of something that is not ranks, or ranks another Python's marshal wrote
+    meta = json.loads(head)
+    wrong: list[tuple[dict[str, str], Any]] = [
+        ({}, [1, 2]),
+        ({}, {k.hex(): v for k, v in ranks.items()}),
+        ({}, {k: float(v) for k, v in ranks.items()}),
+        ({}, dict(list(ranks.items())[:-1])),
+        ({"python": "cpython-0"}, ranks),
+    ]
+    for change, body in wrong:
+        payload = marshal.dumps(body)
+        meta.update(change, payload_xxh3=xxhash.xxh3_128_hexdigest(payload))
+        entry.write_bytes(json.dumps(meta).encode() + b"\n" + payload)
+        assert fastbpe_cache.load(info.xxh3_128) is None
 
     engines._COMPILED.clear()
     again = engines.compiled_for(info)
@@ -99,7 +117,7 @@ def test_a_cache_others_can_write_is_neither_read_nor_written(
     os.chmod(cache, 0o777)
     assert fastbpe_cache.load(info.xxh3_128) is None
     entry.unlink()
-    fastbpe_cache.store(info.xxh3_128, fastbpe_cache.CachedRanks("p", "gpt2", (), True, {b"a": 0}))
+    fastbpe_cache.store(info.xxh3_128, fastbpe_cache.CachedRanks("p", "gpt2", (), True, {b"a": 0}, ()))
     assert not list(cache.iterdir())
 
 

@@ -3,6 +3,7 @@ in-flight and failed ones alone, and an owner skips what a helper completed."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 import signal
 from collections.abc import Iterator
@@ -154,3 +155,16 @@ def test_a_task_dir_is_never_created_in_a_removed_work_dir(tmp_path: Path) -> No
     with pytest.raises(StorekitError):
         work.new_task_dir(3)
     assert not work.path.exists()
+
+
+def test_tasks_run_with_the_garbage_collector_the_entry_turned_off_for_start_up(tmp_path: Path) -> None:
+    work = make(tmp_path)
+    seen: list[bool] = []
+    gc.disable()  # as element_entry.run does before its imports
+    try:
+        with faults.at("slurm.element-task-done", lambda: seen.append(gc.isenabled())):
+            result = run_element(work.path, None, env=env(0, cpus=1), say=lambda line: None)
+        assert seen == [True] * result.ran and result.ran == 2 and gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
