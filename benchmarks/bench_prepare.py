@@ -3,7 +3,9 @@
 
 One run, one corpus, one core set. In every round each contender runs once, in an order rotated from
 round to round (so drift on a shared machine hits all of them alike); medians and spreads over
---repeat rounds; ratios with PASS/FAIL against the targets; a markdown block for RESULTS.md.
+--repeat rounds, after --warmup-rounds untimed ones (the first run after a pause read its inputs from
+disk: this VM's DAMON reclaim pages out page-cache pages idle for 60 s); ratios with PASS/FAIL
+against the targets; a markdown block for RESULTS.md.
 
 Contenders (N = --workers, default: all cores; each pinned with `taskset -c 0-(N-1)`):
   storekit      `storekit prepare dataset --input 'parts/*.jsonl' --tokenizer tokenizer.json --eos
@@ -421,7 +423,8 @@ def markdown(
         f"Corpus: `{env['corpus']}` — {env['corpus_docs']:,} docs, "
         f"{env['corpus_bytes'] / 1e6:,.1f} MB jsonl (in {args.parts} part files for the glob readers); "
         f"tokenizer: anthropic 0.34.0 tokenizer.json (65k BPE), EOS `<EOT>` appended; "
-        f"{env['dataset_tokens']:,} tokens incl. EOS. Rounds: {args.repeat} (order rotated), medians; "
+        f"{env['dataset_tokens']:,} tokens incl. EOS. Rounds: {args.repeat} (order rotated) "
+        f"after {args.warmup_rounds} untimed warm-up round(s), medians; "
         f"spread = ±half the min–max range. Load average at start: {env['loadavg']}. "
         f"storekit: {env['storekit']}, {env['storekit_bytecode']}.",
     ]
@@ -601,6 +604,13 @@ def main() -> None:
     )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=1,
+        help="untimed rounds first (default 1): inputs, libraries and storekit's tokenizer cache in "
+        "memory for every contender alike (this VM's DAMON pages out what stays idle for 60 s)",
+    )
     ap.add_argument("--tools", default=",".join(ALL_TOOLS), help=f"subset of {','.join(ALL_TOOLS)}")
     ap.add_argument("--storekit-cmd", default=f"{sys.executable} -m storekit")
     ap.add_argument(
@@ -678,7 +688,7 @@ def main() -> None:
         order[at : at + 1] = [f"storekit@{label}" for label in trees]
     dataset_tokens: int | None = None
     n = args.workers
-    for rnd in range(args.repeat if order else 0):
+    for rnd in range(-args.warmup_rounds, args.repeat if order else 0):
         rotated = order[rnd % len(order) :] + order[: rnd % len(order)]
         for tool in rotated:
             t0 = time.time()
@@ -711,6 +721,9 @@ def main() -> None:
                     f"ceiling-w1:{k}": v
                     for k, v in run_ceiling(s, 1, ["encode_batch_fast+ids"], dataset_tokens).items()
                 }
+            if rnd < 0:
+                log(f"warm-up {tool}: {time.time() - t0:.1f}s (not counted)")
+                continue
             for name, row in rows.items():
                 row["round"] = rnd
                 row["loadavg_before"] = la
