@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 
 from storekit import faults
 
@@ -56,9 +57,19 @@ def remove_write_temps(path: str | os.PathLike[str]) -> None:
     writer that owns `path` may call this: another writer's temp in flight would go too."""
     directory, name = os.path.split(os.path.abspath(path))
     prefix = f".{name}{TMP_MARK}"
+    _unlink_entries(directory, lambda entry: entry.startswith(prefix))
+
+
+def remove_write_temps_in(directory: str | os.PathLike[str]) -> None:
+    """Temps that killed writes left in `directory`, whatever file they were for. Only the one writer
+    of every file there may call this (e.g. `tier gc` for the verified records)."""
+    _unlink_entries(directory, lambda entry: TMP_MARK in entry)
+
+
+def _unlink_entries(directory: str | os.PathLike[str], matches: Callable[[str], bool]) -> None:
     with contextlib.suppress(FileNotFoundError):
         for entry in os.listdir(directory):
-            if entry.startswith(prefix):
+            if matches(entry):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(directory, entry))
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 
 import xxhash
 
-from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
+from storekit.durable import fsync_dir, remove_write_temps_in, write_file_atomic
 
 VERIFIED_DIR = "verified"
 
@@ -38,16 +37,9 @@ def record_verified(journal_dir: Path, manifest_url: str, digest: str, *, at: fl
     fsync_dir(path.parent)
 
 
-def remove_temps(journal_dir: Path) -> list[str]:
+def remove_temps(journal_dir: Path) -> None:
     """Temps of record writes that a kill left (`tier gc`)."""
-    removed = []
-    with contextlib.suppress(FileNotFoundError):
-        for name in os.listdir(journal_dir / VERIFIED_DIR):
-            if TMP_MARK in name:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(journal_dir / VERIFIED_DIR / name)
-                    removed.append(name)
-    return removed
+    remove_write_temps_in(journal_dir / VERIFIED_DIR)
 
 
 def verified_at(journal_dir: Path, manifest_url: str, digest: str) -> float | None:
