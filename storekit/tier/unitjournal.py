@@ -122,15 +122,20 @@ class UnitJournal:
                 path.unlink()
 
 
+def _is_journal_name(name: str) -> bool:
+    """`<id>.json`: a unit journal (its saved manifest and upload journal have two dots)."""
+    return name.endswith(".json") and name.count(".") == 1
+
+
 def journals(journal_dir: Path, *, tidy: bool = True) -> list[UnitJournal]:
     """Every unit journal left in `journal_dir` (moves not finished)."""
     found = []
     with contextlib.suppress(FileNotFoundError):
         names = sorted(os.listdir(journal_dir))
-        ids = {n[: -len(".json")] for n in names if n.endswith(".json") and n.count(".") == 1}
+        ids = {n.split(".")[0] for n in names if _is_journal_name(n)}
         for name in names:
             uid = name.split(".")[0]
-            if name.endswith(".json") and name.count(".") == 1 and not name.startswith("."):
+            if _is_journal_name(name) and not name.startswith("."):
                 j = UnitJournal(journal_dir, uid)
                 if j.load(tidy=tidy):
                     found.append(j)
