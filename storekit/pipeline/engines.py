@@ -12,10 +12,10 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from storekit.errors import UsageError
+from storekit.errors import MismatchError, UsageError
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import Piece, PrepPlan
-from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer, read_tokenizer_json
+from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer, read_planned
 
 ENGINES = ("auto", "hf", "tiktoken")
 # Input sampled at plan time: 1/256 of it, at least 512 KiB, at most 2 MiB. The `tokenizers` side
@@ -54,13 +54,12 @@ def _doc(info: TokenizerInfo) -> dict[str, Any]:
     """The parsed tokenizer.json, provably the bytes `info` was made from (the cache key is their xxh3)."""
     import json
 
-    import xxhash
-
     from storekit.pipeline.fastbpe import NotCompilable
 
-    text = read_tokenizer_json(info.file)
-    if xxhash.xxh3_128_hexdigest(text.encode("utf-8")) != info.xxh3_128:
-        raise NotCompilable(f"{info.file} changed while storekit was reading it")
+    try:
+        text = read_planned(info)
+    except MismatchError:
+        raise NotCompilable(f"{info.file} changed while storekit was reading it") from None
     doc: dict[str, Any] = json.loads(text)
     return doc
 

@@ -128,7 +128,7 @@ def read_tokenizer_json(file: str | Path) -> str:
     return data.decode("utf-8")
 
 
-def _read_planned(info: TokenizerInfo) -> str:
+def read_planned(info: TokenizerInfo) -> str:
     """The tokenizer.json text, provably the bytes `info` was made from: with the fast engine it is
     loaded only when a document needs it, possibly long after planning."""
     text = read_tokenizer_json(info.file)
@@ -151,7 +151,7 @@ def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any
     if key not in _LOADED:
         from tokenizers import Tokenizer
 
-        tokenizer = _LOADED.get(info.xxh3_128) or Tokenizer.from_str(_read_planned(info))
+        tokenizer = _LOADED.get(info.xxh3_128) or Tokenizer.from_str(read_planned(info))
         if special_as_text:
             tokenizer = Tokenizer.from_str(tokenizer.to_str())
             tokenizer.encode_special_tokens = True

@@ -19,19 +19,14 @@ from storekit.errors import InputError, MismatchError, NotFoundError
 from storekit.pipeline.formats.base import SourceFile
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.tokenizer import read_tokenizer_json
+from storekit.pipeline.tokenizer import read_planned
 
 TOKENIZER_COPY = "tokenizer.json"
 
 
 def copy_tokenizer(plan: PrepPlan, work_path: Path) -> Path:
     """Write the plan's tokenizer (uncompressed) into the work dir, atomically; checked on the way."""
-    text = read_tokenizer_json(plan.tokenizer.file).encode("utf-8")
-    if xxhash.xxh3_128_hexdigest(text) != plan.tokenizer.xxh3_128:
-        raise MismatchError(
-            f"tokenizer {plan.tokenizer.file} changed since it was planned (xxh3-128 differs)",
-            hint="rerun the command to plan again with the current tokenizer",
-        )
+    text = read_planned(plan.tokenizer).encode("utf-8")
     target = work_path / TOKENIZER_COPY
     write_file_atomic(target, text, mode=0o600)
     return target
