@@ -137,9 +137,8 @@ def run_element(
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
     except StorekitError:
-        if work.path.exists():
+        if not _finished_elsewhere(work, say, name):
             raise
-        say(f"element {name}: {FINISHED_ELSEWHERE}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
     result = ElementResult(name, tasks, ran[0], len(tasks) - len(todo), done_by_others=report.tasks_skipped)
     try:  # its own tasks are done: a stop from here on needs no requeue (nothing of its own is left)
@@ -153,11 +152,18 @@ def run_element(
         say(f"element {name}: stopped by a signal while helping, after its last task; finalize job finalizes")
         return result
     except StorekitError:
-        if work.path.exists():
+        if not _finished_elsewhere(work, say, name):
             raise
-        say(f"element {name}: {FINISHED_ELSEWHERE}")
         return result
     return replace(result, finalized=finalize_inline(work, job, array, name, say))
+
+
+def _finished_elsewhere(work: JobDir, say: Callable[[str], None], name: str) -> bool:
+    """After an error: True (and said) when the work dir is gone, i.e. the job was finalized."""
+    if work.path.exists():
+        return False
+    say(f"element {name}: {FINISHED_ELSEWHERE}")
+    return True
 
 
 def _on_node(job: Job) -> Job:
