@@ -93,6 +93,9 @@ SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# a job's launch credential lives cred_expire seconds, and a requeued job waits as long before it
+# starts again (120 s by default, most of a preemption test); 30 s still leaves a slow launch room
+AuthInfo=cred_expire=30
 CredType=cred/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
