@@ -59,6 +59,23 @@ def storekit(args: list[str], config: Path) -> dict[str, Any]:
     return doc
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu() -> tuple[float, float]:
+    """(busy, idle) CPU-seconds of the whole host so far (/proc/stat): a run's delta shows extra work
+    (every process counts: Slurm's daemons, the elements) apart from cores left idle."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    user, nice, system, idle, iowait, irq, softirq = v
+    return (user + nice + system + irq + softirq) / TICK, (idle + iowait) / TICK
+
+
+def cpu_delta(before: tuple[float, float]) -> dict[str, float]:
+    busy, idle = host_cpu()
+    return {"host_busy_cpu_s": round(busy - before[0], 2), "host_idle_cpu_s": round(idle - before[1], 2)}
+
+
 def sinfo_nodes() -> list[str]:
     out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True)
     return sorted(set(out.stdout.split()))
@@ -115,7 +132,7 @@ class Bench:
     def local(self, workers: int, corpus: Path | None = None, task_size: str | None = None) -> dict[str, Any]:
         self.runs += 1
         version = f"local{self.runs}"
-        started = time.monotonic()
+        cpu0, started = host_cpu(), time.monotonic()
         doc = storekit(
             [
                 *self.args(version, corpus or self.corpus, task_size or self.task_size),
@@ -124,9 +141,9 @@ class Bench:
             ],
             self.config,
         )
-        seconds = time.monotonic() - started
+        seconds, cpu = time.monotonic() - started, cpu_delta(cpu0)
         t = doc.get("timings", {})
-        info = {"executor": "local", "workers": workers, "tasks_s": t.get("tokenize_seconds")}
+        info = {"executor": "local", "workers": workers, "tasks_s": t.get("tokenize_seconds"), **cpu}
         return self._done(version, seconds, {**info, "finalize_s": t.get("finalize_seconds")})
 
     def slurm(
@@ -146,7 +163,7 @@ class Bench:
             "--slurm-extra=--exclusive",
             *([f"--slurm-extra=--exclude={','.join(excluded)}"] if excluded else []),
         ]
-        started = time.monotonic()
+        cpu0, started = host_cpu(), time.monotonic()
         doc = storekit(
             [
                 *base,
@@ -161,7 +178,7 @@ class Bench:
             ],
             self.config,
         )
-        seconds = time.monotonic() - started
+        seconds, cpu = time.monotonic() - started, cpu_delta(cpu0)
         submitted = seconds - doc["waited_seconds"]
         jobs = [doc["slurm"]["array_job_id"], doc["slurm"]["finalize_job_id"]]
         while queued(jobs):  # not part of the time: the elements' exit and Slurm's bookkeeping
@@ -181,6 +198,7 @@ class Bench:
             "submit_seconds": round(submitted, 3),
             "queue_empty_seconds": round(queue_empty, 3),  # when squeue (0.05 s polls) no longer lists them
             **element_times(Path(doc["slurm"]["log_dir"]), doc["slurm"]["array_job_id"]),
+            **cpu,
         }
         return self._done(version, seconds, info)
 
@@ -325,6 +343,16 @@ def main() -> None:
         cells += [r["seconds"], r["submit_seconds"], ready, tasks, fin, rest]
         used = "ran" if r["finalize_job_ran"] else "cancelled"
         print(f"{n:>6} " + " ".join(f"{c:>6.2f}" for c in cells) + f"  {used}")
+    print("\nhost CPU-seconds over each command, busy / idle (median; every process of the host)")
+    print(f"{'nodes':>5} {'local':>13} {'slurm':>13}")
+    for n in counts:
+        cols = []
+        for ex, key in (("local", "workers"), ("slurm", "nodes")):
+            rows = [r for r in result["rows"] if r["executor"] == ex and r[key] == n]
+            busy = statistics.median(r["host_busy_cpu_s"] for r in rows)
+            idle = statistics.median(r["host_idle_cpu_s"] for r in rows)
+            cols.append(f"{busy:6.2f} /{idle:5.2f}")
+        print(f"{n:>5} {cols[0]:>13} {cols[1]:>13}")
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
 
