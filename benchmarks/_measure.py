@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -186,17 +187,19 @@ class _Sampler(threading.Thread):
             self.sample()
 
 
-def _reap_orphans() -> None:
-    """Wait for descendants re-parented to us (we are a subreaper) so their CPU time is counted."""
+def _reap_orphans(ours: set[int]) -> None:
+    """Wait for the command's descendants that outlived it (re-parented to us: we are a subreaper) so
+    their CPU time is counted. `ours`: our own children from before the command (a multiprocessing
+    forkserver, say), which are not its and may live on; only a pid we know is the command's is
+    waited for, so nobody else's exit status is taken."""
     while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+        left = [pid for pid in _descendants(os.getpid()) if pid not in ours]
+        if not left:
             return
-        if pid == 0:
-            if not _descendants(os.getpid()):
-                return
-            time.sleep(0.02)
+        for pid in left:
+            with contextlib.suppress(ChildProcessError):  # not our child: its own parent reaps it
+                os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.02)
 
 
 def run_measured(
@@ -214,6 +217,7 @@ def run_measured(
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     self_before = resource.getrusage(resource.RUSAGE_SELF)
     sampler = _Sampler(interval, pss_interval)
+    ours = set(_descendants(os.getpid()))
     out_path = f"/tmp/storekit-bench-{os.getpid()}-{time.monotonic_ns()}"
     with open(out_path + ".out", "w+b") as fout, open(out_path + ".err", "w+b") as ferr:
         t0 = time.perf_counter()
@@ -228,7 +232,7 @@ def run_measured(
         if killer is not None:
             killer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
-        _reap_orphans()
+        _reap_orphans(ours)
         wall = time.perf_counter() - t0
         sampler.stop.set()
         sampler.join()

@@ -77,9 +77,20 @@ def test_wall_time_waits_for_an_orphaned_grandchild_and_counts_its_cpu(tmp_path:
     assert cpu_s > 0.05  # its loop is counted
 
 
-def test_a_command_past_its_timeout_is_killed(measure: object) -> None:
+def test_a_command_past_its_timeout_is_killed_and_our_other_children_are_left_alone(measure: object) -> None:
+    """The harness's own children from before the command (here one waiting on stdin; in pytest a
+    multiprocessing forkserver) are neither waited for nor reaped."""
     m = measure
-    result = m.run_measured(  # type: ignore[attr-defined]
-        [sys.executable, "-c", "import signal; signal.pause()"], timeout=0.5
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )
-    assert result.returncode == -9
+    try:
+        result = m.run_measured(  # type: ignore[attr-defined]
+            [sys.executable, "-c", "import signal; signal.pause()"], timeout=0.5
+        )
+        assert result.returncode == -9
+        assert bystander.poll() is None  # still running, still ours to wait for
+    finally:
+        assert bystander.stdin is not None
+        bystander.stdin.close()
+        assert bystander.wait() == 0
