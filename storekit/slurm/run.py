@@ -93,7 +93,7 @@ def run_element(
     work = JobDir(work_path)
     array, index = element_identity(env)
     name = f"{array}_{index}"
-    tasks = element_tasks(work, array, index)
+    tasks = element_tasks(work, array, index, say=say)
     job = _on_node(load_job(work_path, site))
     work.remove_dead_temps()  # a SIGKILLed run's on this node (a requeue after a kill, say)
     scan = work.scan()

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,6 +132,7 @@ def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) ->
     write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=0o600)
     env = job_environment(os.environ)
     array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
+    faults.point("slurm.array-not-recorded")  # Slurm may start elements before the record: they wait
     em = plan.elements
     work.record_submission(
         Submission(
@@ -184,18 +185,50 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not _SECRET_VAR.search(k)}
 
 
-def element_tasks(work: JobDir, array_job_id: str, element: int) -> list[int]:
-    """The plan tasks array element `element` of submission `array_job_id` runs (from jobs.json)."""
-    for sub in work.submissions():
-        if sub.executor == EXECUTOR and sub.job_id == array_job_id:
+# sbatch gives the array id before the submitting command has written it to jobs.json, and Slurm may
+# start an element in between (a slow fsync on a shared file system, a busy login node): an element
+# that does not find its submission waits this long for it before giving up
+RECORD_WAIT_S = 60.0
+
+
+def element_tasks(
+    work: JobDir,
+    array_job_id: str,
+    element: int,
+    *,
+    wait_s: float = RECORD_WAIT_S,
+    say: Callable[[str], None] = lambda line: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[int]:
+    """The plan tasks array element `element` of submission `array_job_id` runs (from jobs.json);
+    a submission not recorded yet is waited for, up to `wait_s` seconds."""
+    deadline, pause, waiting = clock() + wait_s, 0.05, False
+    while True:
+        sub = next(
+            (s for s in work.submissions() if s.executor == EXECUTOR and s.job_id == array_job_id), None
+        )
+        if sub is not None:
             if sub.batches is None:
                 return [element]
-            if not 0 <= element < len(sub.batches):
-                break
-            return list(sub.batches[element])
+            if 0 <= element < len(sub.batches):
+                return list(sub.batches[element])
+            break
+        if clock() >= deadline or not work.path.is_dir():
+            break
+        if not waiting:
+            waiting = True
+            say(
+                f"element {array_job_id}_{element}: waiting up to {wait_s:.0f} s for the submitting "
+                f"command to record array {array_job_id} in {work.path}"
+            )
+        faults.point("slurm.element-awaits-record")
+        sleep(pause)
+        pause = min(1.0, pause * 2)
     from storekit.errors import StorekitError
 
     raise StorekitError(
         f"array element {array_job_id}_{element} is not a submission of {work.path}",
-        hint="the work dir was replaced after submitting; cancel the job (scancel) and submit again",
+        hint="the submitting command did not record it (was it killed?) or the work dir was replaced "
+        "after submitting; cancel the job (scancel) and submit again",
     )

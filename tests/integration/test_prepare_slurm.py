@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, run_storekit
+from tests.conftest import REPO, run_storekit, start_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 pytestmark = pytest.mark.slurm
@@ -214,6 +214,42 @@ def test_a_preempted_element_requeues_itself_resumes_and_finalize_still_runs(
     local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "1"))
     assert local.returncode == 0, local.stderr
     assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
+
+
+def test_an_element_started_before_its_array_is_recorded_waits_for_the_record(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """sbatch gives the array id before the submitting command writes it to jobs.json: the submitter
+    is held right there while Slurm starts the element, which waits for the record instead of
+    failing; let go, the submitter records it and the job completes."""
+    cfg, corpus = make_site(tmp_path)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {"STOREKIT_FAULTS": "slurm.array-not-recorded=pause", "STOREKIT_FAULT_DIR": str(faults)}
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
+                        "--slurm-tasks-per-element", "1000")  # fmt: skip  # one element
+    proc = start_storekit(args, env=env)
+    logs = cfg.parent / "storage" / "logs"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not any("waiting up to" in p.read_text() for p in logs.rglob("*_0.out")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, sorted(str(p) for p in logs.rglob("*"))
+            time.sleep(0.2)
+        assert (faults / "slurm.array-not-recorded.reached").exists()  # the submitter is still held
+        (faults / "slurm.array-not-recorded.go").touch()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out + err
+    slurm = json.loads(out)["slurm"]
+    wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
+    log = (Path(slurm["log_dir"]) / f"{slurm['array_job_id']}_0.out").read_text()
+    assert "waiting up to 60 s for the submitting command" in log and "tasks to run" in log, log
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    assert (dataset / "manifest.json").is_file()
 
 
 def test_rerun_with_every_task_done_waits_for_a_live_finalize_else_submits_a_lone_one(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,63 @@ def test_an_element_finds_its_tasks_in_the_recorded_submission(tmp_path: Path) -
     work.record_submission(Submission(executor="slurm", job_id="77", array="0-1", batches=[[0, 1, 2], [5]]))
     assert element_tasks(work, "77", 1) == [5]
     with pytest.raises(StorekitError, match="not a submission"):
-        element_tasks(work, "78", 0)
+        element_tasks(work, "78", 0, wait_s=0)
     with pytest.raises(StorekitError, match="not a submission"):
-        element_tasks(work, "77", 2)
+        element_tasks(work, "77", 2)  # recorded, without that element: no waiting
     assert element_identity({"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "1"}) == ("77", 1)
     with pytest.raises(StorekitError, match="inside a Slurm array job"):
         element_identity({"SLURM_JOB_ID": "5"})
+
+
+class FakeTime:
+    """A clock that moves only when slept on; `on_sleep` runs at each sleep (the submitter's side)."""
+
+    def __init__(self, on_sleep: Callable[[int], None] = lambda n: None) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self.on_sleep = on_sleep
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        self.on_sleep(len(self.sleeps))
+
+
+def test_an_element_started_before_its_array_is_recorded_waits_for_the_record(tmp_path: Path) -> None:
+    """sbatch returns the id before the submitter writes jobs.json; Slurm may start an element in
+    between: it waits for the record instead of failing."""
+    work = JobDir(tmp_path / "w")
+    work.create()
+
+    def submitter_records(n: int) -> None:
+        if n == 3:  # the submitting command gets to it while the element waits
+            work.record_submission(
+                Submission(executor="slurm", job_id="77", array="0-1", batches=[[0], [4, 5]])
+            )
+
+    t = FakeTime(submitter_records)
+    said: list[str] = []
+    assert element_tasks(work, "77", 1, say=said.append, clock=t.clock, sleep=t.sleep) == [4, 5]
+    assert t.sleeps == [0.05, 0.1, 0.2]  # backing off; told once
+    assert len(said) == 1 and "waiting up to 60 s" in said[0] and "array 77" in said[0]
+
+
+def test_an_element_whose_array_is_never_recorded_gives_up_after_the_wait(tmp_path: Path) -> None:
+    work = JobDir(tmp_path / "w")
+    work.create()
+    t = FakeTime()
+    with pytest.raises(StorekitError, match="not a submission") as err:
+        element_tasks(work, "77", 0, wait_s=10, clock=t.clock, sleep=t.sleep)
+    assert 10 <= t.now <= 11 and max(t.sleeps) == 1.0  # at most a second between looks
+    assert "did not record it" in (err.value.hint or "")
+
+
+def test_an_element_of_a_removed_work_dir_fails_at_once(tmp_path: Path) -> None:
+    work = JobDir(tmp_path / "w")  # never created, or removed by a finalize
+    t = FakeTime()
+    with pytest.raises(StorekitError, match="not a submission"):
+        element_tasks(work, "77", 0, clock=t.clock, sleep=t.sleep)
+    assert t.sleeps == []
