@@ -126,6 +126,23 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class HostCpu:
+    """The whole host's CPU-seconds since boot (/proc/stat), every process counted: busy (user, nice,
+    system, irq, softirq), idle (idle, iowait) and steal (taken by the hypervisor)."""
+
+    busy: float
+    idle: float
+    steal: float
+
+
+def host_cpu() -> HostCpu:
+    with open("/proc/stat") as f:
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    hz = os.sysconf("SC_CLK_TCK")
+    return HostCpu((user + nice + system + irq + softirq) / hz, (idle + iowait) / hz, steal / hz)
+
+
 def _rss_hwm(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) in bytes. VmHWM is the process's own peak since its exec, so a spike between two
     samples still shows (unlike ru_maxrss, which keeps the parent's RSS at fork across the exec)."""

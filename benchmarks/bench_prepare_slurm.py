@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _measure import HostCpu, host_cpu
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORK = HERE / ".work"
@@ -59,21 +61,14 @@ def storekit(args: list[str], config: Path) -> dict[str, Any]:
     return doc
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def host_cpu() -> tuple[float, float]:
-    """(busy, idle) CPU-seconds of the whole host so far (/proc/stat): a run's delta shows extra work
-    (every process counts: Slurm's daemons, the elements) apart from cores left idle."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:8]]
-    user, nice, system, idle, iowait, irq, softirq = v
-    return (user + nice + system + irq + softirq) / TICK, (idle + iowait) / TICK
-
-
-def cpu_delta(before: tuple[float, float]) -> dict[str, float]:
-    busy, idle = host_cpu()
-    return {"host_busy_cpu_s": round(busy - before[0], 2), "host_idle_cpu_s": round(idle - before[1], 2)}
+def cpu_delta(before: HostCpu) -> dict[str, float]:
+    """The host's busy and idle CPU-s since `before`: a run's extra work (every process counts:
+    Slurm's daemons, the elements) apart from cores left idle."""
+    now = host_cpu()
+    return {
+        "host_busy_cpu_s": round(now.busy - before.busy, 2),
+        "host_idle_cpu_s": round(now.idle - before.idle, 2),
+    }
 
 
 def sinfo_nodes() -> list[str]:

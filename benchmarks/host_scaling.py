@@ -26,6 +26,8 @@ import statistics
 import sys
 import time
 
+from _measure import host_cpu
+
 
 def _python(n: int) -> None:
     x = 0
@@ -67,15 +69,6 @@ def _child(name: str, n: int, cpu: int, start: mp.Event, out: mp.Queue) -> None:
     out.put((time.perf_counter() - t0, time.process_time() - c0))
 
 
-def _cpu_stat() -> tuple[float, float]:
-    """(busy, steal) CPU-seconds of the whole VM since boot, from /proc/stat."""
-    with open("/proc/stat") as fh:
-        f = [int(x) for x in fh.readline().split()[1:]]
-    hz = os.sysconf("SC_CLK_TCK")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = f[:8]
-    return (user + nice + system + irq + softirq) / hz, steal / hz
-
-
 LAST_OTHERS: list[tuple[float, float]] = []  # (others' busy cores, steal cores) of the last run()
 
 
@@ -88,16 +81,16 @@ def run(name: str, n: int, cpus: list[int]) -> list[float]:
     for p in procs:
         p.start()
     time.sleep(0.5)
-    busy0, steal0 = _cpu_stat()
+    cpu0 = host_cpu()
     t0 = time.perf_counter()
     start.set()
     got = [out.get() for _ in procs]
     wall = time.perf_counter() - t0
-    busy1, steal1 = _cpu_stat()
+    cpu1 = host_cpu()
     for p in procs:
         p.join()
     ours = sum(cpu for _, cpu in got)
-    LAST_OTHERS[:] = [(max(0.0, (busy1 - busy0) - ours) / wall, (steal1 - steal0) / wall)]
+    LAST_OTHERS[:] = [(max(0.0, (cpu1.busy - cpu0.busy) - ours) / wall, (cpu1.steal - cpu0.steal) / wall)]
     return [w for w, _ in got]
 
 
