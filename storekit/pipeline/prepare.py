@@ -65,22 +65,36 @@ def make_plan(
 ) -> tuple[PrepPlan, DatasetLocation, WorkDir, dict[str, float]]:
     """The plan (its tokenizer engine chosen on a sample of the input), where it goes, its work dir,
     and how long choosing the engine took."""
+    plan, location, work = draft_plan(spec, site, fs)
+    plan, plan_timings = with_engine(spec, plan, fs)
+    return plan, location, work, plan_timings
+
+
+def draft_plan(
+    spec: PipelineSpec, site: SiteConfig, fs: InputFS
+) -> tuple[PrepPlan, DatasetLocation, WorkDir]:
+    """The plan before its engine is chosen: its tasks, id and work dir are already final (the
+    engine is not part of the plan id), so a Slurm submission can start from it."""
     location = resolve_location(spec.output_location, site, spec.tier)
     tokenizer = resolve_tokenizer(
         spec.tokenizer, eos=spec.eos, bos=spec.bos, eos_token=spec.eos_token, bos_token=spec.bos_token
     )
     sources = discover_sources(spec.inputs, forced_format=spec.input_format, text_key=spec.text_key, fs=fs)
     plan = plan_tasks(spec, sources, tokenizer)
+    return plan, location, WorkDir(work_dir_for(spec, site, location, plan))
+
+
+def with_engine(spec: PipelineSpec, plan: PrepPlan, fs: InputFS) -> tuple[PrepPlan, dict[str, float]]:
+    """`plan` with its tokenizer engine chosen on a sample of the input (the sample check), and how
+    long that took."""
     started = time.monotonic()
     chosen = choose_engine(
         spec.tokenizer_engine,
-        tokenizer,
+        plan.tokenizer,
         sample_documents(plan, fs),
         special_as_text=spec.special_tokens == "text",
     )
-    plan = replace(plan, tokenizer=chosen)
-    plan_timings = {"engine_choice_seconds": round(time.monotonic() - started, 3)}
-    return plan, location, WorkDir(work_dir_for(spec, site, location, plan)), plan_timings
+    return replace(plan, tokenizer=chosen), {"engine_choice_seconds": round(time.monotonic() - started, 3)}
 
 
 def work_dir_for(spec: PipelineSpec, site: SiteConfig, location: DatasetLocation, plan: PrepPlan) -> Path:

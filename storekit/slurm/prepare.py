@@ -1,7 +1,10 @@
 """`prepare dataset --executor slurm`: submit the plan as an array + finalize, and what both run.
 
-Submit (the login node): plan as a local run does, refuse node-local paths, write the work dir
-(plan, tokenizer copy), submit; the command returns once Slurm has the jobs. Nothing holds the
+Submit (the login node): plan as a local run does, refuse node-local paths, submit the array, and
+only then choose the engine (the sample check) and write the work dir (plan, tokenizer copy) while
+Slurm schedules the array (Slurm 22.05 allocates on a 1-second tick): elements wait for the
+submission record, which comes last; a failure before it cancels the array. Then the finalize job;
+the command returns once Slurm has both. Nothing holds the
 output's lease meanwhile: the finalize job takes it to commit, as a local run does.
 On a node (`on_node`): the tokenizer is the work dir's copy (its xxh3-128 checked), every task first
 checks its sources' size and mtime, and the task holding a source's first piece hashes that source
@@ -26,7 +29,7 @@ from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.prepare import check_space, make_plan
+from storekit.pipeline.prepare import check_space, draft_plan, with_engine
 from storekit.pipeline.source_digests import hash_source, owned_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.workdir import WorkDir
@@ -71,7 +74,7 @@ def submit_prepare(
 ) -> SlurmPrepareOutcome:
     options.check()
     fs = InputFS(site)
-    plan, location, work, _ = make_plan(spec, site, fs)
+    plan, location, work = draft_plan(spec, site, fs)
     present = work if work.path.is_dir() else None
     existing = check_existing(location, plan.plan_id, force=force, work=present)
     outcome = SlurmPrepareOutcome(status="planned", plan=plan, location=location, work_dir=work.path)
@@ -92,15 +95,26 @@ def submit_prepare(
         config=config,
         limits=limits,
     )
+    forced = spec.tokenizer_engine == "tiktoken"  # it may refuse the tokenizer: before submitting
+    if dry_run or forced:
+        outcome.plan, _ = with_engine(spec, plan, fs)
     if dry_run:
         return outcome
     check_space(plan, location, work)
+
+    def write_work_dir() -> None:
+        # after the array's sbatch: the sample check and these writes run while Slurm schedules it
+        if not forced:
+            outcome.plan, _ = with_engine(spec, plan, fs)
+        meta = {"output": location.display, "tier": spec.tier, "force": force, "executor": EXECUTOR}
+        work.start(outcome.plan, fresh=force, meta=meta)
+        copy_tokenizer(outcome.plan, work.path)
+
     with work.leased():
         _refuse_if_queued(work)
-        meta = {"output": location.display, "tier": spec.tier, "force": force, "executor": EXECUTOR}
-        work.start(plan, fresh=force, meta=meta)
-        copy_tokenizer(plan, work.path)
-        outcome.submitted = submit(work, outcome.submit_plan, extra_args=extra_args)
+        outcome.submitted = submit(
+            work, outcome.submit_plan, extra_args=extra_args, before_record=write_work_dir
+        )
     outcome.status = "submitted"
     return outcome
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from storekit import faults
 from storekit.durable import write_file_atomic
+from storekit.errors import StorekitError
 from storekit.jobs.workdir import JobDir, Submission
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, ElementMap, limits_from_config, map_elements
@@ -124,15 +125,30 @@ def finalize_script(
     return render(finalize, fin_options)
 
 
-def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) -> Submitted:
+def submit(
+    work: JobDir,
+    plan: SubmitPlan,
+    *,
+    extra_args: Sequence[str] = (),
+    before_record: Callable[[], None] = lambda: None,
+) -> Submitted:
     """Write both scripts, submit the array, then finalize after it; each id is recorded as soon as
-    Slurm gave it, so a failure in between leaves a record `jobs rerun` can complete."""
+    Slurm gave it, so a failure in between leaves a record `jobs rerun` can complete.
+
+    `before_record` runs between the array's sbatch and its record: the work dir's last writes
+    (plan, tokenizer copy) overlap Slurm's scheduling of the array, whose elements wait for the
+    record before reading anything. If it fails the array is cancelled: nothing ran yet."""
     plan.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_file_atomic(plan.array_script_path, plan.array_script.encode(), mode=0o600)
     write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=0o600)
     env = job_environment(os.environ)
     array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
-    faults.point("slurm.array-not-recorded")  # Slurm may start elements before the record: they wait
+    try:
+        faults.point("slurm.array-not-recorded")  # Slurm may start elements before the record: they wait
+        before_record()
+    except BaseException as exc:
+        _cancel_unrecorded(array_id, exc)
+        raise
     em = plan.elements
     work.record_submission(
         Submission(
@@ -156,6 +172,17 @@ def submit(work: JobDir, plan: SubmitPlan, *, extra_args: Sequence[str] = ()) ->
     finalize_id = commands.submit(str(plan.finalize_script_path), after, env=env)
     _record_finalize(work, finalize_id, after=array_id, log_dir=plan.log_dir)
     return Submitted(array_job_id=array_id, finalize_job_id=finalize_id, plan=plan)
+
+
+def _cancel_unrecorded(array_id: str, cause: BaseException) -> None:
+    """scancel an array submitted but not recorded (its elements are still waiting for the record);
+    if that fails too, the hint of the error on its way up names the array to cancel by hand."""
+    try:
+        commands.cancel([array_id])
+    except StorekitError as exc:
+        if isinstance(cause, StorekitError):
+            more = f"cancel array {array_id} with scancel (it failed here: {exc.message})"
+            cause.hint = f"{cause.hint}; {more}" if cause.hint else more
 
 
 def submit_finalize(work: JobDir, script: str, log_dir: Path, *, extra_args: Sequence[str] = ()) -> str:
@@ -185,10 +212,14 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not _SECRET_VAR.search(k)}
 
 
-# sbatch gives the array id before the submitting command has written it to jobs.json, and Slurm may
-# start an element in between (a slow fsync on a shared file system, a busy login node): an element
-# that does not find its submission waits this long for it before giving up
+# sbatch gives the array id before the submitting command has written the plan's last parts and the
+# record to jobs.json (on purpose: they overlap Slurm's scheduling), and a slow fsync on a shared file
+# system or a busy login node can stretch that: an element that does not find its submission waits
+# this long for it before giving up. It looks every 20 ms at first (the record usually lands within
+# a fraction of a second, and every look it misses is the element's time lost), 1 % of the time
+# waited later, at most once a second.
 RECORD_WAIT_S = 60.0
+FIRST_LOOK_S, MAX_LOOK_S = 0.02, 1.0
 
 
 def element_tasks(
@@ -203,7 +234,8 @@ def element_tasks(
 ) -> list[int]:
     """The plan tasks array element `element` of submission `array_job_id` runs (from jobs.json);
     a submission not recorded yet is waited for, up to `wait_s` seconds."""
-    deadline, pause, waiting = clock() + wait_s, 0.05, False
+    started = clock()
+    deadline, waiting = started + wait_s, False
     while True:
         sub = next(
             (s for s in work.submissions() if s.executor == EXECUTOR and s.job_id == array_job_id), None
@@ -214,7 +246,8 @@ def element_tasks(
             if 0 <= element < len(sub.batches):
                 return list(sub.batches[element])
             break
-        if clock() >= deadline or not work.path.is_dir():
+        now = clock()
+        if now >= deadline or not work.path.is_dir():
             break
         if not waiting:
             waiting = True
@@ -223,10 +256,7 @@ def element_tasks(
                 f"command to record array {array_job_id} in {work.path}"
             )
         faults.point("slurm.element-awaits-record")
-        sleep(pause)
-        pause = min(1.0, pause * 2)
-    from storekit.errors import StorekitError
-
+        sleep(min(MAX_LOOK_S, max(FIRST_LOOK_S, (now - started) / 100)))
     raise StorekitError(
         f"array element {array_job_id}_{element} is not a submission of {work.path}",
         hint="the submitting command did not record it (was it killed?) or the work dir was replaced "

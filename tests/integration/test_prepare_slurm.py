@@ -252,6 +252,33 @@ def test_an_element_started_before_its_array_is_recorded_waits_for_the_record(
     assert (dataset / "manifest.json").is_file()
 
 
+def test_a_submitter_failing_after_the_arrays_sbatch_cancels_it_and_a_resubmission_completes(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """The submitter writes the plan after sbatch (it overlaps Slurm's scheduling); the disk filling
+    up right then (injected): exit 6 naming the work dir, the array cancelled, nothing recorded or
+    published; the same command again completes from the work dir left behind."""
+    cfg, corpus = make_site(tmp_path)
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
+                        "--slurm-tasks-per-element", "1000", "--slurm-wait")  # fmt: skip  # one element
+    failed = run_storekit(args, env={"STOREKIT_FAULTS": "jobs.plan-written=enospc"})
+    assert failed.returncode == 6, failed.stdout + failed.stderr
+    error = json.loads(failed.stdout)["error"]
+    assert "storekit-prepare-web-v1" in error["message"], error
+    logs = cfg.parent / "storage" / "logs"
+    jobs = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=30)
+    ours = [line for line in jobs.stdout.splitlines() if f"StdOut={logs}" in line]
+    assert len(ours) == 1 and "JobState=CANCELLED" in ours[0], ours  # the array; no finalize job
+    work = next((cfg.parent / "storage" / "scratch").glob("storekit-prepare-web-v1-*"))
+    assert not (work / "jobs.json").exists() and not (work / "job.json").exists()
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    assert not dataset.exists()
+    again = run_storekit(args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["status"] == "prepared"
+    assert (dataset / "manifest.json").is_file() and not work.exists()
+
+
 def test_rerun_with_every_task_done_waits_for_a_live_finalize_else_submits_a_lone_one(
     slurm_cluster: None, tmp_path: Path
 ) -> None:
