@@ -28,6 +28,7 @@ from storekit.jobs.workdir import JobDir, Submission
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, ElementMap, limits_from_config, map_elements
 from storekit.slurm.script import JobScript, SlurmOptions, render
+from storekit.slurm.wait import look_interval
 
 EXECUTOR = "slurm"
 _SECRET_VAR = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|_KEY$|_KEY_ID$)", re.IGNORECASE)
@@ -215,11 +216,9 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
 # sbatch gives the array id before the submitting command has written the plan's last parts and the
 # record to jobs.json (on purpose: they overlap Slurm's scheduling), and a slow fsync on a shared file
 # system or a busy login node can stretch that: an element that does not find its submission waits
-# this long for it before giving up. It looks every 20 ms at first (the record usually lands within
-# a fraction of a second, and every look it misses is the element's time lost), 1 % of the time
-# waited later, at most once a second.
+# this long for it before giving up, looking as `--slurm-wait` looks for the end (every 20 ms at
+# first: the record usually lands within a fraction of a second, and a look missed is time lost)
 RECORD_WAIT_S = 60.0
-FIRST_LOOK_S, MAX_LOOK_S = 0.02, 1.0
 
 
 def element_tasks(
@@ -253,10 +252,11 @@ def element_tasks(
             waiting = True
             say(
                 f"element {array_job_id}_{element}: waiting up to {wait_s:.0f} s for the submitting "
-                f"command to record array {array_job_id} in {work.path}"
+                f"command to record array {array_job_id} in {work.path} (it writes the plan after "
+                "sbatch)"
             )
         faults.point("slurm.element-awaits-record")
-        sleep(min(MAX_LOOK_S, max(FIRST_LOOK_S, (now - started) / 100)))
+        sleep(look_interval(now - started))
     raise StorekitError(
         f"array element {array_job_id}_{element} is not a submission of {work.path}",
         hint="the submitting command did not record it (was it killed?) or the work dir was replaced "

@@ -247,7 +247,7 @@ def test_an_element_started_before_its_array_is_recorded_waits_for_the_record(
     slurm = json.loads(out)["slurm"]
     wait_gone([slurm["array_job_id"], slurm["finalize_job_id"]])
     log = (Path(slurm["log_dir"]) / f"{slurm['array_job_id']}_0.out").read_text()
-    assert "waiting up to 60 s for the submitting command" in log and "tasks to run" in log, log
+    assert "waiting up to 60 s for the submitting command to record" in log and "tasks to run" in log, log
     dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
     assert (dataset / "manifest.json").is_file()
 
