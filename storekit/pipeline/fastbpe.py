@@ -25,7 +25,9 @@ import contextlib
 import copy
 import itertools
 import json
+import os
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -382,7 +384,20 @@ def _remember_proof(key: str | None) -> None:
         write_file_atomic(path, b"whole tokens come out of their own merges\n")
 
 
-_CORES: dict[int, tuple[Compiled, Any]] = {}  # id(compiled) -> (compiled, tiktoken core): one per process
+# id(compiled) -> (compiled, its tiktoken cores: one per thread). tiktoken's regexes give the first
+# thread that uses them a lock-free path and every other thread a locked one: a core the sample check
+# (its own thread) used first encoded ~8 % slower in the task threads and in forked workers, which
+# inherit it (benchmarks/RESULTS.md). A core costs ~35 ms and ~14 MB for 65k tokens, freed with its
+# thread; a forked child drops what it inherited.
+_CORES: dict[int, tuple[Compiled, threading.local]] = {}
+
+
+def _forget_cores() -> None:
+    _CORES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_cores)
+
 # Ids come back through tiktoken's buffer API (uint32s, no Python int per token: ~15 % less time per
 # document than a list made into an array). That API goes through the core's special-token search;
 # with no special token at all that search matches the empty string at every character, so the core
@@ -392,20 +407,22 @@ _NONE_ALLOWED: frozenset[str] = frozenset()
 
 
 def _core_for(compiled: Compiled) -> Any:
-    """tiktoken's CoreBPE for `compiled`, built once per process (~0.2 s per 100k tokens) and shared by
-    threads (it is immutable and releases the GIL while it encodes)."""
+    """tiktoken's CoreBPE for `compiled`, built once per thread that encodes (it releases the GIL
+    while it encodes, so threads of one process run at once)."""
     entry = _CORES.get(id(compiled))
     if entry is None or entry[0] is not compiled:
+        entry = _CORES[id(compiled)] = (compiled, threading.local())
+    core = getattr(entry[1], "core", None)
+    if core is None:
         import tiktoken
 
-        core = tiktoken.Encoding(
+        core = entry[1].core = tiktoken.Encoding(
             "storekit-compiled",
             pat_str=compiled.pattern,
             mergeable_ranks=compiled.ranks,
             special_tokens={_SENTINEL: len(compiled.ranks) + len(compiled.added)},
         )._core_bpe
-        entry = _CORES[id(compiled)] = (compiled, core)
-    return entry[1]
+    return core
 
 
 def _normalizer(names: Sequence[str]) -> Any:
@@ -425,8 +442,7 @@ class FastBPE:
     so a process whose documents never need it never pays its load (~0.1 s for a 65k vocabulary)."""
 
     def __init__(self, compiled: Compiled, load_hf: Callable[[], Any], *, special_as_text: bool) -> None:
-        self.compiled = compiled
-        self.core = _core_for(compiled)
+        self.compiled = compiled  # its tiktoken core is made by the first encode in each thread
         self.load_hf = load_hf
         self.normalizer = _normalizer(compiled.normalizers)
         raw = [(t.content, t) for t in compiled.added if not t.normalized]
@@ -460,7 +476,7 @@ class FastBPE:
             return np.array(self.load_hf().encode(text, add_special_tokens=False).ids, dtype=np.uint32)
 
     def _encode(self, text: str, inert: bool) -> np.ndarray:
-        encode = self.core.encode_to_tiktoken_buffer
+        encode = _core_for(self.compiled).encode_to_tiktoken_buffer  # this thread's core
         parts: list[np.ndarray] = []
         for token_id, piece in self.raw_split.split(text):
             if token_id is not None:
