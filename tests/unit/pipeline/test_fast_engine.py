@@ -252,3 +252,43 @@ def test_the_sample_stays_near_its_budget_and_draws_from_every_source(tmp_path: 
     assert {where().rsplit(":", 1)[0] for _, where in docs} >= {
         str(tmp_path / "in" / f"{n}.jsonl") for n in "abc"
     }
+
+
+def test_each_thread_and_each_forked_child_encodes_with_its_own_core(tmp_path: Path) -> None:
+    """tiktoken's regexes run lock-free only for the first thread that used them, so the encoder
+    gives every thread its own core (none shared with the sample check's thread, none inherited by
+    a forked worker), and the ids stay the same in all of them."""
+    import os
+    import threading
+
+    from storekit.pipeline import fastbpe
+
+    hf, fast = engines_for("bundled-65k", tmp_path)
+    texts = HARD_CASES[:20] + code_texts()[:5]
+    seen: dict[str, list[Any]] = {}
+
+    def encode_in_thread(name: str) -> None:
+        assert_identical(hf, fast, texts)
+        seen[name] = [fastbpe._core_for(fast.compiled), fastbpe._core_for(fast.compiled)]
+
+    for name in ("a", "b"):
+        worker = threading.Thread(target=encode_in_thread, args=(name,))
+        worker.start()
+        worker.join()
+    encode_in_thread("main")
+    cores = {name: pair[0] for name, pair in seen.items()}
+    assert all(pair[0] is pair[1] for pair in seen.values())  # one per thread, kept
+    assert len({id(core) for core in cores.values()}) == 3  # threads do not share one
+    plain = "def area(r):\n    return 3.14159 * r ** 2  # ASCII: no document the fast engine hands over"
+    expected = hf.encode(plain, add_special_tokens=False).ids  # the child touches no `tokenizers` pool
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: what it inherited is dropped, its core is new and encodes the same
+        ok = fastbpe._core_for(fast.compiled) is not cores["main"] and fast.encode(plain) == expected
+        os.write(write, b"ok" if ok else b"no")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.waitpid(pid, 0)
+    assert answer == b"ok"
+    assert fastbpe._core_for(fast.compiled) is cores["main"]  # the parent's is untouched
