@@ -216,7 +216,7 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
 # sbatch gives the array id before the submitting command has written the plan's last parts and the
 # record to jobs.json (on purpose: they overlap Slurm's scheduling), and a slow fsync on a shared file
 # system or a busy login node can stretch that: an element that does not find its submission waits
-# this long for it before giving up, looking as `--slurm-wait` looks for the end (every 20 ms at
+# this long for it before giving up, looking as `--slurm-wait` looks for the end (every 10 ms at
 # first: the record usually lands within a fraction of a second, and a look missed is time lost)
 RECORD_WAIT_S = 60.0
 

@@ -98,7 +98,7 @@ def test_an_element_started_before_its_array_is_recorded_waits_for_the_record(tm
     t = FakeTime(submitter_records)
     said: list[str] = []
     assert element_tasks(work, "77", 1, say=said.append, clock=t.clock, sleep=t.sleep) == [4, 5]
-    assert t.sleeps == [0.02, 0.02, 0.02]  # looking often at first: the record is usually close; told once
+    assert t.sleeps == [0.01, 0.01, 0.01]  # looking often at first: the record is usually close; told once
     assert len(said) == 1 and "waiting up to 60 s" in said[0] and "array 77" in said[0]
 
 
@@ -107,9 +107,9 @@ def test_an_element_whose_array_is_never_recorded_gives_up_after_the_wait(tmp_pa
     work.create()
     t = FakeTime()
     with pytest.raises(StorekitError, match="not a submission") as err:
-        element_tasks(work, "77", 0, wait_s=300, clock=t.clock, sleep=t.sleep)
-    assert 300 <= t.now <= 301 and max(t.sleeps) == 1.0  # at most a second between looks
-    assert t.sleeps == sorted(t.sleeps) and len(t.sleeps) < 1000  # slowing down: 15,000 at a steady 20 ms
+        element_tasks(work, "77", 0, wait_s=600, clock=t.clock, sleep=t.sleep)
+    assert 600 <= t.now <= 601 and max(t.sleeps) == 1.0  # at most a second between looks
+    assert t.sleeps == sorted(t.sleeps) and len(t.sleeps) < 2500  # slowing down: 30,000 at a steady 10 ms
     assert "did not record it" in (err.value.hint or "")
 
 

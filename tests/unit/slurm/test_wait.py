@@ -45,13 +45,13 @@ def row(job: str, reason: str = "None") -> QueuedJob:
 
 def test_it_returns_at_the_first_look_after_the_work_dir_is_gone(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
-    cluster = Cluster(tmp_path / "work", remove_after_looks=80, queue=[[row("7"), row("8")]])
+    cluster = Cluster(tmp_path / "work", remove_after_looks=160, queue=[[row("7"), row("8")]])
     waited = wait_for_jobs(tmp_path / "work", ["7", "8"], clock=cluster.clock, sleep=cluster.sleep,
                            queued=cluster.queued)  # fmt: skip
-    assert waited.finished and cluster.looks == 80
+    assert waited.finished and cluster.looks == 160
     assert abs(waited.seconds - sum(cluster.slept)) < 1e-9
-    assert max(cluster.slept) <= 0.02 + 1e-9  # the first seconds are looked at every 20 ms
-    assert cluster.asked == 1  # in 1.6 s, Slurm was asked once (at 1 s), the work dir looked at 80 times
+    assert max(cluster.slept) <= 0.01 + 1e-9  # the first seconds are looked at every 10 ms
+    assert cluster.asked == 1  # in 1.6 s, Slurm was asked once (at 1 s), the work dir looked at 160 times
 
 
 def test_jobs_gone_with_the_work_dir_still_there_is_an_end_without_publishing(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_jobs_gone_with_the_work_dir_still_there_is_an_end_without_publishing(tm
 
 
 def test_the_intervals_grow_with_the_time_waited_and_stay_bounded() -> None:
-    assert look_interval(0) == 0.02 and look_interval(10) == 0.1 and look_interval(3600) == 1.0
+    assert look_interval(0) == 0.01 and look_interval(10) == 0.025 and look_interval(3600) == 1.0
     assert ask_interval(0) == 1.0 and ask_interval(100) == 5.0 and ask_interval(3600) == 30.0
 
 
