@@ -52,8 +52,21 @@ class CachedRanks:
 _ADDED_FIELDS = ("content", "id", "special", "single_word", "lstrip", "rstrip", "normalized")
 
 
+@cache
 def tokenizers_version() -> str:
-    """The `tokenizers` that read the added tokens: another version may read a file differently."""
+    """The `tokenizers` that read the added tokens: another version may read a file differently.
+
+    Read from its dist-info beside the package where there is exactly one: importing it only for
+    its version costs a process that never loads a tokenizer (a Slurm element) ~15 ms."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tokenizers")
+    if spec is not None and spec.origin:
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        with contextlib.suppress(OSError):
+            found = [n for n in os.listdir(site) if n.startswith("tokenizers-") and n.endswith(".dist-info")]
+            if len(found) == 1:
+                return found[0][len("tokenizers-") : -len(".dist-info")]
     import tokenizers
 
     return str(tokenizers.__version__)

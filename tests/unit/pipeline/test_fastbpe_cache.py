@@ -139,3 +139,19 @@ def test_rank_of_a_symbol_outside_the_byte_alphabet_is_refused() -> None:
     doc["model"]["merges"].append(["a", " "])
     with pytest.raises(NotCompilable, match="'a ' is not made of byte-level symbols"):
         fastbpe._model_ranks(doc)
+
+
+def test_the_tokenizers_version_in_the_key_is_read_without_importing_it() -> None:
+    """A Slurm element that finds its tokenizer compiled never imports `tokenizers` (~15 ms): the
+    version in the cache key comes from its dist-info, and is the one the package reports."""
+    import subprocess
+    import sys
+
+    import tokenizers
+
+    code = (
+        "import sys; from storekit.pipeline.fastbpe_cache import tokenizers_version as v; "
+        "print(v(), 'tokenizers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [tokenizers.__version__, "False"]
