@@ -34,7 +34,7 @@ from storekit.pipeline.plan import PrepPlan, plan_tasks
 from storekit.pipeline.source_digests import source_entry
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
-from storekit.pipeline.tokenizer import resolve_tokenizer
+from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
 from storekit.pipeline.workdir import WorkDir
 from storekit.units import format_bytes as format_size
 
@@ -88,6 +88,7 @@ def with_engine(spec: PipelineSpec, plan: PrepPlan, fs: InputFS) -> tuple[PrepPl
     """`plan` with its tokenizer engine chosen on a sample of the input (the sample check), and how
     long that took."""
     started = time.monotonic()
+    load_tokenizer(plan.tokenizer)  # checks what draft_plan read from tokenizer.json against the library
     chosen = choose_engine(
         spec.tokenizer_engine,
         plan.tokenizer,

@@ -151,7 +151,11 @@ def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any
     if key not in _LOADED:
         from tokenizers import Tokenizer
 
-        tokenizer = _LOADED.get(info.xxh3_128) or Tokenizer.from_str(read_planned(info))
+        tokenizer = _LOADED.get(info.xxh3_128)
+        if tokenizer is None:
+            tokenizer = _from_text(info.file, read_planned(info))
+            _confirm(info, tokenizer)
+            _LOADED[info.xxh3_128] = tokenizer
         if special_as_text:
             tokenizer = Tokenizer.from_str(tokenizer.to_str())
             tokenizer.encode_special_tokens = True
@@ -162,32 +166,122 @@ def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any
 def resolve_tokenizer(
     ref: str, *, eos: bool, bos: bool, eos_token: str | None = None, bos_token: str | None = None
 ) -> TokenizerInfo:
-    from tokenizers import Tokenizer
-
+    """What a plan needs to know of the tokenizer. Read from tokenizer.json itself (~20 ms) when its
+    model is one whose vocabulary is plain JSON: loading it into `tokenizers` takes ~0.1-0.25 s, and
+    a Slurm submission would otherwise wait for that before its sbatch. `load_tokenizer` checks these
+    facts against the library the first time it loads the tokenizer."""
     file, folder = locate(ref)
     try:
         text = read_tokenizer_json(file)
-        tokenizer = Tokenizer.from_str(text)
-    except (OSError, UnicodeDecodeError, ValueError, Exception) as exc:
+        doc = json.loads(text)
+        vocab: _Vocab = _JsonVocab.of(doc) or _LibraryVocab(_from_text(file, text))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
         raise InputError(f"tokenizer {file}: cannot be loaded ({exc})") from None
     config = _tokenizer_config(folder)
-    eos_tok, eos_id = _special(tokenizer, "eos", eos, eos_token, config, EOS_CANDIDATES)
-    bos_tok, bos_id = _special(tokenizer, "bos", bos, bos_token, config, BOS_CANDIDATES)
-    vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    eos_tok, eos_id = _special(vocab, "eos", eos, eos_token, config, EOS_CANDIDATES)
+    bos_tok, bos_id = _special(vocab, "bos", bos, bos_token, config, BOS_CANDIDATES)
+    size = vocab.size()
     digest = xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
-    _LOADED[digest] = tokenizer
+    if isinstance(vocab, _LibraryVocab):
+        _LOADED[digest] = vocab.tokenizer
     return TokenizerInfo(
         name=ref,
         file=str(Path(file).resolve()),
         xxh3_128=digest,
-        vocab_size=vocab,
+        vocab_size=size,
         eos_id=eos_id,
         bos_id=bos_id,
         eos_token=eos_tok,
         bos_token=bos_tok,
-        dtype="uint16" if vocab < UINT16_VOCAB_LIMIT else "int32",
-        splittable=is_splittable(json.loads(text)),
+        dtype="uint16" if size < UINT16_VOCAB_LIMIT else "int32",
+        splittable=is_splittable(doc),
     )
+
+
+class _Vocab:
+    def token_to_id(self, token: str) -> int | None:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+
+class _JsonVocab(_Vocab):
+    """The vocabulary as `tokenizers` builds it from tokenizer.json: added tokens take precedence over
+    the model's own, and the size counts distinct token strings of both (get_vocab_size(True))."""
+
+    def __init__(self, model: dict[str, int], added: dict[str, int]) -> None:
+        self.model, self.added = model, added
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> _JsonVocab | None:
+        """None (left to the library) for a model whose vocabulary is not a plain token list, or for
+        added tokens whose ids the library would not keep: it gives a token of the model's vocabulary
+        the model's id and a new one the next id after the vocabulary and the added tokens so far,
+        whatever id the file says."""
+        model = doc.get("model") or {}
+        kind, vocab = model.get("type"), model.get("vocab")
+        if kind in ("BPE", "WordPiece", "WordLevel") and isinstance(vocab, dict):
+            ids = {str(token): int(i) for token, i in vocab.items()}
+        elif kind == "Unigram" and isinstance(vocab, list):
+            ids = {str(entry[0]): i for i, entry in enumerate(vocab)}
+        else:
+            return None
+        added: dict[str, int] = {}
+        for token in doc.get("added_tokens") or []:
+            content, given = str(token["content"]), int(token["id"])
+            kept = ids.get(content)
+            if kept is None:
+                kept = max(len(ids), max(added.values(), default=-1) + 1)
+            if content in added or given != kept:
+                return None
+            added[content] = given
+        return cls(ids, added)
+
+    def token_to_id(self, token: str) -> int | None:
+        found = self.added.get(token)
+        return found if found is not None else self.model.get(token)
+
+    def size(self) -> int:
+        return len(self.model.keys() | self.added.keys())
+
+
+class _LibraryVocab(_Vocab):
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def token_to_id(self, token: str) -> int | None:
+        found = self.tokenizer.token_to_id(token)
+        return None if found is None else int(found)
+
+    def size(self) -> int:
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+def _from_text(file: str | Path, text: str) -> Any:
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as exc:  # the library raises plain Exception for a malformed tokenizer.json
+        raise InputError(f"tokenizer {file}: cannot be loaded ({exc})") from None
+
+
+def _confirm(info: TokenizerInfo, tokenizer: Any) -> None:
+    """The plan's vocabulary size and special-token ids are what the library itself says."""
+    said = {
+        "vocabulary size": (info.vocab_size, int(tokenizer.get_vocab_size(with_added_tokens=True))),
+        f"id of {info.eos_token!r}": (info.eos_id, info.eos_token and tokenizer.token_to_id(info.eos_token)),
+        f"id of {info.bos_token!r}": (info.bos_id, info.bos_token and tokenizer.token_to_id(info.bos_token)),
+    }
+    for what, (planned, library) in said.items():
+        if planned is not None and planned != library:
+            raise InputError(
+                f"tokenizer {info.file}: {what} read from tokenizer.json is {planned}, "
+                f"the tokenizers library says {library}",
+                hint="storekit reads this tokenizer.json's layout differently from the library: "
+                "please report it with the file",
+            )
 
 
 def _tokenizer_config(folder: Path | None) -> dict[str, Any]:
@@ -201,7 +295,7 @@ def _tokenizer_config(folder: Path | None) -> dict[str, Any]:
 
 
 def _special(
-    tokenizer: Any,
+    vocab: _Vocab,
     which: str,
     wanted: bool,
     explicit: str | None,
@@ -221,9 +315,9 @@ def _special(
             names.append(configured)
         names.extend(candidates)
     for name in names:
-        token_id = tokenizer.token_to_id(name)
+        token_id = vocab.token_to_id(name)
         if token_id is not None:
-            return name, int(token_id)
+            return name, token_id
     flag = f"--{which}-token"
     if explicit:
         raise ConfigError("<command line>", flag, f"token {explicit!r} is not in the tokenizer's vocabulary")
