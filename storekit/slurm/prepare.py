@@ -15,6 +15,7 @@ finalize` (storekit/pipeline/job.py): nothing is published unless every task is 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,11 +75,12 @@ def submit_prepare(
 ) -> SlurmPrepareOutcome:
     options.check()
     fs = InputFS(site)
+    probes = _ProbeCluster(options.partition)  # Slurm answers while the plan is drafted
     plan, location, work = draft_plan(spec, site, fs)
     present = work if work.path.is_dir() else None
     existing = check_existing(location, plan.plan_id, force=force, work=present)
     outcome = SlurmPrepareOutcome(status="planned", plan=plan, location=location, work_dir=work.path)
-    limits = _cluster(site, plan, location, work, options, outcome, dry_run)
+    limits = _cluster(site, plan, location, work, probes, outcome, dry_run)
     if existing is not None and not force:
         outcome.status, outcome.manifest = "unchanged", existing
         return outcome
@@ -147,14 +149,15 @@ def _cluster(
     plan: PrepPlan,
     location: DatasetLocation,
     work: WorkDir,
-    options: SlurmOptions,
+    probes: _ProbeCluster,
     outcome: SlurmPrepareOutcome,
     dry_run: bool,
 ) -> ClusterLimits:
     """The cluster's limits, after refusing node-local paths; a dry run without Slurm uses defaults."""
     try:
-        limits = limits_from_config(commands.show_config())
-        single_host = all_on_this_host(commands.node_addresses(options.partition))
+        config, addresses = probes.results()
+        limits = limits_from_config(config)
+        single_host = all_on_this_host(addresses)
     except UnreachableError as exc:
         if not dry_run:
             raise
@@ -167,6 +170,38 @@ def _cluster(
         paths.append(("output", str(out_local)))
     refuse_node_local(paths, site, single_host=single_host)
     return limits
+
+
+class _ProbeCluster:
+    """`scontrol show config` and the partition's node addresses, asked in two threads (a few ms
+    each, mostly waiting for the controller) while the plan is drafted: the array's sbatch, whose
+    scheduling tick every run waits for, comes that much sooner. Errors surface in results()."""
+
+    def __init__(self, partition: str | None) -> None:
+        self._answers: dict[str, Any] = {}
+        asks: dict[str, Callable[[], Any]] = {
+            "config": commands.show_config,
+            "addresses": lambda: commands.node_addresses(partition),
+        }
+        self._threads = [
+            threading.Thread(target=self._ask, args=(name, ask), daemon=True) for name, ask in asks.items()
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _ask(self, name: str, ask: Callable[[], Any]) -> None:
+        try:
+            self._answers[name] = ask()
+        except BaseException as exc:  # re-raised by results(), in this thread
+            self._answers[name] = exc
+
+    def results(self) -> tuple[dict[str, str], list[str]]:
+        for thread in self._threads:
+            thread.join()
+        for name in ("config", "addresses"):
+            if isinstance(self._answers[name], BaseException):
+                raise self._answers[name]
+        return self._answers["config"], self._answers["addresses"]
 
 
 def fs_local(url: str) -> bool:
