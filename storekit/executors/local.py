@@ -13,8 +13,6 @@ completion records behind. A failed task leaves a failure record (JobDir.record_
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import multiprocessing as mp
 import os
 import queue
 import signal
@@ -264,6 +262,8 @@ def _run_pool(
     log: str | None,
     skip: SkipFn | None,
 ) -> None:
+    import multiprocessing as mp  # forked workers only: a Slurm element (threads) never loads it
+
     job.setup_process()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
     tasks: Any = ctx.Queue()
@@ -345,6 +345,8 @@ def _rebuild_error(msg: tuple[Any, ...]) -> StorekitError:
 
 
 def _set_parent_death_signal() -> None:
+    import ctypes
+
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -11,10 +11,7 @@ from storekit import faults
 from storekit.config import SiteConfig, load_config
 from storekit.errors import StorekitError
 from storekit.executors.base import TaskRunner
-from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
-from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
-from storekit.pipeline.location import resolve_location
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.task import TaskRunner as PrepTaskRunner
 from storekit.pipeline.task import encoder_for
@@ -66,6 +63,10 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
     """Publish the dataset of a work dir whose tasks ran elsewhere (a Slurm array): under the output
     lease and the work dir's, every completion record checked, manifest last; then the work dir goes.
     Nothing is published while a task is not done."""
+    # here, not at import: of a Slurm array's elements only the last to finish finalizes
+    from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
+    from storekit.pipeline.finalize import finalize
+    from storekit.pipeline.location import resolve_location
     from storekit.pipeline.prepare import SourceHasher  # prepare imports this module
     from storekit.pipeline.source_digests import recorded_digests
 

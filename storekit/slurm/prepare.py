@@ -4,13 +4,14 @@ Submit (the login node): plan as a local run does, refuse node-local paths, subm
 only then choose the engine (the sample check) and write the work dir (plan, tokenizer copy) while
 Slurm schedules the array (Slurm 22.05 allocates on a 1-second tick): elements wait for the
 submission record, which comes last; a failure before it cancels the array. Then the finalize job;
-the command returns once Slurm has both. Nothing holds the
-output's lease meanwhile: the finalize job takes it to commit, as a local run does.
-On a node (`on_node`): the tokenizer is the work dir's copy (its xxh3-128 checked), every task first
-checks its sources' size and mtime, and the task holding a source's first piece hashes that source
-for the manifest (sources/NNNNNN.json): the digests are computed by the elements, not by re-reading
-the corpus in finalize (storekit/pipeline/source_digests.py). The finalize job is `storekit jobs
-finalize` (storekit/pipeline/job.py): nothing is published unless every task is done.
+the command returns once Slurm has both. Nothing holds the output's lease meanwhile: the finalize
+job takes it to commit, as a local run does.
+On a node (`on_node`, in storekit/slurm/prepare_node.py): the tokenizer is the work dir's copy (its
+xxh3-128 checked), every task first checks its sources' size and mtime, and the task holding a
+source's first piece hashes that source for the manifest (sources/NNNNNN.json): the digests are
+computed by the elements, not by re-reading the corpus in finalize
+(storekit/pipeline/source_digests.py). The finalize job is `storekit jobs finalize`
+(storekit/pipeline/job.py): nothing is published unless every task is done.
 """
 
 from __future__ import annotations
@@ -22,23 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig
-from storekit.errors import BusyError, Interrupted, StorekitError, UnreachableError
-from storekit.executors.base import Job, TaskRunner
+from storekit.errors import BusyError, Interrupted, UnreachableError
 from storekit.manifest import Manifest
 from storekit.pipeline.commit import check_existing
 from storekit.pipeline.inputs import InputFS
-from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.prepare import check_space, draft_plan, with_engine
-from storekit.pipeline.source_digests import hash_source, owned_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.workdir import WorkDir
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, limits_from_config
 from storekit.slurm.script import SlurmOptions
 from storekit.slurm.shared import all_on_this_host, refuse_node_local
-from storekit.slurm.staging import check_sources, copy_tokenizer, with_tokenizer_copy
+from storekit.slurm.staging import copy_tokenizer
 from storekit.slurm.submit import EXECUTOR, SubmitPlan, Submitted, plan_submission, submit
 
 
@@ -217,32 +215,3 @@ def _refuse_if_queued(work: WorkDir) -> None:
             f"{work.path} is already submitted: job {queued[0].array_job_id} is {queued[0].state.lower()}",
             hint=f"see `storekit jobs status {work.path}`; cancel it with scancel before submitting again",
         )
-
-
-# -- on a node ---------------------------------------------------------------------------------------
-
-
-def on_node(job: Job) -> Job:
-    """prepare's job as an element runs it: the tokenizer copy, sources checked and hashed."""
-    if not isinstance(job, PrepareJob):
-        raise StorekitError(f"not a prepare job: {job.kind}")
-    return _NodePrepareJob(with_tokenizer_copy(job.plan, job.work.path), job.work, job.site)
-
-
-class _NodePrepareJob(PrepareJob):
-    def runner(self, should_stop: Callable[[], bool]) -> TaskRunner:
-        return _CheckedRunner(super().runner(should_stop), self.plan, self.work, InputFS(self.site))
-
-
-class _CheckedRunner:
-    def __init__(self, inner: TaskRunner, plan: PrepPlan, work: WorkDir, fs: InputFS) -> None:
-        self.inner, self.plan, self.work, self.fs = inner, plan, work, fs
-
-    def run(self, index: int, progress: Any, done: Any) -> Any:
-        check_sources(self.plan, index, self.fs)
-        for source in owned_sources(self.plan, index):
-            hash_source(self.plan, source, self.work.path, self.fs)
-        return self.inner.run(index, progress, done)
-
-    def drain(self) -> None:
-        self.inner.drain()

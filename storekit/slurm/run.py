@@ -41,7 +41,7 @@ from storekit.slurm.submit import element_tasks
 FINISHED_ELSEWHERE = "the work dir is gone: every task was done and another element finalized the job"
 
 # kind -> adapter: what a kind checks on a node before its tasks run (prepare: tokenizer copy, sources)
-NODE_ADAPTERS: dict[str, str] = {"prepare": "storekit.slurm.prepare:on_node"}
+NODE_ADAPTERS: dict[str, str] = {"prepare": "storekit.slurm.prepare_node:on_node"}
 
 
 @dataclass(frozen=True)

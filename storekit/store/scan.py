@@ -26,12 +26,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from storekit import cbuild
 from storekit.errors import storage_errors
 
 SOURCE = Path(__file__).with_name("scan_dir.c")
 ABI = 3  # SK_SCAN_ABI in scan_dir.c
-CFLAGS = [*cbuild.CFLAGS, "-pthread"]
+EXTRA_CFLAGS = ["-pthread"]
 FIELDS = 5  # int64 columns: size, mtime_ns, ctime_ns, inode, mode
 BATCH = 4096  # entries per batch the walker hands over
 NAMES_BYTES = 1 << 20  # bytes of names per batch (a batch ends early when they fill up)
@@ -152,12 +151,17 @@ class NativeScan:
 @functools.cache
 def load() -> tuple[NativeScan | None, str]:
     """(the compiled helper, "") or (None, why not). Builds it when it is not cached yet."""
+    from storekit import cbuild  # compiler plumbing (subprocess, hashlib, platform): not at import
+
+    flags = [*cbuild.CFLAGS, *EXTRA_CFLAGS]
     return cbuild.load(
-        SOURCE, ABI, CFLAGS, lambda path: NativeScan(_open(path)), switch="STOREKIT_SCAN_NATIVE"
+        SOURCE, ABI, flags, lambda path: NativeScan(_open(path)), switch="STOREKIT_SCAN_NATIVE"
     )
 
 
 def _open(path: Path) -> Any:
+    from storekit import cbuild
+
     lib = cbuild.open_library(path, "sk_scan_abi", ABI, keep_gil=False)  # released while a tree is walked
     lib.sk_walk_open.restype = ctypes.c_void_p
     lib.sk_walk_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
