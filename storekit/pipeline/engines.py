@@ -189,7 +189,7 @@ def sample_documents(
     (default: sample_budget of the input)."""
     if budget is None:
         budget = sample_budget(plan.total_bytes)
-    from storekit.pipeline.encode import PIECE_CHARS
+    from storekit.pipeline.cuts import PIECE_CHARS
     from storekit.pipeline.readers import PieceReader
 
     pieces = [p for t in plan.tasks for p in t.pieces]

@@ -3,7 +3,7 @@
 A Python str costs up to 4 bytes per character (one emoji makes the whole string UCS-4), so a 48 MiB
 document would cost ~200 MB as one str on top of its bytes. Here the raw bytes stay as they are and
 are decoded in ~1 MiB chunks, twice: a first pass measures, hashes (the same xxh3-128 of the
-stripped text as `encode.stripped_hash`) and checks that the text decodes and can be cut; only then
+stripped text as `cuts.stripped_hash`) and checks that the text decodes and can be cut; only then
 does the second pass encode it piece by piece, so nothing is written for a document that is refused.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import orjson
 import xxhash
 
-from storekit.pipeline.encode import _SAFE_CUT, CUT_WINDOW, PIECE_CHARS, Unsplittable
+from storekit.pipeline.cuts import _SAFE_CUT, CUT_WINDOW, PIECE_CHARS, Unsplittable
 
 GIANT_BYTES = 4 << 20  # documents above this take the chunked path
 CHUNK_BYTES = 1 << 20

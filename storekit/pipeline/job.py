@@ -13,8 +13,6 @@ from storekit.errors import StorekitError
 from storekit.executors.base import TaskRunner
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.task import TaskRunner as PrepTaskRunner
-from storekit.pipeline.task import encoder_for
 from storekit.pipeline.workdir import KIND, WorkDir, read_plan
 
 
@@ -44,6 +42,9 @@ class PrepareJob:
         return 1 if self.plan.tokenizer.engine == "tiktoken" else 2
 
     def runner(self, should_stop: Callable[[], bool]) -> TaskRunner:
+        from storekit.pipeline.task import TaskRunner as PrepTaskRunner  # numpy: where tasks run
+        from storekit.pipeline.task import encoder_for
+
         fs, encoder = InputFS(self.site), encoder_for(self.plan)
         return PrepTaskRunner(
             self.plan, self.work, fs, encoder, background_commit=True, should_stop=should_stop

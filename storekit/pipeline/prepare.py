@@ -26,7 +26,6 @@ from storekit.manifest import Manifest
 from storekit.paths import join_rel
 from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
 from storekit.pipeline.engines import choose_engine, sample_documents
-from storekit.pipeline.finalize import finalize
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.location import DatasetLocation, resolve_location
@@ -186,6 +185,8 @@ def _run(
     executor: Executor,
 ) -> None:
     """Tasks then finalize, in a work dir whose lease this process holds; fills `outcome`."""
+    from storekit.pipeline.finalize import finalize  # numpy: not imported by planning (a Slurm submission)
+
     # what `jobs status DATASET` matches, and what `jobs finalize` needs beside the plan
     meta = {"output": location.display, "tier": spec.tier, "force": force}
     resumed = work.start(plan, fresh=force, meta=meta)  # --force rebuilds from scratch, finished tasks too

@@ -26,7 +26,8 @@ from storekit.errors import InputError
 from storekit.executors.base import Stopped
 from storekit.executors.local import peak_rss
 from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
-from storekit.pipeline.encode import Encoder, Unsplittable, stripped_hash
+from storekit.pipeline.cuts import Unsplittable, stripped_hash
+from storekit.pipeline.encode import Encoder
 from storekit.pipeline.giant import BadText, measure, pieces
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan

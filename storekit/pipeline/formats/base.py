@@ -10,11 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from storekit.config import mask_url
-from storekit.pipeline.giant import GiantText
 from storekit.pipeline.inputs import InputFS
+
+if TYPE_CHECKING:
+    from storekit.pipeline.giant import GiantText
 
 # why a record is not a document (counted, and named in --on-error fail messages)
 MALFORMED = "malformed_json"

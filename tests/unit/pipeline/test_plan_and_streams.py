@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from storekit.pipeline import streams
-from storekit.pipeline.encode import Unsplittable, split_for_encoding
+from storekit.pipeline.cuts import Unsplittable, split_for_encoding
 from storekit.pipeline.formats import FORMATS
 from storekit.pipeline.formats.jsonl import MAX_COMPRESSED_SPLITS
 from storekit.pipeline.plan import choose_task_bytes, plan_tasks
@@ -199,7 +199,7 @@ def test_pieces_encode_exactly_like_the_whole_document() -> None:
 def test_stripped_hash_of_long_text_equals_the_plain_one() -> None:
     import xxhash
 
-    from storekit.pipeline.encode import stripped_hash
+    from storekit.pipeline.cuts import stripped_hash
 
     body = "\u00a0 \n" + ("naïve text 😀 " * 200_000) + " \t\n\u3000"
     assert len(body) > 1 << 20
