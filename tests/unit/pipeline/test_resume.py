@@ -138,7 +138,7 @@ def test_a_stop_signal_while_finalizing_is_reported_and_resumable(
 ) -> None:
     """A signal after the last task (the shards being written) is an interruption like any other:
     exit 130 with the message and the JSON error, no dataset, and the rerun finishes it."""
-    import storekit.pipeline.prepare as prepare_module
+    import storekit.pipeline.finalize as finalize_module  # prepare imports it when it finalizes
 
     def stopped(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # what the SIGTERM/SIGUSR1 handlers raise
@@ -146,7 +146,7 @@ def test_a_stop_signal_while_finalizing_is_reported_and_resumable(
     monkeypatch.chdir(corpus)
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(prepare_module, "finalize", stopped)
+            patch.setattr(finalize_module, "finalize", stopped)
             res = run_cli([*ARGS, "--task-size", "16KiB"], capsys)
         assert res.code == 130, res.stderr
         assert "error: interrupted" in res.stderr and "rerun" in res.stderr
