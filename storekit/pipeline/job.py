@@ -35,6 +35,8 @@ class PrepareJob:
         # each thread encodes in itself: no tokenizer thread pool on top
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         os.environ["RAYON_NUM_THREADS"] = "1"
+        # the task code (numpy) before the local executor forks: its workers inherit it loaded
+        import storekit.pipeline.task  # noqa: F401
 
     def threads_per_process(self) -> int:
         # the fast engine leaves ~22 % of a task's CPU in Python (splitting, normalising, ids to

@@ -166,7 +166,7 @@ def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any
 def resolve_tokenizer(
     ref: str, *, eos: bool, bos: bool, eos_token: str | None = None, bos_token: str | None = None
 ) -> TokenizerInfo:
-    """What a plan needs to know of the tokenizer. Read from tokenizer.json itself (~20 ms) when its
+    """What a plan needs to know of the tokenizer. Read from tokenizer.json itself (~30 ms) when its
     model is one whose vocabulary is plain JSON: loading it into `tokenizers` takes ~0.1-0.25 s, and
     a Slurm submission would otherwise wait for that before its sbatch. `load_tokenizer` checks these
     facts against the library the first time it loads the tokenizer."""
@@ -175,8 +175,8 @@ def resolve_tokenizer(
         text = read_tokenizer_json(file)
         doc = json.loads(text)
         vocab: _Vocab = _JsonVocab.of(doc) or _LibraryVocab(_from_text(file, text))
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
-        raise InputError(f"tokenizer {file}: cannot be loaded ({exc})") from None
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise InputError(f"tokenizer {file}: cannot be loaded ({type(exc).__name__}: {exc})") from None
     config = _tokenizer_config(folder)
     eos_tok, eos_id = _special(vocab, "eos", eos, eos_token, config, EOS_CANDIDATES)
     bos_tok, bos_id = _special(vocab, "bos", bos, bos_token, config, BOS_CANDIDATES)

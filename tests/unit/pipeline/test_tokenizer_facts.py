@@ -127,3 +127,11 @@ print(len(plan.tasks), plan.tokenizer.vocab_size, "numpy" in sys.modules, "token
     tasks, vocab, numpy, tokenizers = out.stdout.split()
     assert int(tasks) > 1 and vocab == "65000"
     assert (numpy, tokenizers) == ("False", "False")
+
+
+def test_a_malformed_vocabulary_is_one_input_error(tmp_path: Path) -> None:
+    doc = tokfiles.bundled_doc()
+    doc["added_tokens"] = [{"id": 65000}]  # no content
+    path = tokfiles.write(doc, tmp_path / "tokenizer.json")
+    with pytest.raises(InputError, match=r"tokenizer .*tokenizer\.json: cannot be loaded \(KeyError"):
+        resolve_tokenizer(str(path), eos=True, bos=False)
