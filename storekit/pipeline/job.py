@@ -70,7 +70,7 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
     from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
     from storekit.pipeline.finalize import finalize
     from storekit.pipeline.location import resolve_location
-    from storekit.pipeline.prepare import SourceHasher  # prepare imports this module
+    from storekit.pipeline.prepare import hash_sources  # prepare imports this module
     from storekit.pipeline.source_digests import recorded_digests
 
     plan, work = job.plan, job.work
@@ -93,8 +93,7 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
                     plan, work, location, force=force, source_digests=lambda: recorded, lease=lease
                 )
             else:
-                digests = SourceHasher(plan, InputFS(job.site))
-                digests.start()
+                digests = hash_sources(plan, InputFS(job.site))
                 manifest = finalize(
                     plan, work, location, force=force, source_digests=digests.result, lease=lease
                 )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit import faults
+from storekit.background import Background
 from storekit.config import SiteConfig
 from storekit.diskspace import free_bytes, nearest_existing
 from storekit.errors import NoSpaceError, StorekitError, UsageError
@@ -195,8 +195,7 @@ def _run(
     outcome.tasks_resumed = len(done)
     if resumed:
         progress.info(f"resuming: {len(done)} of {len(plan.tasks)} tasks already done in {work.path}")
-    digests = SourceHasher(plan, fs)
-    digests.start()
+    digests = hash_sources(plan, fs)
     progress.start(sum(plan.tasks[i].est_bytes for i in todo), len(plan.tasks), len(done))
     workers = spec.workers or default_workers()
     t0 = time.monotonic()
@@ -271,25 +270,6 @@ def _device_and_free(path: Path) -> tuple[int, int | None]:
     return os.stat(probe).st_dev, free_bytes(probe)
 
 
-class SourceHasher(threading.Thread):
+def hash_sources(plan: PrepPlan, fs: InputFS) -> Background[list[dict[str, Any]]]:
     """xxh3-128 of every source file for the manifest, computed while the workers tokenize."""
-
-    def __init__(self, plan: PrepPlan, fs: InputFS) -> None:
-        super().__init__(daemon=True, name="storekit-source-hash")
-        self.plan = plan
-        self.fs = fs
-        self._entries: list[dict[str, Any]] | None = None
-        self._error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._entries = [source_entry(src, self.fs) for src in self.plan.sources]
-        except BaseException as exc:  # re-raised in the main thread by result()
-            self._error = exc
-
-    def result(self) -> list[dict[str, Any]]:
-        self.join()
-        if self._error is not None:
-            raise self._error
-        assert self._entries is not None
-        return self._entries
+    return Background(lambda: [source_entry(src, fs) for src in plan.sources], "storekit-source-hash")

@@ -16,12 +16,11 @@ computed by the elements, not by re-reading the corpus in finalize
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from storekit.background import Background
 from storekit.config import SiteConfig
 from storekit.errors import BusyError, Interrupted, UnreachableError
 from storekit.manifest import Manifest
@@ -73,7 +72,7 @@ def submit_prepare(
 ) -> SlurmPrepareOutcome:
     options.check()
     fs = InputFS(site)
-    probes = _ProbeCluster(options.partition)  # Slurm answers while the plan is drafted
+    probes = _probe_cluster(options.partition)  # Slurm answers while the plan is drafted
     plan, location, work = draft_plan(spec, site, fs)
     present = work if work.path.is_dir() else None
     existing = check_existing(location, plan.plan_id, force=force, work=present)
@@ -147,13 +146,13 @@ def _cluster(
     plan: PrepPlan,
     location: DatasetLocation,
     work: WorkDir,
-    probes: _ProbeCluster,
+    probes: Callable[[], tuple[dict[str, str], list[str]]],
     outcome: SlurmPrepareOutcome,
     dry_run: bool,
 ) -> ClusterLimits:
     """The cluster's limits, after refusing node-local paths; a dry run without Slurm uses defaults."""
     try:
-        config, addresses = probes.results()
+        config, addresses = probes()
         limits = limits_from_config(config)
         single_host = all_on_this_host(addresses)
     except UnreachableError as exc:
@@ -170,36 +169,14 @@ def _cluster(
     return limits
 
 
-class _ProbeCluster:
-    """`scontrol show config` and the partition's node addresses, asked in two threads (a few ms
+def _probe_cluster(partition: str | None) -> Callable[[], tuple[dict[str, str], list[str]]]:
+    """`scontrol show config` and the partition's node addresses, asked in the background (a few ms
     each, mostly waiting for the controller) while the plan is drafted: the array's sbatch, whose
-    scheduling tick every run waits for, comes that much sooner. Errors surface in results()."""
-
-    def __init__(self, partition: str | None) -> None:
-        self._answers: dict[str, Any] = {}
-        asks: dict[str, Callable[[], Any]] = {
-            "config": commands.show_config,
-            "addresses": lambda: commands.node_addresses(partition),
-        }
-        self._threads = [
-            threading.Thread(target=self._ask, args=(name, ask), daemon=True) for name, ask in asks.items()
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _ask(self, name: str, ask: Callable[[], Any]) -> None:
-        try:
-            self._answers[name] = ask()
-        except BaseException as exc:  # re-raised by results(), in this thread
-            self._answers[name] = exc
-
-    def results(self) -> tuple[dict[str, str], list[str]]:
-        for thread in self._threads:
-            thread.join()
-        for name in ("config", "addresses"):
-            if isinstance(self._answers[name], BaseException):
-                raise self._answers[name]
-        return self._answers["config"], self._answers["addresses"]
+    scheduling tick every run waits for, comes that much sooner. The returned call waits for both
+    answers and raises what either raised."""
+    config = Background(commands.show_config, "storekit-slurm-config")
+    addresses = Background(lambda: commands.node_addresses(partition), "storekit-slurm-nodes")
+    return lambda: (config.result(), addresses.result())
 
 
 def fs_local(url: str) -> bool:
