@@ -268,7 +268,14 @@ def test_a_submitter_failing_after_the_arrays_sbatch_cancels_it_and_a_resubmissi
     logs = cfg.parent / "storage" / "logs"
     jobs = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=30)
     ours = [line for line in jobs.stdout.splitlines() if f"StdOut={logs}" in line]
-    assert len(ours) == 1 and "JobState=CANCELLED" in ours[0], ours  # the array; no finalize job
+    assert len(ours) == 1, ours  # the array; no finalize job
+    array = ours[0].split("ArrayJobId=", 1)[1].split()[0]
+    # an element Slurm had already started shows COMPLETING until its processes are gone
+    wait_gone([array])
+    final = subprocess.run(
+        ["scontrol", "-o", "show", "job", array], capture_output=True, text=True, timeout=30
+    )
+    assert "JobState=CANCELLED" in final.stdout, final.stdout
     work = next((cfg.parent / "storage" / "scratch").glob("storekit-prepare-web-v1-*"))
     assert not (work / "jobs.json").exists() and not (work / "job.json").exists()
     dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
