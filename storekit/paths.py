@@ -40,11 +40,3 @@ def resolves_outside(path: str, root: str) -> str | None:
 
 def join_rel(*parts: str) -> str:
     return clean_rel(posixpath.join(*[p for p in parts if p]))
-
-
-def parent_rel(rel: str) -> str:
-    return posixpath.dirname(clean_rel(rel))
-
-
-def base_name(rel: str) -> str:
-    return posixpath.basename(clean_rel(rel))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -277,7 +277,3 @@ def _check_relations(spec: PipelineSpec, origin: Mapping[str, str]) -> None:
     if spec.text_key in spec.keep_fields:
         file, key = where(origin.get("keep_fields", spec.source), "keep_fields")
         raise ConfigError(file, key, f"{spec.text_key!r} is the text field; it is already in the shards")
-
-
-def with_overrides(spec: PipelineSpec, **changes: Any) -> PipelineSpec:
-    return replace(spec, **changes)

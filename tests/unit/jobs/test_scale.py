@@ -16,7 +16,6 @@ from tests.conftest import IN_CI, REPO
 def test_metadata_operations_per_task_do_not_grow_with_the_task_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("storekit.jobs.run", reason="the job layer (wt/joblayer) is not on this branch yet")
     if shutil.which("strace") is None:
         if IN_CI:
             pytest.fail("strace is required in CI (scripts/test.sh installs it)")
