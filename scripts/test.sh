@@ -4,7 +4,10 @@
 #
 #   bash scripts/test.sh                 everything
 #   bash scripts/test.sh -k s3 -x        extra arguments go to pytest
-#   bash scripts/test.sh --lint-only     ruff + mypy only          --no-lint   tests only
+#   bash scripts/test.sh --lint-only     ruff + mypy + lint-imports only     --no-lint   tests only
+#   bash scripts/test.sh --fast          the inner loop: ruff, then the unit and conformance tests that
+#                                        need no service and are not marked slow, on every core
+#                                        (pytest-xdist); no Debian packages, no services, no mypy
 #
 # Steps: (1) as root with apt, install the Debian packages that are missing; (2) create .venv and
 # `pip install -e '.[dev]'` (again only when pyproject.toml changed); (3) start Slurm and Ceph with
@@ -41,10 +44,12 @@ phase_done() { PHASES+=("$(printf '%-22s %6ss' "$1" "$(elapsed)")"); }
 
 LINT=1
 TESTS=1
+FAST=0
 PYTEST_ARGS=()
 for a in "$@"; do
   case $a in
   --lint-only) TESTS=0 ;;
+  --fast) FAST=1 ;;
   --no-lint) LINT=0 ;;
   -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
   *) PYTEST_ARGS+=("$a") ;;
@@ -86,7 +91,9 @@ trap 'log "interrupted"; exit 130' INT
 trap 'log "terminated"; exit 143' TERM
 
 # ------------------------------------------------------------------ 1. Debian packages
-if [ $IS_ROOT = 1 ] && [ $HAS_APT = 1 ]; then
+if [ $FAST = 1 ]; then
+  log "--fast: not checking Debian packages (no service is started)"
+elif [ $IS_ROOT = 1 ] && [ $HAS_APT = 1 ]; then
   missing=()
   for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
@@ -157,8 +164,8 @@ CEPH_DIR=$(realpath -m "${STOREKIT_CEPH_DIR:-$REPO/.services/ceph}")
 SERVICES_STARTED_AT=$(elapsed)
 
 SLURM_NOTE=""
-if [ $TESTS = 0 ]; then
-  SLURM_NOTE="not needed (--lint-only)"
+if [ $TESTS = 0 ] || [ $FAST = 1 ]; then
+  SLURM_NOTE="not needed (--lint-only or --fast)"
 elif [ "${STOREKIT_TEST_SLURM:-}" = 1 ]; then
   SLURM_NOTE="given by STOREKIT_TEST_SLURM=1 (SLURM_CONF=${SLURM_CONF:-default})"
 elif [ "$MODE" != always ] && ours_alive "$SLURM_DIR/pids/slurmctld.pid" /usr/sbin/slurmctld &&
@@ -180,8 +187,8 @@ fi
 
 CEPH_NOTE=""
 DEFAULT_ENDPOINT=http://127.0.0.1:${RGW_PORT:-7480}
-if [ $TESTS = 0 ]; then
-  CEPH_NOTE="not needed (--lint-only)"
+if [ $TESTS = 0 ] || [ $FAST = 1 ]; then
+  CEPH_NOTE="not needed (--lint-only or --fast)"
 elif [ -n "${STOREKIT_TEST_S3_ENDPOINT:-}" ]; then
   CEPH_NOTE="given by STOREKIT_TEST_S3_ENDPOINT=$STOREKIT_TEST_S3_ENDPOINT"
 elif [ "$MODE" != always ] && [ -f "$CEPH_DIR/s3.env" ] &&
@@ -206,13 +213,18 @@ fi
 
 # ------------------------------------------------------------------ 4. lint and types
 FAILED=()
-if [ $LINT = 1 ]; then
+if [ $FAST = 1 ] && [ $LINT = 1 ]; then
+  log "ruff check"
+  ruff check --no-cache . || FAILED+=("ruff check")
+elif [ $LINT = 1 ]; then
   log "ruff check"
   ruff check --no-cache . || FAILED+=("ruff check")
   log "ruff format --check"
   ruff format --check --no-cache . || FAILED+=("ruff format --check")
   log "mypy (strict, config in pyproject.toml)"
   mypy || FAILED+=("mypy")
+  log "lint-imports (layers and no cycles, .importlinter)"
+  lint-imports --no-cache || FAILED+=("lint-imports")
   phase_done "lint + mypy"
 fi
 
@@ -249,6 +261,13 @@ log "Ceph:  $CEPH_NOTE"
 
 PYTEST_RC=0
 if [ $TESTS = 1 ]; then
+  if [ $FAST = 1 ]; then
+    # the services' tests are deselected, not skipped: --fast must not fail for want of them in CI
+    FAST_ARGS=(-q -m "not slow and not ceph and not slurm")
+    python -c 'import xdist' 2>/dev/null && FAST_ARGS+=(-n "$(nproc)")
+    [ ${#PYTEST_ARGS[@]} -eq 0 ] && FAST_ARGS+=(tests/unit tests/conformance)
+    PYTEST_ARGS=("${FAST_ARGS[@]}" "${PYTEST_ARGS[@]}")
+  fi
   log "pytest ${PYTEST_ARGS[*]}"
   python -m pytest --durations=10 "${PYTEST_ARGS[@]}"
   PYTEST_RC=$?
