@@ -13,6 +13,8 @@ Vocabulary of a profile (every key but `unit` and `complete` optional):
   signature    globs whose presence says "this writer wrote here" even when no alternative is met
   beside       globs of other entries the writer leaves beside units (scripts, logs, exports)
   unit_files   true when a unit may be a single file (NeMo 1 `.ckpt` files)
+  count        a completeness check that counts rank files against what the unit records
+               ("deepspeed": ZeRO shards against dp_world_size; "dcp-ranks": __R.metadata per rank)
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ _KEYS = {
     "signature",
     "beside",
     "unit_files",
+    "count",
 }
+COUNT_NAMES = ("deepspeed", "dcp-ranks")  # implemented in counts.py
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +64,7 @@ class WriterProfile:
     signature: tuple[str, ...] = ()
     beside: tuple[str, ...] = ()
     unit_files: bool = False
+    count: str | None = None
 
     def matches_unit(self, name: str) -> bool:
         return self.unit.fullmatch(name) is not None
@@ -124,6 +129,9 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
     if commit_file is not None and not _glob(commit_file):
         raise ConfigError(source, f"{key}.commit_file", "expected a file name")
     unit_files = get_bool(body, "unit_files", source, f"{key}.unit_files", False)
+    count = body.get("count")
+    if count is not None and count not in COUNT_NAMES:
+        raise ConfigError(source, f"{key}.count", f"expected one of {', '.join(COUNT_NAMES)}")
     return WriterProfile(
         name=name,
         description=get_str(body, "description", source, f"{key}.description", default=""),
@@ -136,6 +144,7 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
         signature=_globs(body, "signature", source, key),
         beside=_globs(body, "beside", source, key),
         unit_files=unit_files,
+        count=count,
     )
 
 

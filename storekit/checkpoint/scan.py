@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from storekit.checkpoint.counts import COUNTS
 from storekit.checkpoint.profiles import WriterProfile
 from storekit.errors import NotFoundError, StorekitError
 from storekit.layout.spec import AreaSpec
@@ -124,6 +125,13 @@ def scan_run(
         owners = [p for p in profiles if p.tracker is not None and p.tracker.file == name]
         if owners and not entry.is_dir:
             trackers.append((entry, owners))
+            scan.beside.append(entry.path)
+            continue
+        if owners:  # a loader opens it as a file and fails: never a silent extra
+            who = ", ".join(p.name for p in owners)
+            scan.problems.append(
+                Problem("bad-pointer", entry.path, f"a directory where the tracker file of {who} belongs")
+            )
             scan.beside.append(entry.path)
             continue
         temp_owner = next((p for p in profiles if p.is_temp(name)), None)
@@ -251,6 +259,10 @@ def _judge(
         return _unit(cand, None, INCOMPLETE, f"markers of {names} in one unit", has_manifest)
     writer = foreign[0] if foreign else (met[0] if met else None)
     recent = cand.newest is not None and now - cand.newest < quiet
+    short = _count_short(store, writer, entry, rels) if writer is not None and not marked else None
+    if short is not None and writer is not None:
+        state = IN_PROGRESS if recent else INCOMPLETE
+        return _unit(cand, writer, state, f"{writer.name}: {short}", has_manifest)
     if writer is not None and not marked:
         return _unit(cand, writer, COMPLETE, f"{writer.name}: {_rule_text(writer, rels)}", has_manifest)
     if marked:
@@ -261,6 +273,13 @@ def _judge(
     guess = signed[0] if len(signed) == 1 else None
     reason = "; ".join(_missing(p, store) for p in signed)
     return _unit(cand, guess, IN_PROGRESS if recent else INCOMPLETE, reason, has_manifest)
+
+
+def _count_short(store: Store, writer: WriterProfile, entry: Entry, rels: list[str]) -> str | None:
+    """What the writer's rank count finds missing (counts.py), or None when all are there."""
+    if writer.count is None or not entry.is_dir:
+        return None
+    return COUNTS[writer.count](store, entry.path, rels)
 
 
 def _rule_text(p: WriterProfile, rels: list[str]) -> str:

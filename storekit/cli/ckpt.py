@@ -17,7 +17,7 @@ from storekit.checkpoint.actions import (
     verify_unit,
     write_adopted,
 )
-from storekit.checkpoint.scan import RunScan, Unit, scan_area_run
+from storekit.checkpoint.scan import Problem, RunScan, Unit, scan_area_run
 from storekit.cli.common import (
     ConfigOpt,
     DryRunOpt,
@@ -201,7 +201,7 @@ def list_command(
     out.result("ckpt list", doc, human)
 
 
-@ckpt_app.command("latest", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))
+@ckpt_app.command("latest", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def latest_command(
     run: RunArg,
     tier: TierOpt = None,
@@ -212,6 +212,10 @@ def latest_command(
     """Print the path of the newest complete checkpoint of RUN (exit 3 when there is none).
 
     Made for job scripts: a resumed job starts from what this prints, never from a half-written step.
+    When the writer's own tracker (`latest`, `latest_checkpointed_iteration.txt`) names a missing or
+    incomplete checkpoint, or leaves the run, the newest complete one is still printed, stderr says
+    what is wrong with the tracker, and the exit code is 4: a loader that reads the tracker itself
+    (DeepSpeed's load_checkpoint without a tag) would fail. The tracker is left as it is.
 
     \b
     Examples:
@@ -223,11 +227,38 @@ def latest_command(
     out = make_output(json_out, quiet)
     now = time.time()
     place = _place(run, config, tier, allow_unit=False)
-    unit = _scan(place, now).latest()
+    scan = _scan(place, now)
+    unit = scan.latest()
+    trouble = _pointer_trouble(scan)
+    for problem in trouble:
+        out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
     if unit is None:
         raise NotFoundError(f"{place.store.display_url}/{place.run}: no complete checkpoint")
-    doc = {"path": _where(place.store, unit), "unit": _unit_doc(place.store, unit, now)}
+    if trouble:
+        out.err.print(f"hint: {_pointer_hint(place, scan, unit)}", markup=False)
+    doc = {
+        "path": _where(place.store, unit),
+        "unit": _unit_doc(place.store, unit, now),
+        "ok": not trouble,
+        "pointer_problems": [p.__dict__ for p in trouble],
+    }
     out.result("ckpt latest", doc, lambda console: console.print(doc["path"], markup=False, soft_wrap=True))
+    if trouble:
+        raise typer.Exit(int(ExitCode.MISMATCH))
+
+
+def _pointer_trouble(scan: RunScan) -> list[Problem]:
+    """The run's trackers that a loader reading them would fail on (layout check's bad-pointer)."""
+    return [p for p in scan.problems if p.rule == "bad-pointer"]
+
+
+def _pointer_hint(place: _Place, scan: RunScan, unit: Unit) -> str:
+    paths = sorted({p.path for p in _pointer_trouble(scan)})
+    return (
+        f"the newest complete checkpoint is {unit.name}: resume from it by path (DeepSpeed: "
+        f"load_checkpoint(dir, tag={unit.name!r})); storekit leaves {', '.join(paths)} as the writer "
+        "left it: once checked, point it at a complete step by hand"
+    )
 
 
 @ckpt_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
@@ -386,12 +417,19 @@ def prune_command(
         scan, keep_last=keep_last, keep_every=keep_every, incomplete_older_than=older, now=now
     )
     deleted = [] if dry_run else apply_prune(place.store, scan, actions)
+    trouble = _pointer_trouble(scan)
+    newest = scan.latest()
+    for problem in trouble:
+        out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
+    if trouble and newest is not None:
+        out.err.print(f"hint: {_pointer_hint(place, scan, newest)}", markup=False)
     doc = {
         "run": place.run,
         "dry_run": dry_run,
         "actions": [a.to_dict() for a in actions],
         "deleted": deleted,
         "freed_bytes": sum(a.unit.bytes for a in actions if a.delete),
+        "pointer_problems": [p.__dict__ for p in trouble],
     }
 
     def human(console: Console) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 
@@ -108,15 +110,21 @@ def test_megatron_torch_dist_needs_metadata_json_written_last(
     assert states(local_store, area) == {"iter_0000100": ("megatron", COMPLETE)}
 
 
+def ds_model_states() -> bytes:
+    """mp_rank_00_model_states.pt as DeepSpeed 0.19.8 wrote it (1 rank; tests/fixtures recording)."""
+    doc = json.loads((Path(__file__).parents[2] / "fixtures/checkpoints/deepspeed.json").read_text())
+    return base64.b64decode(doc["tree"]["global_step1/mp_rank_00_model_states.pt"]["b64"])
+
+
 def test_deepspeed_latest_and_extras(
     run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
 ) -> None:
     write_tree(
         run_dir,
         {
-            "global_step10/mp_rank_00_model_states.pt": b"m",
+            "global_step10/mp_rank_00_model_states.pt": ds_model_states(),
             "global_step10/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o",
-            "global_step20/mp_rank_00_model_states.pt": b"m",
+            "global_step20/mp_rank_00_model_states.pt": ds_model_states(),
             "global_step20/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o",
             "global_step30/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o",  # model states never came
             "latest": b"global_step20",

@@ -188,3 +188,31 @@ def test_help_fits_80_columns_with_examples(tmp_path: Path, command: str, sk: An
     assert proc.returncode == 0
     assert "Examples" in proc.stdout and "storekit ckpt " + command in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+
+
+def test_deepspeed_latest_naming_a_half_written_step(cwd: Path, sk: Any) -> None:
+    """DeepSpeed's rank 0 wrote `latest` = global_step3 while rank 1 was killed before its ZeRO shard:
+    `ckpt latest` prints global_step2, says why, exits 4; prune keeps a loadable step and the pointer."""
+    from tests.unit.checkpoint.test_recorded import load, materialize
+
+    run = cwd / "storage/checkpoints/run_002"
+    run.mkdir()
+    materialize(run, load("deepspeed-rank-killed"))
+    old(run)
+    latest = sk(cwd, "ckpt", "latest", "run_002")
+    assert latest.returncode == 4
+    assert latest.stdout == f"{run / 'global_step2'}\n"
+    assert "latest: names global_step3, which is incomplete" in latest.stderr
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in latest.stderr
+    assert "hint: the newest complete checkpoint is global_step2" in latest.stderr
+    as_json = doc(sk(cwd, "ckpt", "latest", "run_002", "--json"))
+    assert as_json["ok"] is False and as_json["unit"]["name"] == "global_step2"
+    assert [p["path"] for p in as_json["pointer_problems"]] == ["checkpoints/run_002/latest"]
+    pruned = sk(cwd, "ckpt", "prune", "run_002", "--keep-last", "1", "--incomplete-older-than", "1h")
+    assert pruned.returncode == 0, pruned.stderr
+    assert sorted(p.name for p in run.iterdir()) == [
+        "global_step2", "global_step3", "latest", "zero_to_fp32.py", "zero_to_torch.py"
+    ]  # fmt: skip
+    assert (run / "latest").read_text() == "global_step3"  # the operator's to change
+    assert "hint: the newest complete checkpoint is global_step2" in pruned.stderr
+    assert sk(cwd, "ckpt", "verify", "run_002/global_step3").returncode == 4
