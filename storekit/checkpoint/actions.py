@@ -9,7 +9,7 @@ from typing import Any
 from storekit import faults
 from storekit.checkpoint.scan import COMPLETE, IN_PROGRESS, MANIFEST, RunScan, Unit
 from storekit.durable import is_tombstone, remove_tree
-from storekit.errors import InputError, MismatchError, StorekitError, UsageError
+from storekit.errors import InputError, MismatchError, NotFoundError, StorekitError, UsageError
 from storekit.manifest import Manifest, ManifestFile, read_manifest, verify_manifest, write_manifest
 from storekit.ops import hash_file
 from storekit.paths import join_rel
@@ -41,16 +41,34 @@ class VerifyResult:
 
 
 def verify_unit(store: Store, unit: Unit) -> VerifyResult:
+    """Re-hash a unit against its manifest: missing, changed and added files are all problems; a
+    manifest that cannot be read is one too (exit 4 like any damage), so a run's verify goes on."""
     if unit.has_manifest and not unit.is_file:
-        manifest = read_manifest(store, unit.path)
-        problems = verify_manifest(store, unit.path, manifest)
+        try:
+            manifest = read_manifest(store, unit.path)
+        except (InputError, NotFoundError) as exc:
+            source = f"{store.display_url}/{manifest_path(unit)}"
+            return VerifyResult(
+                unit=unit,
+                digest=True,
+                ok=False,
+                files=unit.files,
+                bytes=unit.bytes,
+                problems=[{"path": MANIFEST, "problem": exc.message.removeprefix(f"{source}: ")}],
+                note="its manifest is damaged: nothing in it can be checked",
+            )
+        problems = [
+            {"path": p.path, "problem": p.problem} for p in verify_manifest(store, unit.path, manifest)
+        ]
+        problems += [{"path": rel, "problem": "not in the manifest (added after the commit)"} for rel in
+                     _extra_files(store, unit, manifest)]  # fmt: skip
         return VerifyResult(
             unit=unit,
             digest=True,
             ok=not problems and unit.state == COMPLETE,
             files=len(manifest.files),
             bytes=manifest.total_bytes,
-            problems=[{"path": p.path, "problem": p.problem} for p in problems],
+            problems=problems,
             note="" if unit.state == COMPLETE else unit.reason,
         )
     return VerifyResult(
@@ -60,6 +78,16 @@ def verify_unit(store: Store, unit: Unit) -> VerifyResult:
         files=unit.files,
         bytes=unit.bytes,
         note=f"{unit.reason}; no digest exists (no storekit manifest: `storekit ckpt adopt` writes one)",
+    )
+
+
+def _extra_files(store: Store, unit: Unit, manifest: Manifest) -> list[str]:
+    named = {f.path for f in manifest.files} | {MANIFEST}
+    prefix = unit.path + "/"
+    return sorted(
+        rel
+        for rel in (e.path[len(prefix) :] for e in store.walk(unit.path) if not e.is_dir)
+        if rel not in named
     )
 
 

@@ -79,6 +79,11 @@ def _place(arg: str, config: str | None, tier: str | None, *, allow_unit: bool) 
         arg = rel
     loc = resolve_location(arg, site, tier)
     area = _writers_area(loc.store.tier.layout)
+    if loc.tier_name is None and allow_unit and _is_unit(loc.store, loc.rel, area):
+        # a path outside every tier is rooted at its parent: root it one level up, so that the
+        # run is a directory of the store and the checkpoint one of its units
+        parent = resolve_location(arg.rstrip("/").rpartition("/")[0] or "/", site, tier)
+        return _Place(parent.store, area, parent.rel, posixpath.basename(loc.rel))
     parts = loc.rel.split("/")
     depth = len(parts) - 1 if parts[0] == area.name else None
     run_depth = len(area.levels)
@@ -92,6 +97,21 @@ def _place(arg: str, config: str | None, tier: str | None, *, allow_unit: bool) 
         f"{arg}: expected a run ({'/'.join(lv.name for lv in area.levels)}) below {area.name}/"
         + (" or one of its checkpoints" if allow_unit else "")
     )
+
+
+def _is_unit(store: Store, rel: str, area: AreaSpec) -> bool:
+    """A directory outside the tiers named like a unit of an accepted writer, with no units, unit
+    files or trackers inside it (an Orbax `run_123` step and a run `run_123` look alike)."""
+    name = posixpath.basename(rel)
+    if not any(p.matches_unit(name) for p in area.writers) or not store.exists(rel):
+        return False
+    for entry in store.list(rel) if store.info(rel).is_dir else []:
+        for p in area.writers:
+            if (p.tracker is not None and entry.name == p.tracker.file) or (
+                p.matches_unit(entry.name) and (entry.is_dir or p.unit_files)
+            ):
+                return False
+    return True
 
 
 def _adhoc(store: Store, area: AreaSpec, rel: str, allow_unit: bool) -> _Place:
@@ -271,10 +291,12 @@ def verify_command(
 ) -> None:
     """Re-hash checkpoints against their storekit manifest; check the rule of those without one.
 
-    RUN verifies every complete checkpoint of the run; RUN/STEP one. A checkpoint of another writer
-    without a manifest is checked by its writer's completeness rule only (no digest exists: `ckpt
-    adopt` writes one). Exit 0 when all pass, 4 on any mismatch or incomplete checkpoint (named), 3
-    when RUN or STEP does not exist.
+    RUN verifies every complete checkpoint of the run; RUN/STEP one (a name, a tier-relative or an
+    absolute path, inside a tier or not). Every file is re-hashed: a changed or missing file, a file
+    the manifest does not name and a damaged manifest.json are all reported, for every checkpoint
+    of the run. A checkpoint of another writer without a manifest is checked by its writer's
+    completeness rule only (no digest exists: `ckpt adopt` writes one). Exit 0 when all pass, 4 on
+    any damage or incomplete checkpoint (named), 3 when RUN or STEP does not exist.
 
     \b
     Examples:

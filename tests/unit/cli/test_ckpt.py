@@ -216,3 +216,48 @@ def test_deepspeed_latest_naming_a_half_written_step(cwd: Path, sk: Any) -> None
     assert (run / "latest").read_text() == "global_step3"  # the operator's to change
     assert "hint: the newest complete checkpoint is global_step2" in pruned.stderr
     assert sk(cwd, "ckpt", "verify", "run_002/global_step3").returncode == 4
+
+
+def test_verify_and_adopt_take_a_path_outside_the_tiers(cwd: Path, sk: Any) -> None:
+    run = cwd / "elsewhere/run_x"  # not below the tier root (storage/)
+    for step in (4, 5):
+        with commit(run, step) as stage, stage.open("model.bin") as fh:
+            fh.write(b"m" * 1000)
+    (run / "step_000005/model.bin").write_bytes(b"m" * 10)  # truncated
+    one = sk(cwd, "ckpt", "verify", str(run / "step_000005"), "--json")
+    assert one.returncode == 4
+    assert [(r["path"], r["ok"], r["problems"]) for r in doc(one)["results"]] == [
+        ("run_x/step_000005", False, [{"path": "model.bin", "problem": "size 10 != manifest 1000"}])
+    ]
+    good = sk(cwd, "ckpt", "verify", str(run / "step_000004"))
+    assert good.returncode == 0 and "OK (re-hashed; 1 files" in good.stdout
+    hf = cwd / "elsewhere/run_y/checkpoint-6"
+    hf.mkdir(parents=True)
+    (hf / "trainer_state.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"w" * 77)
+    adopted = sk(cwd, "ckpt", "adopt", str(hf))
+    assert adopted.returncode == 0, adopted.stderr
+    files = json.loads((hf / "manifest.json").read_text())["files"]
+    assert sorted((f["path"], f["size"]) for f in files) == [
+        ("model.safetensors", 77),
+        ("trainer_state.json", 2),
+    ]
+
+
+def test_verify_reports_every_damage_with_exit_4(cwd: Path, sk: Any) -> None:
+    run = cwd / RUN
+    (run / "step_000100/manifest.json").write_text('{"schema')  # damaged manifest
+    (run / "step_000200/model.bin").write_bytes(b"")  # a truncated file, in the next step
+    (run / "step_000300/notes.txt").write_text("added after the commit")  # an extra file
+    proc = sk(cwd, "ckpt", "verify", "run_001", "--json")
+    assert proc.returncode == 4, proc.stderr
+    problems = {r["path"].rsplit("/", 1)[1]: r["problems"] for r in doc(proc)["results"]}
+    assert problems["step_000100"][0]["path"] == "manifest.json"
+    assert "not a valid manifest" in problems["step_000100"][0]["problem"]
+    assert problems["step_000200"] == [{"path": "model.bin", "problem": "size 0 != manifest 2000"}]
+    assert problems["step_000300"] == [
+        {"path": "notes.txt", "problem": "not in the manifest (added after the commit)"}
+    ]
+    assert problems["step_000400"] == []
+    single = sk(cwd, "ckpt", "verify", "run_001/step_000100")
+    assert single.returncode == 4 and "manifest.json: not a valid manifest" in single.stdout
