@@ -394,7 +394,9 @@ def adopt_command(
 @ckpt_app.command("prune", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def prune_command(
     run: RunArg,
-    keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest complete.")],
+    keep_last: Annotated[
+        int | None, typer.Option("--keep-last", metavar="N", help="Keep the N newest complete (required).")
+    ] = None,
     keep_every: Annotated[
         int | None, typer.Option("--keep-every", metavar="K", help="Also keep steps that are multiples of K.")
     ] = None,
@@ -426,6 +428,8 @@ def prune_command(
           --incomplete-older-than 1d
     """
     out = make_output(json_out, quiet)
+    if keep_last is None:
+        raise UsageError("--keep-last N is required: how many of the newest complete checkpoints to keep")
     older = None
     if incomplete_older_than is not None:
         try:

@@ -261,3 +261,34 @@ def test_verify_reports_every_damage_with_exit_4(cwd: Path, sk: Any) -> None:
     assert problems["step_000400"] == []
     single = sk(cwd, "ckpt", "verify", "run_001/step_000100")
     assert single.returncode == 4 and "manifest.json: not a valid manifest" in single.stdout
+
+
+@pytest.mark.parametrize(
+    ("pointer", "says"),
+    [
+        ("step_000900", "names step_000900, which does not exist"),
+        ("../run_002/step_000100", "a pointer names a unit of its run only"),
+        (None, "a directory where the tracker file"),
+    ],
+)
+def test_latest_says_when_the_pointer_is_wrong(cwd: Path, sk: Any, pointer: str | None, says: str) -> None:
+    latest = cwd / RUN / "latest"
+    latest.unlink()
+    if pointer is None:
+        latest.mkdir()
+    else:
+        latest.write_text(pointer + "\n")
+    proc = sk(cwd, "ckpt", "latest", "run_001")
+    assert proc.returncode == 4
+    assert proc.stdout == f"{cwd / RUN / 'step_000400'}\n"
+    assert says in proc.stderr and "hint: the newest complete checkpoint is step_000400" in proc.stderr
+    assert latest.is_dir() if pointer is None else latest.read_text() == pointer + "\n"
+
+
+def test_prune_without_keep_last_is_one_line(cwd: Path, sk: Any) -> None:
+    proc = sk(cwd, "ckpt", "prune", "run_001")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        "error: --keep-last N is required: how many of the newest complete checkpoints to keep"
+    )
+    assert len(proc.stderr.splitlines()) <= 2 and "╭" not in proc.stderr
