@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,7 +52,9 @@ def test_torch_dcp_real_save_is_complete_and_missing_metadata_is_named(
     )  # coordinator died before rename
     assert states(local_store, area)["step_200"] == ("torch-dcp", INCOMPLETE)
     assert states(local_store, area, now=time.time())["step_200"] == ("torch-dcp", IN_PROGRESS)
-    assert findings(local_store, spec) == [("incomplete-checkpoint", "step_200", "torch-dcp: no .metadata")]
+    assert findings(local_store, spec) == [
+        ("incomplete-checkpoint", "step_200", "torch-dcp: no .metadata or __0.metadata")
+    ]
     assert (
         scan(local_store, area).latest() is not None and scan(local_store, area).latest().name == "step_100"
     )  # type: ignore[union-attr]
@@ -240,3 +245,51 @@ def test_unknown_entries_are_still_reported(run_dir: Path, local_store: Store, s
         ("misnamed", "final weights"),
         ("unexpected-file", "notes.txt"),
     ]
+
+
+DCP_RANKS = """
+import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+run, store_file, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
+own = {"w": torch.full((16, 4), float(rank + 1))}  # each rank its own values: no coordination
+dcp.save(own, checkpoint_id=f"{run}/step_100", use_collectives=False)  # __0.metadata, __1.metadata
+replicated = {"w": torch.full((16, 4), 7.0)}
+dcp.save(replicated, checkpoint_id=f"{run}/500")  # a bare-number step directory, with collectives
+for where, state in (("step_100", own), ("500", replicated)):  # dcp.load: both load on every rank
+    back = {"w": torch.zeros(16, 4)}
+    dcp.load(back, checkpoint_id=f"{run}/{where}")
+    assert torch.equal(back["w"], state["w"]), where
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # two torch processes with a gloo group: ~10-30 s on a busy 2-core machine
+def test_torch_dcp_without_collectives_and_in_a_bare_number_dir(
+    run_dir: Path, tmp_path: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DCP_RANKS, str(run_dir), str(tmp_path / "pg"), str(r)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    names = sorted(p.name for p in (run_dir / "step_100").iterdir())
+    assert "__0.metadata" in names and "__1.metadata" in names and ".metadata" not in names
+    assert states(local_store, area) == {"step_100": ("torch-dcp", COMPLETE), "500": ("torch-dcp", COMPLETE)}
+    assert findings(local_store, spec) == []
+    (run_dir / "step_100/__1.metadata").unlink()  # rank 1 never finished its save
+    (run_dir / "500/.metadata").unlink()
+    result = scan(local_store, area)
+    assert {u.name: (u.writer, u.state) for u in result.units} == {
+        "step_100": ("torch-dcp", INCOMPLETE),
+        "500": ("torch-dcp", INCOMPLETE),
+    }
+    assert "no __1.metadata: rank 1 did not finish" in result.unit("step_100").reason  # type: ignore[union-attr]
+    assert result.unit("500").reason == "torch-dcp: no .metadata or __0.metadata"  # type: ignore[union-attr]
