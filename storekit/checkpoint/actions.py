@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,10 +216,11 @@ def apply_prune(store: Store, scan: RunScan, actions: list[PruneAction]) -> list
         faults.point("ckpt.prune.before-delete")
         remove_tree(path)
         marker = scan.markers.get(action.unit.name)
-        if marker is not None:  # NeMo's -unfinished marker goes with its unit, after it
+        if marker is not None:  # NeMo's -unfinished marker goes with its unit(s), after them
             marker_path = store.local_path(marker)
             assert marker_path is not None
-            remove_tree(marker_path)
+            if os.path.lexists(marker_path):  # x.ckpt and x-EMA.ckpt share one marker
+                remove_tree(marker_path)
         deleted.append(action.unit.path)
     return deleted
 

@@ -9,6 +9,8 @@ Vocabulary of a profile (every key but `unit` and `complete` optional):
   commit_file  a file also required on tiers without atomic rename (the writer cannot rename there)
   tracker      { file = NAME, holds = "step" | "unit" }: a file beside the units naming the newest one
   unfinished   a sibling marker name (`{unit}` is the unit's name) whose presence means unfinished
+  unfinished_strip  suffixes taken off a unit's name, in order, before it fills `{unit}` (NeMo:
+               `x.ckpt` and `x-EMA.ckpt` are both unfinished while `x-unfinished` exists)
   temp         globs of the writer's in-progress names (beside units, or inside one)
   signature    globs whose presence says "this writer wrote here" even when no alternative is met
   beside       globs of other entries the writer leaves beside units (scripts, logs, exports)
@@ -41,6 +43,7 @@ _KEYS = {
     "beside",
     "unit_files",
     "count",
+    "unfinished_strip",
 }
 COUNT_NAMES = ("deepspeed", "dcp-ranks")  # implemented in counts.py
 
@@ -65,6 +68,7 @@ class WriterProfile:
     beside: tuple[str, ...] = ()
     unit_files: bool = False
     count: str | None = None
+    unfinished_strip: tuple[str, ...] = ()
 
     def matches_unit(self, name: str) -> bool:
         return self.unit.fullmatch(name) is not None
@@ -83,8 +87,14 @@ class WriterProfile:
             return True
         return any(fnmatch.fnmatchcase(name, p) for p in self.beside)
 
+    def marker_key(self, unit_name: str) -> str:
+        """What `{unit}` stands for in this unit's unfinished marker."""
+        for suffix in self.unfinished_strip:
+            unit_name = unit_name.removesuffix(suffix)
+        return unit_name
+
     def marker_for(self, unit_name: str) -> str | None:
-        return self.unfinished.replace("{unit}", unit_name) if self.unfinished else None
+        return self.unfinished.replace("{unit}", self.marker_key(unit_name)) if self.unfinished else None
 
     def is_marker(self, name: str) -> str | None:
         """The unit a sibling `name` marks unfinished, if `name` is this writer's marker."""
@@ -145,6 +155,7 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
         beside=_globs(body, "beside", source, key),
         unit_files=unit_files,
         count=count,
+        unfinished_strip=_strings(body, "unfinished_strip", source, key),
     )
 
 
@@ -165,6 +176,13 @@ def _glob(value: Any) -> bool:
     return (
         isinstance(value, str) and bool(value) and not value.startswith("/") and ".." not in value.split("/")
     )
+
+
+def _strings(body: dict[str, Any], name: str, source: str, key: str) -> tuple[str, ...]:
+    value = body.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and "/" not in v for v in value):
+        raise ConfigError(source, f"{key}.{name}", "expected a list of name suffixes")
+    return tuple(value)
 
 
 def _globs(body: dict[str, Any], name: str, source: str, key: str) -> tuple[str, ...]:

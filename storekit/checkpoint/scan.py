@@ -104,7 +104,7 @@ def scan_run(
     now = time.time() if now is None else now
     entries = store.list(run)  # NotFoundError (exit 3) when the run does not exist
     scan = RunScan(run=run)
-    markers: dict[str, str] = {}  # unit name -> marker name
+    markers: dict[str, str] = {}  # what a marker's {unit} stands for -> the marker's path
     trackers: list[tuple[Entry, list[WriterProfile]]] = []
     candidates: list[_Candidate] = []
     temps: list[tuple[Entry, WriterProfile | None]] = []
@@ -118,8 +118,7 @@ def scan_run(
             continue
         marked = _marker_owner(name, profiles)
         if marked is not None:
-            markers[marked] = name
-            scan.markers[marked] = entry.path
+            markers[marked] = entry.path
             scan.beside.append(entry.path)
             continue
         owners = [p for p in profiles if p.tracker is not None and p.tracker.file == name]
@@ -248,7 +247,9 @@ def _judge(
         met = [p for p in cand.profiles if _met(p, rels, store)]
     else:
         met = [p for p in cand.profiles if p.unit_files]
-    marked = [p for p in cand.profiles if p.unfinished and entry.name in markers]
+    marked = [p for p in cand.profiles if p.unfinished and p.marker_key(entry.name) in markers]
+    if marked:
+        scan.markers[entry.name] = markers[marked[0].marker_key(entry.name)]
     has_manifest = MANIFEST in rels
     foreign = [p for p in met if p.name != "storekit"]
     if len(foreign) > 1:
@@ -268,7 +269,8 @@ def _judge(
     if marked:
         p = marked[0]
         state = IN_PROGRESS if recent else INCOMPLETE
-        return _unit(cand, p, state, f"{p.name}: marker {markers[entry.name]} present", has_manifest)
+        marker = posixpath.basename(markers[p.marker_key(entry.name)])
+        return _unit(cand, p, state, f"{p.name}: marker {marker} present", has_manifest)
     signed = [p for p in cand.profiles if any(_has(rels, g) for g in p.signature)] or cand.profiles
     guess = signed[0] if len(signed) == 1 else None
     reason = "; ".join(_missing(p, store) for p in signed)

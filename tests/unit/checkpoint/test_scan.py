@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from storekit.checkpoint.actions import apply_prune, plan_prune
 from storekit.checkpoint.scan import COMPLETE, IN_PROGRESS, INCOMPLETE
 from storekit.layout.check import check_layout
 from storekit.layout.spec import AreaSpec, LayoutSpec
@@ -293,3 +294,39 @@ def test_torch_dcp_without_collectives_and_in_a_bare_number_dir(
     }
     assert "no __1.metadata: rank 1 did not finish" in result.unit("step_100").reason  # type: ignore[union-attr]
     assert result.unit("500").reason == "torch-dcp: no .metadata or __0.metadata"  # type: ignore[union-attr]
+
+
+def test_nemo_ckpt_files_and_their_unfinished_marker(
+    run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    """NeMo's format_checkpoint_unfinished_marker_path (nemo/lightning/pytorch/callbacks/
+    model_checkpoint.py, NeMo 2.6.0rc0): the path minus ".ckpt", minus "-EMA", plus "-unfinished"."""
+    old = "megatron_gpt--val_loss=2.30-step=100-consumed_samples=800.0"
+    new = "megatron_gpt--val_loss=2.10-step=200-consumed_samples=1600.0"
+    write_tree(
+        run_dir,
+        {
+            f"{old}.ckpt": b"c" * 10,
+            f"{new}.ckpt": b"c" * 10,
+            f"{new}-EMA.ckpt": b"e" * 10,
+            f"{new}-unfinished": b"",  # touched before the save, removed after every rank's barrier
+            "model--step=50.ckpt": b"m",
+            "epoch=0-step=30.ckpt": b"l",  # Lightning's default file name
+        },
+    )
+    result = scan(local_store, area)
+    assert {u.name: (u.writer, u.state, u.step) for u in result.units} == {
+        "epoch=0-step=30.ckpt": ("nemo", COMPLETE, 30),
+        "model--step=50.ckpt": ("nemo", COMPLETE, 50),
+        f"{old}.ckpt": ("nemo", COMPLETE, 100),
+        f"{new}.ckpt": ("nemo", INCOMPLETE, 200),
+        f"{new}-EMA.ckpt": ("nemo", INCOMPLETE, 200),
+    }
+    assert result.latest() is not None and result.latest().name == f"{old}.ckpt"  # type: ignore[union-attr]
+    assert findings(local_store, spec) == [
+        ("incomplete-checkpoint", f"{new}-EMA.ckpt", f"nemo: marker {new}-unfinished present"),
+        ("incomplete-checkpoint", f"{new}.ckpt", f"nemo: marker {new}-unfinished present"),
+    ]
+    actions = plan_prune(result, keep_last=1, incomplete_older_than=0.0, now=time.time() + 86400)
+    apply_prune(local_store, result, actions)
+    assert sorted(p.name for p in run_dir.iterdir()) == [f"{old}.ckpt"]  # marker gone with its units
