@@ -174,6 +174,9 @@ def plan_prune(
     named = set(scan.pointers.values())
     actions = []
     for u in scan.units:
+        if u.name in scan.kept and u.state == COMPLETE:  # the writer's own rotation keeps it too
+            actions.append(PruneAction(u, False, f"the writer keeps it: {scan.kept[u.name]}"))
+            continue
         actions.append(PruneAction(u, *_decide(u, recent, named, keep_every, incomplete_older_than, now)))
     return actions
 

@@ -15,6 +15,8 @@ Vocabulary of a profile (every key but `unit` and `complete` optional):
   signature    globs whose presence says "this writer wrote here" even when no alternative is met
   beside       globs of other entries the writer leaves beside units (scripts, logs, exports)
   unit_files   true when a unit may be a single file (NeMo 1 `.ckpt` files)
+  keeps        { file = NAME, key = KEY }: in the writer's newest complete unit, the JSON file NAME's
+               KEY names a unit the writer's own rotation never deletes (HF's best_model_checkpoint)
   count        a completeness check that counts rank files against what the unit records
                ("deepspeed": ZeRO shards against dp_world_size; "dcp-ranks": __R.metadata per rank)
 """
@@ -44,6 +46,7 @@ _KEYS = {
     "unit_files",
     "count",
     "unfinished_strip",
+    "keeps",
 }
 COUNT_NAMES = ("deepspeed", "dcp-ranks")  # implemented in counts.py
 
@@ -52,6 +55,12 @@ COUNT_NAMES = ("deepspeed", "dcp-ranks")  # implemented in counts.py
 class Tracker:
     file: str
     holds: str  # "step": the file holds the step number; "unit": it holds the unit's name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keeps:
+    file: str  # a JSON file inside the writer's newest complete unit
+    key: str  # its top-level key whose value is the path (or name) of a unit to keep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +78,7 @@ class WriterProfile:
     unit_files: bool = False
     count: str | None = None
     unfinished_strip: tuple[str, ...] = ()
+    keeps: Keeps | None = None
 
     def matches_unit(self, name: str) -> bool:
         return self.unit.fullmatch(name) is not None
@@ -156,6 +166,7 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
         unit_files=unit_files,
         count=count,
         unfinished_strip=_strings(body, "unfinished_strip", source, key),
+        keeps=_parse_keeps(body.get("keeps"), source, f"{key}.keeps"),
     )
 
 
@@ -170,6 +181,18 @@ def _parse_tracker(raw: Any, source: str, key: str) -> Tracker | None:
     if holds not in ("step", "unit") or "/" in file or not file:
         raise ConfigError(source, key, 'expected { file = "NAME", holds = "step" | "unit" }')
     return Tracker(file=file, holds=holds)
+
+
+def _parse_keeps(raw: Any, source: str, key: str) -> Keeps | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, key, 'expected { file = "NAME", key = "KEY" }')
+    reject_unknown(raw, {"file", "key"}, source, key)
+    file, name = get_str(raw, "file", source, f"{key}.file"), get_str(raw, "key", source, f"{key}.key")
+    if not _glob(file) or not name:
+        raise ConfigError(source, key, 'expected { file = "NAME", key = "KEY" }')
+    return Keeps(file=file, key=name)
 
 
 def _glob(value: Any) -> bool:

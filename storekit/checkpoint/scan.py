@@ -10,6 +10,7 @@ otherwise *incomplete*.
 from __future__ import annotations
 
 import fnmatch
+import json
 import posixpath
 import time
 from collections.abc import Iterable, Sequence
@@ -64,6 +65,7 @@ class RunScan:
     pointers: dict[str, str] = field(default_factory=dict)  # tracker path -> unit name it names
     markers: dict[str, str] = field(default_factory=dict)  # unit name -> path of its unfinished marker
     stubs: dict[str, Stub] = field(default_factory=dict)  # unit name -> the stub left where it was moved from
+    kept: dict[str, str] = field(default_factory=dict)  # unit name -> why its writer's rotation keeps it
 
     def complete(self) -> list[Unit]:
         return sorted((u for u in self.units if u.state == COMPLETE), key=lambda u: (u.step or -1, u.name))
@@ -164,7 +166,35 @@ def scan_run(
     scan.units = _apply_trackers(store, units, trackers, scan, quiet_seconds, now)
     scan.units.sort(key=lambda u: (u.step if u.step is not None else -1, u.name))
     _read_stubs(store, scan)
+    _read_keeps(store, scan, profiles)
     return scan
+
+
+KEEPS_MAX = 16 * 1024 * 1024  # trainer_state.json grows with the log history; bound what is read
+
+
+def _read_keeps(store: Store, scan: RunScan, profiles: Sequence[WriterProfile]) -> None:
+    """Units a writer's own rotation keeps, as its newest complete unit records them (HF Trainer:
+    trainer_state.json's best_model_checkpoint, which rotate_checkpoints never deletes)."""
+    for p in profiles:
+        if p.keeps is None:
+            continue
+        done = [u for u in scan.complete() if u.writer == p.name and not u.is_file]
+        if not done:
+            continue
+        newest = done[-1]
+        path = posixpath.join(newest.path, p.keeps.file)
+        try:
+            if store.info(path).size > KEEPS_MAX:
+                continue
+            value = json.loads(store.read_bytes(path)).get(p.keeps.key)
+        except (StorekitError, ValueError, AttributeError):
+            continue  # unreadable: nothing extra is kept by it, the newest complete still is
+        if not isinstance(value, str) or not value:
+            continue
+        name = posixpath.basename(value.replace("\\", "/").rstrip("/"))
+        if scan.unit(name) is not None:
+            scan.kept[name] = f"{p.keeps.key} in {newest.name}/{p.keeps.file}"
 
 
 def _read_stubs(store: Store, scan: RunScan) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from storekit.checkpoint.actions import apply_prune, plan_prune
 from storekit.checkpoint.scan import COMPLETE, INCOMPLETE
 from storekit.layout.check import check_layout
 from storekit.layout.spec import AreaSpec, LayoutSpec
@@ -20,6 +21,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures/checkpoints"
 # recording -> (writer profile, the units it left, the marker whose absence makes the newest incomplete)
 EXPECTED = {
     "hf-trainer": ("hf-trainer", ["checkpoint-2", "checkpoint-4"], "trainer_state.json"),
+    "hf-trainer-best": ("hf-trainer", ["checkpoint-2", "checkpoint-4", "checkpoint-6"], "trainer_state.json"),
     "deepspeed": ("deepspeed", ["global_step1", "global_step2"], "mp_rank_00_model_states.pt"),
     "deepspeed-zero1-2ranks": (
         "deepspeed",
@@ -117,3 +119,24 @@ def test_deepspeed_shard_count_reads_the_recorded_world_size(
     step3 = scan(local_store, area).unit("global_step3")
     assert step3 is not None and step3.state == INCOMPLETE
     assert "cannot be read as a torch checkpoint" in step3.reason
+
+
+def test_prune_keeps_the_trainers_best_model(run_dir: Path, local_store: Store, area: AreaSpec) -> None:
+    """transformers 5.23 with load_best_model_at_end: best_model_checkpoint (checkpoint-2, recorded)
+    is what rotate_checkpoints never deletes; `prune --keep-last 1` keeps it as well."""
+    materialize(run_dir, load("hf-trainer-best"))
+    state = json.loads((run_dir / "checkpoint-6/trainer_state.json").read_text())
+    assert state["best_model_checkpoint"].endswith("/checkpoint-2")
+    result = scan(local_store, area)
+    actions = {a.unit.name: a for a in plan_prune(result, keep_last=1)}
+    assert {name: a.delete for name, a in actions.items()} == {
+        "checkpoint-2": False,
+        "checkpoint-4": True,
+        "checkpoint-6": False,
+    }
+    assert "best_model_checkpoint in checkpoint-6/trainer_state.json" in actions["checkpoint-2"].reason
+    apply_prune(local_store, result, list(actions.values()))
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint-")) == [
+        "checkpoint-2",
+        "checkpoint-6",
+    ]
