@@ -133,7 +133,9 @@ def _writers_area(layout: str) -> AreaSpec:
 def _scan(place: _Place, now: float) -> RunScan:
     if not place.store.exists(place.run):
         raise NotFoundError(f"{place.store.display_url}/{place.run}: no such run")
-    return scan_area_run(place.store, place.run, place.area, now=now)
+    # the layout's temp patterns (`*.partial`, `.tmp*`) as layout check applies them: leftovers
+    temp = load_layout(place.store.tier.layout).temp_patterns
+    return scan_area_run(place.store, place.run, place.area, temp=temp, now=now)
 
 
 def _where(store: Store, unit: Unit) -> str:

@@ -292,3 +292,21 @@ def test_prune_without_keep_last_is_one_line(cwd: Path, sk: Any) -> None:
         "error: --keep-last N is required: how many of the newest complete checkpoints to keep"
     )
     assert len(proc.stderr.splitlines()) <= 2 and "╭" not in proc.stderr
+
+
+def test_list_and_prune_know_the_layouts_temp_names(cwd: Path, sk: Any) -> None:
+    run = cwd / RUN
+    for leftover in ("step_000001.partial", ".tmpabc"):  # `*.partial`, `.tmp*` in llm-cluster.toml
+        (run / leftover).mkdir()
+        (run / leftover / "model.bin").write_bytes(b"half")
+        old(run / leftover)
+    listed = doc(sk(cwd, "ckpt", "list", "run_001", "--json"))
+    units = {u["name"]: u for u in listed["units"]}
+    assert units["step_000001.partial"]["state"] == "incomplete" and units[".tmpabc"]["is_temp"] is True
+    assert listed["problems"] == []  # not "misnamed"
+    pruned = sk(cwd, "ckpt", "prune", "run_001", "--keep-last", "4", "--incomplete-older-than", "1h")
+    assert pruned.returncode == 0, pruned.stderr
+    assert not (run / "step_000001.partial").exists() and not (run / ".tmpabc").exists()
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith("step_")) == [
+        "step_000100", "step_000200", "step_000300", "step_000400"
+    ]  # fmt: skip
