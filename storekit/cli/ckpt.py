@@ -29,7 +29,7 @@ from storekit.cli.common import (
     noun_app,
     site_config,
 )
-from storekit.errors import ExitCode, NotFoundError, UsageError
+from storekit.errors import ExitCode, NotFoundError, StorekitError, UsageError
 from storekit.layout.spec import AreaSpec, load_layout
 from storekit.pipeline.location import resolve_location
 from storekit.store import Store
@@ -105,7 +105,11 @@ def _is_unit(store: Store, rel: str, area: AreaSpec) -> bool:
     name = posixpath.basename(rel)
     if not any(p.matches_unit(name) for p in area.writers) or not store.exists(rel):
         return False
-    for entry in store.list(rel) if store.info(rel).is_dir else []:
+    try:
+        entries = store.list(rel) if store.info(rel).is_dir else []
+    except StorekitError:  # an object-store prefix without a directory entry, a race: not a unit
+        return False
+    for entry in entries:
         for p in area.writers:
             if (p.tracker is not None and entry.name == p.tracker.file) or (
                 p.matches_unit(entry.name) and (entry.is_dir or p.unit_files)
