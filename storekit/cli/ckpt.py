@@ -279,11 +279,15 @@ def _pointer_trouble(scan: RunScan) -> list[Problem]:
 
 
 def _pointer_hint(place: _Place, scan: RunScan, unit: Unit) -> str:
-    paths = sorted({p.path for p in _pointer_trouble(scan)})
+    store = place.store
+    paths = sorted(
+        {store.local_path(p.path) or f"{store.display_url}/{p.path}" for p in _pointer_trouble(scan)}
+    )
+    how = f" (DeepSpeed: load_checkpoint(dir, tag={unit.name!r}))" if unit.writer == "deepspeed" else ""
     return (
-        f"the newest complete checkpoint is {unit.name}: resume from it by path (DeepSpeed: "
-        f"load_checkpoint(dir, tag={unit.name!r})); storekit leaves {', '.join(paths)} as the writer "
-        "left it: once checked, point it at a complete step by hand"
+        f"the newest complete checkpoint is {unit.name}: resume from it by path{how}; storekit "
+        f"leaves {', '.join(paths)} as the writer left it: once checked, point it at a complete "
+        "step by hand"
     )
 
 
