@@ -90,7 +90,8 @@ def test_deepspeed_rank_killed_mid_save_is_not_latest(
     run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
 ) -> None:
     """DeepSpeed 0.19.8, 2 ranks, ZeRO-1: rank 1 SIGKILLed inside its third save_checkpoint before its
-    ZeRO shard; rank 0 still wrote `latest` = global_step3 (recorded by record_checkpoints.py)."""
+    ZeRO shard; rank 0 still wrote `latest` = global_step3 (recorded by record_checkpoints.py, with
+    what load_checkpoint then made of each tag on each rank)."""
     recording = load("deepspeed-rank-killed")
     materialize(run_dir, recording)
     assert (run_dir / "latest").read_text() == "global_step3"
@@ -101,6 +102,13 @@ def test_deepspeed_rank_killed_mid_save_is_not_latest(
     assert "dp_world_size=2" in step3.reason
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in step3.reason
     assert [u.name for u in result.complete()] == ["global_step1", "global_step2"]
+    # DeepSpeed's own load_checkpoint in a fresh 2-rank job (recorded): complete = loads on every rank
+    loads = recording["loads"]
+    assert loads["global_step3"] == ["loaded", "FileNotFoundError"]  # rank 1's shard is missing
+    assert [u.name for u in result.complete()] == sorted(
+        tag for tag, verdicts in loads.items() if tag != "latest" and set(verdicts) == {"loaded"}
+    )
+    assert set(loads["latest"]) != {"loaded"}  # a load without a tag follows `latest` and fails
     assert result.latest() is not None and result.latest().name == "global_step2"  # type: ignore[union-attr]
     found = {
         (f.rule, f.path.rsplit("/", 1)[1])
