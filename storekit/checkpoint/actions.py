@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from storekit import faults
 from storekit.checkpoint.scan import COMPLETE, IN_PROGRESS, MANIFEST, RunScan, Unit
 from storekit.durable import is_tombstone, remove_tree
-from storekit.errors import InputError, MismatchError, StorekitError, UsageError
+from storekit.errors import InputError, MismatchError, NotFoundError, StorekitError, UsageError
 from storekit.manifest import Manifest, ManifestFile, read_manifest, verify_manifest, write_manifest
 from storekit.ops import hash_file
 from storekit.paths import join_rel
@@ -41,16 +42,34 @@ class VerifyResult:
 
 
 def verify_unit(store: Store, unit: Unit) -> VerifyResult:
+    """Re-hash a unit against its manifest: missing, changed and added files are all problems; a
+    manifest that cannot be read is one too (exit 4 like any damage), so a run's verify goes on."""
     if unit.has_manifest and not unit.is_file:
-        manifest = read_manifest(store, unit.path)
-        problems = verify_manifest(store, unit.path, manifest)
+        try:
+            manifest = read_manifest(store, unit.path)
+        except (InputError, NotFoundError) as exc:
+            source = f"{store.display_url}/{manifest_path(unit)}"
+            return VerifyResult(
+                unit=unit,
+                digest=True,
+                ok=False,
+                files=unit.files,
+                bytes=unit.bytes,
+                problems=[{"path": MANIFEST, "problem": exc.message.removeprefix(f"{source}: ")}],
+                note="its manifest is damaged: nothing in it can be checked",
+            )
+        problems = [
+            {"path": p.path, "problem": p.problem} for p in verify_manifest(store, unit.path, manifest)
+        ]
+        problems += [{"path": rel, "problem": "not in the manifest (added after the commit)"} for rel in
+                     _extra_files(store, unit, manifest)]  # fmt: skip
         return VerifyResult(
             unit=unit,
             digest=True,
             ok=not problems and unit.state == COMPLETE,
             files=len(manifest.files),
             bytes=manifest.total_bytes,
-            problems=[{"path": p.path, "problem": p.problem} for p in problems],
+            problems=problems,
             note="" if unit.state == COMPLETE else unit.reason,
         )
     return VerifyResult(
@@ -60,6 +79,16 @@ def verify_unit(store: Store, unit: Unit) -> VerifyResult:
         files=unit.files,
         bytes=unit.bytes,
         note=f"{unit.reason}; no digest exists (no storekit manifest: `storekit ckpt adopt` writes one)",
+    )
+
+
+def _extra_files(store: Store, unit: Unit, manifest: Manifest) -> list[str]:
+    named = {f.path for f in manifest.files} | {MANIFEST}
+    prefix = unit.path + "/"
+    return sorted(
+        rel
+        for rel in (e.path[len(prefix) :] for e in store.walk(unit.path) if not e.is_dir)
+        if rel not in named
     )
 
 
@@ -145,6 +174,9 @@ def plan_prune(
     named = set(scan.pointers.values())
     actions = []
     for u in scan.units:
+        if u.name in scan.kept and u.state == COMPLETE:  # the writer's own rotation keeps it too
+            actions.append(PruneAction(u, False, f"the writer keeps it: {scan.kept[u.name]}"))
+            continue
         actions.append(PruneAction(u, *_decide(u, recent, named, keep_every, incomplete_older_than, now)))
     return actions
 
@@ -187,10 +219,11 @@ def apply_prune(store: Store, scan: RunScan, actions: list[PruneAction]) -> list
         faults.point("ckpt.prune.before-delete")
         remove_tree(path)
         marker = scan.markers.get(action.unit.name)
-        if marker is not None:  # NeMo's -unfinished marker goes with its unit, after it
+        if marker is not None:  # NeMo's -unfinished marker goes with its unit(s), after them
             marker_path = store.local_path(marker)
             assert marker_path is not None
-            remove_tree(marker_path)
+            if os.path.lexists(marker_path):  # x.ckpt and x-EMA.ckpt share one marker
+                remove_tree(marker_path)
         deleted.append(action.unit.path)
     return deleted
 

@@ -9,10 +9,16 @@ Vocabulary of a profile (every key but `unit` and `complete` optional):
   commit_file  a file also required on tiers without atomic rename (the writer cannot rename there)
   tracker      { file = NAME, holds = "step" | "unit" }: a file beside the units naming the newest one
   unfinished   a sibling marker name (`{unit}` is the unit's name) whose presence means unfinished
+  unfinished_strip  suffixes taken off a unit's name, in order, before it fills `{unit}` (NeMo:
+               `x.ckpt` and `x-EMA.ckpt` are both unfinished while `x-unfinished` exists)
   temp         globs of the writer's in-progress names (beside units, or inside one)
   signature    globs whose presence says "this writer wrote here" even when no alternative is met
   beside       globs of other entries the writer leaves beside units (scripts, logs, exports)
   unit_files   true when a unit may be a single file (NeMo 1 `.ckpt` files)
+  keeps        { file = NAME, key = KEY }: in the writer's newest complete unit, the JSON file NAME's
+               KEY names a unit the writer's own rotation never deletes (HF's best_model_checkpoint)
+  count        a completeness check that counts rank files against what the unit records
+               ("deepspeed": ZeRO shards against dp_world_size; "dcp-ranks": __R.metadata per rank)
 """
 
 from __future__ import annotations
@@ -38,13 +44,23 @@ _KEYS = {
     "signature",
     "beside",
     "unit_files",
+    "count",
+    "unfinished_strip",
+    "keeps",
 }
+COUNT_NAMES = ("deepspeed", "dcp-ranks")  # implemented in counts.py
 
 
 @dataclass(frozen=True, kw_only=True)
 class Tracker:
     file: str
     holds: str  # "step": the file holds the step number; "unit": it holds the unit's name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keeps:
+    file: str  # a JSON file inside the writer's newest complete unit
+    key: str  # its top-level key whose value is the path (or name) of a unit to keep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +76,9 @@ class WriterProfile:
     signature: tuple[str, ...] = ()
     beside: tuple[str, ...] = ()
     unit_files: bool = False
+    count: str | None = None
+    unfinished_strip: tuple[str, ...] = ()
+    keeps: Keeps | None = None
 
     def matches_unit(self, name: str) -> bool:
         return self.unit.fullmatch(name) is not None
@@ -78,8 +97,14 @@ class WriterProfile:
             return True
         return any(fnmatch.fnmatchcase(name, p) for p in self.beside)
 
+    def marker_key(self, unit_name: str) -> str:
+        """What `{unit}` stands for in this unit's unfinished marker."""
+        for suffix in self.unfinished_strip:
+            unit_name = unit_name.removesuffix(suffix)
+        return unit_name
+
     def marker_for(self, unit_name: str) -> str | None:
-        return self.unfinished.replace("{unit}", unit_name) if self.unfinished else None
+        return self.unfinished.replace("{unit}", self.marker_key(unit_name)) if self.unfinished else None
 
     def is_marker(self, name: str) -> str | None:
         """The unit a sibling `name` marks unfinished, if `name` is this writer's marker."""
@@ -124,6 +149,9 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
     if commit_file is not None and not _glob(commit_file):
         raise ConfigError(source, f"{key}.commit_file", "expected a file name")
     unit_files = get_bool(body, "unit_files", source, f"{key}.unit_files", False)
+    count = body.get("count")
+    if count is not None and count not in COUNT_NAMES:
+        raise ConfigError(source, f"{key}.count", f"expected one of {', '.join(COUNT_NAMES)}")
     return WriterProfile(
         name=name,
         description=get_str(body, "description", source, f"{key}.description", default=""),
@@ -136,6 +164,9 @@ def _parse_profile(name: str, body: Any, source: str) -> WriterProfile:
         signature=_globs(body, "signature", source, key),
         beside=_globs(body, "beside", source, key),
         unit_files=unit_files,
+        count=count,
+        unfinished_strip=_strings(body, "unfinished_strip", source, key),
+        keeps=_parse_keeps(body.get("keeps"), source, f"{key}.keeps"),
     )
 
 
@@ -152,10 +183,29 @@ def _parse_tracker(raw: Any, source: str, key: str) -> Tracker | None:
     return Tracker(file=file, holds=holds)
 
 
+def _parse_keeps(raw: Any, source: str, key: str) -> Keeps | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, key, 'expected { file = "NAME", key = "KEY" }')
+    reject_unknown(raw, {"file", "key"}, source, key)
+    file, name = get_str(raw, "file", source, f"{key}.file"), get_str(raw, "key", source, f"{key}.key")
+    if not _glob(file) or not name:
+        raise ConfigError(source, key, 'expected { file = "NAME", key = "KEY" }')
+    return Keeps(file=file, key=name)
+
+
 def _glob(value: Any) -> bool:
     return (
         isinstance(value, str) and bool(value) and not value.startswith("/") and ".." not in value.split("/")
     )
+
+
+def _strings(body: dict[str, Any], name: str, source: str, key: str) -> tuple[str, ...]:
+    value = body.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and "/" not in v for v in value):
+        raise ConfigError(source, f"{key}.{name}", "expected a list of name suffixes")
+    return tuple(value)
 
 
 def _globs(body: dict[str, Any], name: str, source: str, key: str) -> tuple[str, ...]:

@@ -10,11 +10,13 @@ otherwise *incomplete*.
 from __future__ import annotations
 
 import fnmatch
+import json
 import posixpath
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from storekit.checkpoint.counts import COUNTS
 from storekit.checkpoint.profiles import WriterProfile
 from storekit.errors import NotFoundError, StorekitError
 from storekit.layout.spec import AreaSpec
@@ -63,6 +65,7 @@ class RunScan:
     pointers: dict[str, str] = field(default_factory=dict)  # tracker path -> unit name it names
     markers: dict[str, str] = field(default_factory=dict)  # unit name -> path of its unfinished marker
     stubs: dict[str, Stub] = field(default_factory=dict)  # unit name -> the stub left where it was moved from
+    kept: dict[str, str] = field(default_factory=dict)  # unit name -> why its writer's rotation keeps it
 
     def complete(self) -> list[Unit]:
         return sorted((u for u in self.units if u.state == COMPLETE), key=lambda u: (u.step or -1, u.name))
@@ -103,7 +106,7 @@ def scan_run(
     now = time.time() if now is None else now
     entries = store.list(run)  # NotFoundError (exit 3) when the run does not exist
     scan = RunScan(run=run)
-    markers: dict[str, str] = {}  # unit name -> marker name
+    markers: dict[str, str] = {}  # what a marker's {unit} stands for -> the marker's path
     trackers: list[tuple[Entry, list[WriterProfile]]] = []
     candidates: list[_Candidate] = []
     temps: list[tuple[Entry, WriterProfile | None]] = []
@@ -117,13 +120,19 @@ def scan_run(
             continue
         marked = _marker_owner(name, profiles)
         if marked is not None:
-            markers[marked] = name
-            scan.markers[marked] = entry.path
+            markers[marked] = entry.path
             scan.beside.append(entry.path)
             continue
         owners = [p for p in profiles if p.tracker is not None and p.tracker.file == name]
         if owners and not entry.is_dir:
             trackers.append((entry, owners))
+            scan.beside.append(entry.path)
+            continue
+        if owners:  # a loader opens it as a file and fails: never a silent extra
+            who = ", ".join(p.name for p in owners)
+            scan.problems.append(
+                Problem("bad-pointer", entry.path, f"a directory where the tracker file of {who} belongs")
+            )
             scan.beside.append(entry.path)
             continue
         temp_owner = next((p for p in profiles if p.is_temp(name)), None)
@@ -157,7 +166,35 @@ def scan_run(
     scan.units = _apply_trackers(store, units, trackers, scan, quiet_seconds, now)
     scan.units.sort(key=lambda u: (u.step if u.step is not None else -1, u.name))
     _read_stubs(store, scan)
+    _read_keeps(store, scan, profiles)
     return scan
+
+
+KEEPS_MAX = 16 * 1024 * 1024  # trainer_state.json grows with the log history; bound what is read
+
+
+def _read_keeps(store: Store, scan: RunScan, profiles: Sequence[WriterProfile]) -> None:
+    """Units a writer's own rotation keeps, as its newest complete unit records them (HF Trainer:
+    trainer_state.json's best_model_checkpoint, which rotate_checkpoints never deletes)."""
+    for p in profiles:
+        if p.keeps is None:
+            continue
+        done = [u for u in scan.complete() if u.writer == p.name and not u.is_file]
+        if not done:
+            continue
+        newest = done[-1]
+        path = posixpath.join(newest.path, p.keeps.file)
+        try:
+            if store.info(path).size > KEEPS_MAX:
+                continue
+            value = json.loads(store.read_bytes(path)).get(p.keeps.key)
+        except (StorekitError, ValueError, AttributeError):
+            continue  # unreadable: nothing extra is kept by it, the newest complete still is
+        if not isinstance(value, str) or not value:
+            continue
+        name = posixpath.basename(value.replace("\\", "/").rstrip("/"))
+        if scan.unit(name) is not None:
+            scan.kept[name] = f"{p.keeps.key} in {newest.name}/{p.keeps.file}"
 
 
 def _read_stubs(store: Store, scan: RunScan) -> None:
@@ -240,7 +277,9 @@ def _judge(
         met = [p for p in cand.profiles if _met(p, rels, store)]
     else:
         met = [p for p in cand.profiles if p.unit_files]
-    marked = [p for p in cand.profiles if p.unfinished and entry.name in markers]
+    marked = [p for p in cand.profiles if p.unfinished and p.marker_key(entry.name) in markers]
+    if marked:
+        scan.markers[entry.name] = markers[marked[0].marker_key(entry.name)]
     has_manifest = MANIFEST in rels
     foreign = [p for p in met if p.name != "storekit"]
     if len(foreign) > 1:
@@ -251,16 +290,28 @@ def _judge(
         return _unit(cand, None, INCOMPLETE, f"markers of {names} in one unit", has_manifest)
     writer = foreign[0] if foreign else (met[0] if met else None)
     recent = cand.newest is not None and now - cand.newest < quiet
+    short = _count_short(store, writer, entry, rels) if writer is not None and not marked else None
+    if short is not None and writer is not None:
+        state = IN_PROGRESS if recent else INCOMPLETE
+        return _unit(cand, writer, state, f"{writer.name}: {short}", has_manifest)
     if writer is not None and not marked:
         return _unit(cand, writer, COMPLETE, f"{writer.name}: {_rule_text(writer, rels)}", has_manifest)
     if marked:
         p = marked[0]
         state = IN_PROGRESS if recent else INCOMPLETE
-        return _unit(cand, p, state, f"{p.name}: marker {markers[entry.name]} present", has_manifest)
+        marker = posixpath.basename(markers[p.marker_key(entry.name)])
+        return _unit(cand, p, state, f"{p.name}: marker {marker} present", has_manifest)
     signed = [p for p in cand.profiles if any(_has(rels, g) for g in p.signature)] or cand.profiles
     guess = signed[0] if len(signed) == 1 else None
     reason = "; ".join(_missing(p, store) for p in signed)
     return _unit(cand, guess, IN_PROGRESS if recent else INCOMPLETE, reason, has_manifest)
+
+
+def _count_short(store: Store, writer: WriterProfile, entry: Entry, rels: list[str]) -> str | None:
+    """What the writer's rank count finds missing (counts.py), or None when all are there."""
+    if writer.count is None or not entry.is_dir:
+        return None
+    return COUNTS[writer.count](store, entry.path, rels)
 
 
 def _rule_text(p: WriterProfile, rels: list[str]) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import re
 import sys
@@ -183,8 +184,20 @@ def commit(
     barrier: Callable[[], None] | None = None,
     hash_threads: int = 4,
 ) -> Iterator[Stage]:
-    """Stage a checkpoint for `step` in `run_dir`; commit it when the block exits cleanly."""
-    run = Path(run_dir)
+    """Stage a checkpoint for `step` in `run_dir`; commit it when the block exits cleanly.
+
+    Every argument is checked before anything is written (a one-line ValueError naming it): `step`
+    an integer >= 0 (numpy and torch integer scalars count; bool does not), `run_dir` a path that
+    is a directory or does not exist yet."""
+    run = _run_path(run_dir)
+    step = _whole("step", step)
+    if rank is not None:
+        rank = _whole("rank", rank)
+    if world_size is not None:
+        world_size = _whole("world_size", world_size, least=1)
+    if barrier is not None and not callable(barrier):
+        raise ValueError(f"barrier must be a callable (e.g. torch.distributed.barrier), got {barrier!r}")
+    hash_threads = _whole("hash_threads", hash_threads, least=1)
     rank, world, sync = _group(rank, world_size, barrier)
     name = step_name(step)
     final, stage_dir = run / name, run / f".{name}{STAGE_SUFFIX}"
@@ -209,6 +222,38 @@ def commit(
                 remove_tree(stage_dir)
             raise
     sync()  # nobody returns before the step is visible
+
+
+def _whole(name: str, value: object, *, least: int = 0) -> int:
+    """`value` as an int: Python ints and integer scalars of numpy or torch (via __index__), never a
+    bool, a float or a string, whatever they would convert to."""
+    dtype = str(getattr(value, "dtype", ""))
+    if isinstance(value, bool) or "bool" in dtype or type(value).__name__ == "bool_":
+        raise ValueError(f"{name} must be an integer >= {least}, got the bool {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        shown = repr(value) if len(repr(value)) <= 40 else type(value).__name__
+        raise ValueError(
+            f"{name} must be an integer >= {least}, got {shown} ({type(value).__name__})"
+        ) from None
+    if number < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {number}")
+    return number
+
+
+def _run_path(run_dir: object) -> Path:
+    if not isinstance(run_dir, (str, os.PathLike)) or not os.fspath(run_dir):
+        raise ValueError(f"run_dir must be a directory path, got {run_dir!r}")
+    run = Path(run_dir)
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"run_dir {str(run)!r} exists and is not a directory")
+    for parent in run.parents:  # a file where a parent directory belongs: mkdir would fail later
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"run_dir {str(run)!r}: {str(parent)!r} is not a directory")
+            break
+    return run
 
 
 def _group(

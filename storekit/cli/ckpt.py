@@ -17,7 +17,7 @@ from storekit.checkpoint.actions import (
     verify_unit,
     write_adopted,
 )
-from storekit.checkpoint.scan import RunScan, Unit, scan_area_run
+from storekit.checkpoint.scan import Problem, RunScan, Unit, scan_area_run
 from storekit.cli.common import (
     ConfigOpt,
     DryRunOpt,
@@ -29,7 +29,7 @@ from storekit.cli.common import (
     noun_app,
     site_config,
 )
-from storekit.errors import ExitCode, NotFoundError, UsageError
+from storekit.errors import ExitCode, NotFoundError, StorekitError, UsageError
 from storekit.layout.spec import AreaSpec, load_layout
 from storekit.pipeline.location import resolve_location
 from storekit.store import Store
@@ -79,6 +79,11 @@ def _place(arg: str, config: str | None, tier: str | None, *, allow_unit: bool) 
         arg = rel
     loc = resolve_location(arg, site, tier)
     area = _writers_area(loc.store.tier.layout)
+    if loc.tier_name is None and allow_unit and _is_unit(loc.store, loc.rel, area):
+        # a path outside every tier is rooted at its parent: root it one level up, so that the
+        # run is a directory of the store and the checkpoint one of its units
+        parent = resolve_location(arg.rstrip("/").rpartition("/")[0] or "/", site, tier)
+        return _Place(parent.store, area, parent.rel, posixpath.basename(loc.rel))
     parts = loc.rel.split("/")
     depth = len(parts) - 1 if parts[0] == area.name else None
     run_depth = len(area.levels)
@@ -92,6 +97,25 @@ def _place(arg: str, config: str | None, tier: str | None, *, allow_unit: bool) 
         f"{arg}: expected a run ({'/'.join(lv.name for lv in area.levels)}) below {area.name}/"
         + (" or one of its checkpoints" if allow_unit else "")
     )
+
+
+def _is_unit(store: Store, rel: str, area: AreaSpec) -> bool:
+    """A directory outside the tiers named like a unit of an accepted writer, with no units, unit
+    files or trackers inside it (an Orbax `run_123` step and a run `run_123` look alike)."""
+    name = posixpath.basename(rel)
+    if not any(p.matches_unit(name) for p in area.writers) or not store.exists(rel):
+        return False
+    try:
+        entries = store.list(rel) if store.info(rel).is_dir else []
+    except StorekitError:  # an object-store prefix without a directory entry, a race: not a unit
+        return False
+    for entry in entries:
+        for p in area.writers:
+            if (p.tracker is not None and entry.name == p.tracker.file) or (
+                p.matches_unit(entry.name) and (entry.is_dir or p.unit_files)
+            ):
+                return False
+    return True
 
 
 def _adhoc(store: Store, area: AreaSpec, rel: str, allow_unit: bool) -> _Place:
@@ -113,7 +137,9 @@ def _writers_area(layout: str) -> AreaSpec:
 def _scan(place: _Place, now: float) -> RunScan:
     if not place.store.exists(place.run):
         raise NotFoundError(f"{place.store.display_url}/{place.run}: no such run")
-    return scan_area_run(place.store, place.run, place.area, now=now)
+    # the layout's temp patterns (`*.partial`, `.tmp*`) as layout check applies them: leftovers
+    temp = load_layout(place.store.tier.layout).temp_patterns
+    return scan_area_run(place.store, place.run, place.area, temp=temp, now=now)
 
 
 def _where(store: Store, unit: Unit) -> str:
@@ -201,7 +227,7 @@ def list_command(
     out.result("ckpt list", doc, human)
 
 
-@ckpt_app.command("latest", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.RETRYABLE))
+@ckpt_app.command("latest", epilog=exit_codes(E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
 def latest_command(
     run: RunArg,
     tier: TierOpt = None,
@@ -212,6 +238,10 @@ def latest_command(
     """Print the path of the newest complete checkpoint of RUN (exit 3 when there is none).
 
     Made for job scripts: a resumed job starts from what this prints, never from a half-written step.
+    When the writer's own tracker (`latest`, `latest_checkpointed_iteration.txt`) names a missing or
+    incomplete checkpoint, or leaves the run, the newest complete one is still printed, stderr says
+    what is wrong with the tracker, and the exit code is 4: a loader that reads the tracker itself
+    (DeepSpeed's load_checkpoint without a tag) would fail. The tracker is left as it is.
 
     \b
     Examples:
@@ -223,11 +253,42 @@ def latest_command(
     out = make_output(json_out, quiet)
     now = time.time()
     place = _place(run, config, tier, allow_unit=False)
-    unit = _scan(place, now).latest()
+    scan = _scan(place, now)
+    unit = scan.latest()
+    trouble = _pointer_trouble(scan)
+    for problem in trouble:
+        out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
     if unit is None:
         raise NotFoundError(f"{place.store.display_url}/{place.run}: no complete checkpoint")
-    doc = {"path": _where(place.store, unit), "unit": _unit_doc(place.store, unit, now)}
+    if trouble:
+        out.err.print(f"hint: {_pointer_hint(place, scan, unit)}", markup=False)
+    doc = {
+        "path": _where(place.store, unit),
+        "unit": _unit_doc(place.store, unit, now),
+        "ok": not trouble,
+        "pointer_problems": [p.__dict__ for p in trouble],
+    }
     out.result("ckpt latest", doc, lambda console: console.print(doc["path"], markup=False, soft_wrap=True))
+    if trouble:
+        raise typer.Exit(int(ExitCode.MISMATCH))
+
+
+def _pointer_trouble(scan: RunScan) -> list[Problem]:
+    """The run's trackers that a loader reading them would fail on (layout check's bad-pointer)."""
+    return [p for p in scan.problems if p.rule == "bad-pointer"]
+
+
+def _pointer_hint(place: _Place, scan: RunScan, unit: Unit) -> str:
+    store = place.store
+    paths = sorted(
+        {store.local_path(p.path) or f"{store.display_url}/{p.path}" for p in _pointer_trouble(scan)}
+    )
+    how = f" (DeepSpeed: load_checkpoint(dir, tag={unit.name!r}))" if unit.writer == "deepspeed" else ""
+    return (
+        f"the newest complete checkpoint is {unit.name}: resume from it by path{how}; storekit "
+        f"leaves {', '.join(paths)} as the writer left it: once checked, point it at a complete "
+        "step by hand"
+    )
 
 
 @ckpt_app.command("verify", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE))
@@ -240,10 +301,12 @@ def verify_command(
 ) -> None:
     """Re-hash checkpoints against their storekit manifest; check the rule of those without one.
 
-    RUN verifies every complete checkpoint of the run; RUN/STEP one. A checkpoint of another writer
-    without a manifest is checked by its writer's completeness rule only (no digest exists: `ckpt
-    adopt` writes one). Exit 0 when all pass, 4 on any mismatch or incomplete checkpoint (named), 3
-    when RUN or STEP does not exist.
+    RUN verifies every complete checkpoint of the run; RUN/STEP one (a name, a tier-relative or an
+    absolute path, inside a tier or not). Every file is re-hashed: a changed or missing file, a file
+    the manifest does not name and a damaged manifest.json are all reported, for every checkpoint
+    of the run. A checkpoint of another writer without a manifest is checked by its writer's
+    completeness rule only (no digest exists: `ckpt adopt` writes one). Exit 0 when all pass, 4 on
+    any damage or incomplete checkpoint (named), 3 when RUN or STEP does not exist.
 
     \b
     Examples:
@@ -341,7 +404,9 @@ def adopt_command(
 @ckpt_app.command("prune", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))
 def prune_command(
     run: RunArg,
-    keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest complete.")],
+    keep_last: Annotated[
+        int | None, typer.Option("--keep-last", metavar="N", help="Keep the N newest complete (required).")
+    ] = None,
     keep_every: Annotated[
         int | None, typer.Option("--keep-every", metavar="K", help="Also keep steps that are multiples of K.")
     ] = None,
@@ -373,6 +438,8 @@ def prune_command(
           --incomplete-older-than 1d
     """
     out = make_output(json_out, quiet)
+    if keep_last is None:
+        raise UsageError("--keep-last N is required: how many of the newest complete checkpoints to keep")
     older = None
     if incomplete_older_than is not None:
         try:
@@ -386,12 +453,19 @@ def prune_command(
         scan, keep_last=keep_last, keep_every=keep_every, incomplete_older_than=older, now=now
     )
     deleted = [] if dry_run else apply_prune(place.store, scan, actions)
+    trouble = _pointer_trouble(scan)
+    newest = scan.latest()
+    for problem in trouble:
+        out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
+    if trouble and newest is not None:
+        out.err.print(f"hint: {_pointer_hint(place, scan, newest)}", markup=False)
     doc = {
         "run": place.run,
         "dry_run": dry_run,
         "actions": [a.to_dict() for a in actions],
         "deleted": deleted,
         "freed_bytes": sum(a.unit.bytes for a in actions if a.delete),
+        "pointer_problems": [p.__dict__ for p in trouble],
     }
 
     def human(console: Console) -> None:

@@ -47,7 +47,7 @@ def test_init_check_status_on_s3(s3_tier: TierConfig) -> None:
         (
             "incomplete-checkpoint",
             "checkpoints/run_001/step_000100",
-            "storekit: no manifest.json; torch-dcp: no .metadata; "
+            "storekit: no manifest.json; torch-dcp: no .metadata or __0.metadata; "
             "orbax: no _CHECKPOINT_METADATA (+ commit_success.txt on this tier: no atomic rename)",
         ),
         (

@@ -201,3 +201,43 @@ def test_two_torch_distributed_ranks_commit_a_real_dcp_checkpoint(
     assert any(n.endswith(".distcp") for n in names)
     (unit,) = scan(local_store, area).units
     assert (unit.writer, unit.state, unit.has_manifest) == ("torch-dcp", COMPLETE, True)
+
+
+def test_arguments_are_checked_before_any_byte_is_written(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    run = tmp_path / "run_001"
+    bad = [
+        ("100", "step"), (None, "step"), (100.0, "step"), (True, "step"), (-3, "step"),
+        (np.bool_(True), "step"), (torch.tensor(True), "step"), (torch.tensor(7.0), "step"),
+    ]  # fmt: skip
+    for step, named in bad:
+        with pytest.raises(ValueError) as err, commit(run, step) as stage:
+            stage.open("never.bin").close()
+        message = str(err.value)
+        assert message.startswith(f"{named} must be an integer >= 0") and "\n" not in message
+        assert not run.exists()  # nothing written, not even the run directory
+    with (
+        pytest.raises(ValueError, match=r"^hash_threads must be an integer >= 1"),
+        commit(run, 1, hash_threads=0),
+    ):
+        pass
+    with (
+        pytest.raises(ValueError, match=r"^world_size must be an integer >= 1"),
+        commit(run, 1, world_size=True),
+    ):
+        pass
+    assert not run.exists()
+    afile = tmp_path / "run_file"
+    afile.write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"^run_dir .* exists and is not a directory$"), commit(afile, 1):
+        pass
+    with pytest.raises(ValueError, match=r"is not a directory$"), commit(afile / "deeper", 1):
+        pass
+    assert afile.read_bytes() == b"x"
+    for step, name in ((torch.tensor(7), "step_000007"), (np.int64(8), "step_000008")):
+        with commit(run, step) as stage, stage.open("w.bin") as fh:
+            fh.write(b"w")
+        manifest = json.loads((run / name / "manifest.json").read_text())
+        assert type(manifest["step"]) is int and manifest["step"] == int(step)
+    assert (run / "latest").read_text() == "step_000008\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from storekit.checkpoint.actions import apply_prune, plan_prune
 from storekit.checkpoint.scan import COMPLETE, INCOMPLETE
 from storekit.layout.check import check_layout
 from storekit.layout.spec import AreaSpec, LayoutSpec
@@ -19,7 +21,13 @@ FIXTURES = Path(__file__).parents[2] / "fixtures/checkpoints"
 # recording -> (writer profile, the units it left, the marker whose absence makes the newest incomplete)
 EXPECTED = {
     "hf-trainer": ("hf-trainer", ["checkpoint-2", "checkpoint-4"], "trainer_state.json"),
+    "hf-trainer-best": ("hf-trainer", ["checkpoint-2", "checkpoint-4", "checkpoint-6"], "trainer_state.json"),
     "deepspeed": ("deepspeed", ["global_step1", "global_step2"], "mp_rank_00_model_states.pt"),
+    "deepspeed-zero1-2ranks": (
+        "deepspeed",
+        ["global_step1", "global_step2", "global_step3"],
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+    ),
     "orbax": ("orbax", ["10", "20"], "_CHECKPOINT_METADATA"),
     "megatron-torch-dist": ("megatron", ["iter_0000100", "iter_0000200"], "metadata.json"),
 }
@@ -32,8 +40,11 @@ def materialize(run: Path, recording: dict[str, Any]) -> None:
             path.mkdir(parents=True, exist_ok=True)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = entry.get("text")
-        path.write_bytes(text.encode() if text is not None else b"\0" * int(entry["size"]))
+        text, raw = entry.get("text"), entry.get("b64")
+        if raw is not None:  # recorded byte for byte: storekit reads it (DeepSpeed's dp_world_size)
+            path.write_bytes(base64.b64decode(raw))
+        else:
+            path.write_bytes(text.encode() if text is not None else b"\0" * int(entry["size"]))
 
 
 def load(name: str) -> dict[str, Any]:
@@ -66,10 +77,74 @@ def test_recorded_tree_without_its_marker_is_incomplete(
     result = scan(local_store, area)
     newest = result.unit(units[-1])
     assert newest is not None and (newest.writer, newest.state) == (writer, INCOMPLETE)
-    assert marker in newest.reason or "model_states" in newest.reason
-    assert result.latest() is not None and result.latest().name == units[0]  # type: ignore[union-attr]
+    assert marker in newest.reason or "model_states" in newest.reason, newest.reason
+    assert result.latest() is not None and result.latest().name == units[-2]  # type: ignore[union-attr]
     rules = {
         f.path.rsplit("/", 1)[1]: f.rule
         for f in check_layout(spec, local_store, now=time.time() + DAY).findings
     }
     assert rules[units[-1]] == "incomplete-checkpoint"
+
+
+def test_deepspeed_rank_killed_mid_save_is_not_latest(
+    run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    """DeepSpeed 0.19.8, 2 ranks, ZeRO-1: rank 1 SIGKILLed inside its third save_checkpoint before its
+    ZeRO shard; rank 0 still wrote `latest` = global_step3 (recorded by record_checkpoints.py, with
+    what load_checkpoint then made of each tag on each rank)."""
+    recording = load("deepspeed-rank-killed")
+    materialize(run_dir, recording)
+    assert (run_dir / "latest").read_text() == "global_step3"
+    assert not (run_dir / "global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt").exists()
+    result = scan(local_store, area)
+    step3 = result.unit("global_step3")
+    assert step3 is not None and (step3.writer, step3.state) == ("deepspeed", INCOMPLETE)
+    assert "dp_world_size=2" in step3.reason
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in step3.reason
+    assert [u.name for u in result.complete()] == ["global_step1", "global_step2"]
+    # DeepSpeed's own load_checkpoint in a fresh 2-rank job (recorded): complete = loads on every rank
+    loads = recording["loads"]
+    assert loads["global_step3"] == ["loaded", "FileNotFoundError"]  # rank 1's shard is missing
+    assert [u.name for u in result.complete()] == sorted(
+        tag for tag, verdicts in loads.items() if tag != "latest" and set(verdicts) == {"loaded"}
+    )
+    assert set(loads["latest"]) != {"loaded"}  # a load without a tag follows `latest` and fails
+    assert result.latest() is not None and result.latest().name == "global_step2"  # type: ignore[union-attr]
+    found = {
+        (f.rule, f.path.rsplit("/", 1)[1])
+        for f in check_layout(spec, local_store, now=time.time() + DAY).findings
+    }
+    assert found == {("bad-pointer", "latest"), ("incomplete-checkpoint", "global_step3")}
+
+
+def test_deepspeed_shard_count_reads_the_recorded_world_size(
+    run_dir: Path, local_store: Store, area: AreaSpec
+) -> None:
+    """The count comes from mp_rank_00_model_states.pt: a damaged one is not complete either."""
+    materialize(run_dir, load("deepspeed-zero1-2ranks"))
+    model = run_dir / "global_step3/mp_rank_00_model_states.pt"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])  # cut short, as a killed torch.save
+    step3 = scan(local_store, area).unit("global_step3")
+    assert step3 is not None and step3.state == INCOMPLETE
+    assert "cannot be read as a torch checkpoint" in step3.reason
+
+
+def test_prune_keeps_the_trainers_best_model(run_dir: Path, local_store: Store, area: AreaSpec) -> None:
+    """transformers 5.23 with load_best_model_at_end: best_model_checkpoint (checkpoint-2, recorded)
+    is what rotate_checkpoints never deletes; `prune --keep-last 1` keeps it as well."""
+    materialize(run_dir, load("hf-trainer-best"))
+    state = json.loads((run_dir / "checkpoint-6/trainer_state.json").read_text())
+    assert state["best_model_checkpoint"].endswith("/checkpoint-2")
+    result = scan(local_store, area)
+    actions = {a.unit.name: a for a in plan_prune(result, keep_last=1)}
+    assert {name: a.delete for name, a in actions.items()} == {
+        "checkpoint-2": False,
+        "checkpoint-4": True,
+        "checkpoint-6": False,
+    }
+    assert "best_model_checkpoint in checkpoint-6/trainer_state.json" in actions["checkpoint-2"].reason
+    apply_prune(local_store, result, list(actions.values()))
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint-")) == [
+        "checkpoint-2",
+        "checkpoint-6",
+    ]

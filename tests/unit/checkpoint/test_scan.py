@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -9,6 +14,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from storekit.checkpoint.actions import apply_prune, plan_prune
 from storekit.checkpoint.scan import COMPLETE, IN_PROGRESS, INCOMPLETE
 from storekit.layout.check import check_layout
 from storekit.layout.spec import AreaSpec, LayoutSpec
@@ -47,7 +53,9 @@ def test_torch_dcp_real_save_is_complete_and_missing_metadata_is_named(
     )  # coordinator died before rename
     assert states(local_store, area)["step_200"] == ("torch-dcp", INCOMPLETE)
     assert states(local_store, area, now=time.time())["step_200"] == ("torch-dcp", IN_PROGRESS)
-    assert findings(local_store, spec) == [("incomplete-checkpoint", "step_200", "torch-dcp: no .metadata")]
+    assert findings(local_store, spec) == [
+        ("incomplete-checkpoint", "step_200", "torch-dcp: no .metadata or __0.metadata")
+    ]
     assert (
         scan(local_store, area).latest() is not None and scan(local_store, area).latest().name == "step_100"
     )  # type: ignore[union-attr]
@@ -108,15 +116,21 @@ def test_megatron_torch_dist_needs_metadata_json_written_last(
     assert states(local_store, area) == {"iter_0000100": ("megatron", COMPLETE)}
 
 
+def ds_model_states() -> bytes:
+    """mp_rank_00_model_states.pt as DeepSpeed 0.19.8 wrote it (1 rank; tests/fixtures recording)."""
+    doc = json.loads((Path(__file__).parents[2] / "fixtures/checkpoints/deepspeed.json").read_text())
+    return base64.b64decode(doc["tree"]["global_step1/mp_rank_00_model_states.pt"]["b64"])
+
+
 def test_deepspeed_latest_and_extras(
     run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
 ) -> None:
     write_tree(
         run_dir,
         {
-            "global_step10/mp_rank_00_model_states.pt": b"m",
+            "global_step10/mp_rank_00_model_states.pt": ds_model_states(),
             "global_step10/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o",
-            "global_step20/mp_rank_00_model_states.pt": b"m",
+            "global_step20/mp_rank_00_model_states.pt": ds_model_states(),
             "global_step20/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o",
             "global_step30/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o",  # model states never came
             "latest": b"global_step20",
@@ -232,3 +246,87 @@ def test_unknown_entries_are_still_reported(run_dir: Path, local_store: Store, s
         ("misnamed", "final weights"),
         ("unexpected-file", "notes.txt"),
     ]
+
+
+DCP_RANKS = """
+import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+run, store_file, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
+own = {"w": torch.full((16, 4), float(rank + 1))}  # each rank its own values: no coordination
+dcp.save(own, checkpoint_id=f"{run}/step_100", use_collectives=False)  # __0.metadata, __1.metadata
+replicated = {"w": torch.full((16, 4), 7.0)}
+dcp.save(replicated, checkpoint_id=f"{run}/500")  # a bare-number step directory, with collectives
+for where, state in (("step_100", own), ("500", replicated)):  # dcp.load: both load on every rank
+    back = {"w": torch.zeros(16, 4)}
+    dcp.load(back, checkpoint_id=f"{run}/{where}")
+    assert torch.equal(back["w"], state["w"]), where
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # two torch processes with a gloo group: ~10-30 s on a busy 2-core machine
+def test_torch_dcp_without_collectives_and_in_a_bare_number_dir(
+    run_dir: Path, tmp_path: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DCP_RANKS, str(run_dir), str(tmp_path / "pg"), str(r)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    names = sorted(p.name for p in (run_dir / "step_100").iterdir())
+    assert "__0.metadata" in names and "__1.metadata" in names and ".metadata" not in names
+    assert states(local_store, area) == {"step_100": ("torch-dcp", COMPLETE), "500": ("torch-dcp", COMPLETE)}
+    assert findings(local_store, spec) == []
+    (run_dir / "step_100/__1.metadata").unlink()  # rank 1 never finished its save
+    (run_dir / "500/.metadata").unlink()
+    result = scan(local_store, area)
+    assert {u.name: (u.writer, u.state) for u in result.units} == {
+        "step_100": ("torch-dcp", INCOMPLETE),
+        "500": ("torch-dcp", INCOMPLETE),
+    }
+    assert "no __1.metadata: rank 1 did not finish" in result.unit("step_100").reason  # type: ignore[union-attr]
+    assert result.unit("500").reason == "torch-dcp: no .metadata or __0.metadata"  # type: ignore[union-attr]
+
+
+def test_nemo_ckpt_files_and_their_unfinished_marker(
+    run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    """NeMo's format_checkpoint_unfinished_marker_path (nemo/lightning/pytorch/callbacks/
+    model_checkpoint.py, NeMo 2.6.0rc0): the path minus ".ckpt", minus "-EMA", plus "-unfinished"."""
+    old = "megatron_gpt--val_loss=2.30-step=100-consumed_samples=800.0"
+    new = "megatron_gpt--val_loss=2.10-step=200-consumed_samples=1600.0"
+    write_tree(
+        run_dir,
+        {
+            f"{old}.ckpt": b"c" * 10,
+            f"{new}.ckpt": b"c" * 10,
+            f"{new}-EMA.ckpt": b"e" * 10,
+            f"{new}-unfinished": b"",  # touched before the save, removed after every rank's barrier
+            "model--step=50.ckpt": b"m",
+            "epoch=0-step=30.ckpt": b"l",  # Lightning's default file name
+        },
+    )
+    result = scan(local_store, area)
+    assert {u.name: (u.writer, u.state, u.step) for u in result.units} == {
+        "epoch=0-step=30.ckpt": ("nemo", COMPLETE, 30),
+        "model--step=50.ckpt": ("nemo", COMPLETE, 50),
+        f"{old}.ckpt": ("nemo", COMPLETE, 100),
+        f"{new}.ckpt": ("nemo", INCOMPLETE, 200),
+        f"{new}-EMA.ckpt": ("nemo", INCOMPLETE, 200),
+    }
+    assert result.latest() is not None and result.latest().name == f"{old}.ckpt"  # type: ignore[union-attr]
+    assert findings(local_store, spec) == [
+        ("incomplete-checkpoint", f"{new}-EMA.ckpt", f"nemo: marker {new}-unfinished present"),
+        ("incomplete-checkpoint", f"{new}.ckpt", f"nemo: marker {new}-unfinished present"),
+    ]
+    actions = plan_prune(result, keep_last=1, incomplete_older_than=0.0, now=time.time() + 86400)
+    apply_prune(local_store, result, actions)
+    assert sorted(p.name for p in run_dir.iterdir()) == [f"{old}.ckpt"]  # marker gone with its units

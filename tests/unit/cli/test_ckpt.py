@@ -188,3 +188,125 @@ def test_help_fits_80_columns_with_examples(tmp_path: Path, command: str, sk: An
     assert proc.returncode == 0
     assert "Examples" in proc.stdout and "storekit ckpt " + command in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+
+
+def test_deepspeed_latest_naming_a_half_written_step(cwd: Path, sk: Any) -> None:
+    """DeepSpeed's rank 0 wrote `latest` = global_step3 while rank 1 was killed before its ZeRO shard:
+    `ckpt latest` prints global_step2, says why, exits 4; prune keeps a loadable step and the pointer."""
+    from tests.unit.checkpoint.test_recorded import load, materialize
+
+    run = cwd / "storage/checkpoints/run_002"
+    run.mkdir()
+    materialize(run, load("deepspeed-rank-killed"))
+    old(run)
+    latest = sk(cwd, "ckpt", "latest", "run_002")
+    assert latest.returncode == 4
+    assert latest.stdout == f"{run / 'global_step2'}\n"
+    assert "latest: names global_step3, which is incomplete" in latest.stderr
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in latest.stderr
+    assert "hint: the newest complete checkpoint is global_step2" in latest.stderr
+    as_json = doc(sk(cwd, "ckpt", "latest", "run_002", "--json"))
+    assert as_json["ok"] is False and as_json["unit"]["name"] == "global_step2"
+    assert [p["path"] for p in as_json["pointer_problems"]] == ["checkpoints/run_002/latest"]
+    pruned = sk(cwd, "ckpt", "prune", "run_002", "--keep-last", "1", "--incomplete-older-than", "1h")
+    assert pruned.returncode == 0, pruned.stderr
+    assert sorted(p.name for p in run.iterdir()) == [
+        "global_step2", "global_step3", "latest", "zero_to_fp32.py", "zero_to_torch.py"
+    ]  # fmt: skip
+    assert (run / "latest").read_text() == "global_step3"  # the operator's to change
+    assert "hint: the newest complete checkpoint is global_step2" in pruned.stderr
+    assert sk(cwd, "ckpt", "verify", "run_002/global_step3").returncode == 4
+
+
+def test_verify_and_adopt_take_a_path_outside_the_tiers(cwd: Path, sk: Any) -> None:
+    run = cwd / "elsewhere/run_x"  # not below the tier root (storage/)
+    for step in (4, 5):
+        with commit(run, step) as stage, stage.open("model.bin") as fh:
+            fh.write(b"m" * 1000)
+    (run / "step_000005/model.bin").write_bytes(b"m" * 10)  # truncated
+    one = sk(cwd, "ckpt", "verify", str(run / "step_000005"), "--json")
+    assert one.returncode == 4
+    assert [(r["path"], r["ok"], r["problems"]) for r in doc(one)["results"]] == [
+        ("run_x/step_000005", False, [{"path": "model.bin", "problem": "size 10 != manifest 1000"}])
+    ]
+    good = sk(cwd, "ckpt", "verify", str(run / "step_000004"))
+    assert good.returncode == 0 and "OK (re-hashed; 1 files" in good.stdout
+    hf = cwd / "elsewhere/run_y/checkpoint-6"
+    hf.mkdir(parents=True)
+    (hf / "trainer_state.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"w" * 77)
+    adopted = sk(cwd, "ckpt", "adopt", str(hf))
+    assert adopted.returncode == 0, adopted.stderr
+    files = json.loads((hf / "manifest.json").read_text())["files"]
+    assert sorted((f["path"], f["size"]) for f in files) == [
+        ("model.safetensors", 77),
+        ("trainer_state.json", 2),
+    ]
+
+
+def test_verify_reports_every_damage_with_exit_4(cwd: Path, sk: Any) -> None:
+    run = cwd / RUN
+    (run / "step_000100/manifest.json").write_text('{"schema')  # damaged manifest
+    (run / "step_000200/model.bin").write_bytes(b"")  # a truncated file, in the next step
+    (run / "step_000300/notes.txt").write_text("added after the commit")  # an extra file
+    proc = sk(cwd, "ckpt", "verify", "run_001", "--json")
+    assert proc.returncode == 4, proc.stderr
+    problems = {r["path"].rsplit("/", 1)[1]: r["problems"] for r in doc(proc)["results"]}
+    assert problems["step_000100"][0]["path"] == "manifest.json"
+    assert "not a valid manifest" in problems["step_000100"][0]["problem"]
+    assert problems["step_000200"] == [{"path": "model.bin", "problem": "size 0 != manifest 2000"}]
+    assert problems["step_000300"] == [
+        {"path": "notes.txt", "problem": "not in the manifest (added after the commit)"}
+    ]
+    assert problems["step_000400"] == []
+    single = sk(cwd, "ckpt", "verify", "run_001/step_000100")
+    assert single.returncode == 4 and "manifest.json: not a valid manifest" in single.stdout
+
+
+@pytest.mark.parametrize(
+    ("pointer", "says"),
+    [
+        ("step_000900", "names step_000900, which does not exist"),
+        ("../run_002/step_000100", "a pointer names a unit of its run only"),
+        (None, "a directory where the tracker file"),
+    ],
+)
+def test_latest_says_when_the_pointer_is_wrong(cwd: Path, sk: Any, pointer: str | None, says: str) -> None:
+    latest = cwd / RUN / "latest"
+    latest.unlink()
+    if pointer is None:
+        latest.mkdir()
+    else:
+        latest.write_text(pointer + "\n")
+    proc = sk(cwd, "ckpt", "latest", "run_001")
+    assert proc.returncode == 4
+    assert proc.stdout == f"{cwd / RUN / 'step_000400'}\n"
+    assert says in proc.stderr and "hint: the newest complete checkpoint is step_000400" in proc.stderr
+    assert latest.is_dir() if pointer is None else latest.read_text() == pointer + "\n"
+
+
+def test_prune_without_keep_last_is_one_line(cwd: Path, sk: Any) -> None:
+    proc = sk(cwd, "ckpt", "prune", "run_001")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        "error: --keep-last N is required: how many of the newest complete checkpoints to keep"
+    )
+    assert len(proc.stderr.splitlines()) <= 2 and "╭" not in proc.stderr
+
+
+def test_list_and_prune_know_the_layouts_temp_names(cwd: Path, sk: Any) -> None:
+    run = cwd / RUN
+    for leftover in ("step_000001.partial", ".tmpabc"):  # `*.partial`, `.tmp*` in llm-cluster.toml
+        (run / leftover).mkdir()
+        (run / leftover / "model.bin").write_bytes(b"half")
+        old(run / leftover)
+    listed = doc(sk(cwd, "ckpt", "list", "run_001", "--json"))
+    units = {u["name"]: u for u in listed["units"]}
+    assert units["step_000001.partial"]["state"] == "incomplete" and units[".tmpabc"]["is_temp"] is True
+    assert listed["problems"] == []  # not "misnamed"
+    pruned = sk(cwd, "ckpt", "prune", "run_001", "--keep-last", "4", "--incomplete-older-than", "1h")
+    assert pruned.returncode == 0, pruned.stderr
+    assert not (run / "step_000001.partial").exists() and not (run / ".tmpabc").exists()
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith("step_")) == [
+        "step_000100", "step_000200", "step_000300", "step_000400"
+    ]  # fmt: skip

@@ -51,7 +51,8 @@ def test_init_check_status_on_embedded_default(tmp_path: Path, promtool: Callabl
         {
             "rule": "incomplete-checkpoint",
             "path": "checkpoints/run_001/step_000100",
-            "message": "storekit: no manifest.json; torch-dcp: no .metadata; orbax: no _CHECKPOINT_METADATA",
+            "message": "storekit: no manifest.json; torch-dcp: no .metadata or __0.metadata; "
+            "orbax: no _CHECKPOINT_METADATA",
         }
     ]
     human = run(tmp_path, "layout", "check")

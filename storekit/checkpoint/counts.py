@@ -1,0 +1,125 @@
+"""Completeness checks that count: every rank's file of a unit, against the rank count it records.
+
+A profile names one of these with `count = "NAME"`; each returns None when every rank's file is
+there, or a sentence saying which is missing. Only the standard library is used: a torch file is
+read as the zip archive torch.save writes, and its pickle is walked opcode by opcode
+(`pickletools.genops`), never unpickled, so nothing in a checkpoint is executed.
+"""
+
+from __future__ import annotations
+
+import pickletools
+import re
+import zipfile
+from collections.abc import Callable, Iterable
+from typing import IO
+
+from storekit.errors import StorekitError
+from storekit.store import Store
+
+PICKLE_MAX = 16 * 1024 * 1024  # a model-states pickle without tensors is kilobytes; bound the read
+_MEMO_OPS = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"}
+_INT_OPS = {"BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1", "LONG4"}
+_STR_OPS = {"BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE"}
+
+
+def top_values(data: bytes, keys: Iterable[str]) -> dict[str, object]:
+    """For each key, the value that follows its first occurrence as a string in the pickle: an int,
+    None for None, or True for anything else. Keys that never occur are absent."""
+    wanted, found = set(keys), {}
+    ops = pickletools.genops(data)
+    pending: str | None = None
+    for op, arg, _ in ops:
+        name = op.name
+        if pending is not None:
+            if name in _MEMO_OPS:
+                continue
+            found[pending] = arg if name in _INT_OPS else (None if name == "NONE" else True)
+            pending = None
+            if len(found) == len(wanted):
+                break
+        if name in _STR_OPS and isinstance(arg, str) and arg in wanted and arg not in found:
+            pending = arg
+    return found
+
+
+def torch_file_pickle(fh: IO[bytes]) -> bytes:
+    """The object pickle of a torch.save file (its zip archive's */data.pkl)."""
+    with zipfile.ZipFile(fh) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+        if name is None:
+            raise ValueError("no data.pkl in the archive")
+        if archive.getinfo(name).file_size > PICKLE_MAX:
+            raise ValueError("data.pkl is implausibly large")
+        return archive.read(name)
+
+
+_ZERO_OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(?P<dp>[0-9]+)_mp_rank_(?P<mp>[0-9]+)_?optim_states\.pt")
+_ZERO3_MODEL = re.compile(r"zero_pp_rank_(?P<dp>[0-9]+)_mp_rank_(?P<mp>[0-9]+)_model_states\.pt")
+
+
+def deepspeed(store: Store, unit: str, rels: list[str]) -> str | None:
+    """deepspeed/runtime/engine.py (0.19.8): `mp_rank_MM_model_states.pt` (or ZeRO-3's
+    `zero_pp_rank_R_mp_rank_MM_model_states.pt`) records dp_world_size and mp_world_size;
+    load_checkpoint opens `zero_pp_rank_R_mp_rank_MM_optim_states.pt` for every R < dp_world_size
+    (`_get_mp_rank_zero_checkpoint_names`), so each must be there."""
+    top = set(rels)
+    ref = next(
+        (r for r in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt") if r in top),
+        None,
+    )
+    if ref is None:
+        return "no mp_rank_00_model_states.pt (rank 0's model states)"
+    try:
+        with store.open_read(f"{unit}/{ref}") as fh:
+            values = top_values(torch_file_pickle(fh), ("dp_world_size", "mp_world_size", "param_shapes"))
+    except (StorekitError, OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        return f"{ref} cannot be read as a torch checkpoint ({exc})"
+    dp, mp = values.get("dp_world_size"), values.get("mp_world_size", 1)
+    if not isinstance(dp, int) or not isinstance(mp, int) or dp < 1 or mp < 1:
+        return f"{ref} records no dp_world_size/mp_world_size: not a DeepSpeed model-states file"
+    zero3 = ref.startswith("zero_pp_rank_")
+    optim = {(int(g["dp"]), int(g["mp"])) for r in top if (g := _ZERO_OPTIM.fullmatch(r))}
+    uses_zero = bool(optim) or values.get("param_shapes") is not None
+    missing = []
+    for tp in range(mp):
+        for d in range(dp):
+            if zero3 and f"zero_pp_rank_{d}_mp_rank_{tp:02d}_model_states.pt" not in top:
+                missing.append(f"zero_pp_rank_{d}_mp_rank_{tp:02d}_model_states.pt")
+            if uses_zero and (d, tp) not in optim:
+                missing.append(f"zero_pp_rank_{d}_mp_rank_{tp:02d}_optim_states.pt")
+        if not zero3 and f"mp_rank_{tp:02d}_model_states.pt" not in top:
+            missing.append(f"mp_rank_{tp:02d}_model_states.pt")
+    if missing:
+        more = f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""
+        return (
+            f"{ref} records dp_world_size={dp}, mp_world_size={mp}, but {missing[0]}{more} is missing: "
+            "a rank did not finish its save"
+        )
+    return None
+
+
+_DCP_RANK_META = re.compile(r"__(?P<rank>[0-9]+)\.metadata")
+_DCP_DATA = re.compile(r"__(?P<rank>[0-9]+)_[0-9]+\.distcp")
+
+
+def dcp_ranks(store: Store, unit: str, rels: list[str]) -> str | None:
+    """torch/distributed/checkpoint/filesystem.py (torch 2.13.0): with use_collectives=False every
+    rank renames its own `__R.metadata.tmp` to `__R.metadata` after writing `__R_*.distcp`, and
+    dcp.load reads the loading rank's; with collectives the coordinator's `.metadata` covers all."""
+    if ".metadata" in rels:
+        return None
+    meta = {int(m["rank"]) for r in rels if (m := _DCP_RANK_META.fullmatch(r))}
+    data = {int(m["rank"]) for r in rels if (m := _DCP_DATA.fullmatch(r))}
+    if not meta:
+        return "no .metadata nor __R.metadata"
+    missing = sorted(set(range(max(meta | data) + 1)) - meta)
+    if missing:
+        return f"no __{missing[0]}.metadata: rank {missing[0]} did not finish its save (no collectives)"
+    return None
+
+
+COUNTS: dict[str, Callable[[Store, str, list[str]], str | None]] = {
+    "deepspeed": deepspeed,
+    "dcp-ranks": dcp_ranks,
+}
