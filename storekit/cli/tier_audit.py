@@ -16,7 +16,7 @@ from storekit.places import tier_relative
 from storekit.tier.audit import GcReport, VerifyResult, find_stubs, gc, verify_stub
 from storekit.tier.mover import tier_root
 from storekit.tier.moveunit import journal_dir_for
-from storekit.tier.verified import record_verified
+from storekit.tier.verified import record_failed, record_verified
 from storekit.units import format_bytes
 
 E = ExitCode
@@ -127,16 +127,17 @@ def verify_command(
 
 
 def _record(site: SiteConfig, results: list[VerifyResult], *, whole: bool) -> None:
-    """Copies read back whole and right: a purge with verify_max_age may rely on this reading."""
-    if not whole or not any(r.files_checked and not r.problems for r in results):
-        return
+    """Copies read back whole and right: a purge with verify_max_age may rely on this reading. A copy
+    found bad (even in a sample) voids every earlier verification of it."""
     try:
         journal = journal_dir_for(site)
     except UsageError:
         return  # no shared POSIX tier: nowhere to keep the record (purges then read back themselves)
     for r in results:
-        if r.files_checked and not r.problems:
-            record_verified(journal, r.manifest_url, r.manifest_xxh3_128)
+        if r.problems and r.manifest_url:
+            record_failed(journal, r.manifest_url, r.problems[0])
+        elif whole and r.files_checked:
+            record_verified(journal, r.manifest_url, r.manifest_xxh3_128, stamp=r.copy_stamp)
 
 
 def gc_command(

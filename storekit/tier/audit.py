@@ -40,6 +40,7 @@ class VerifyResult:
     files_checked: int = 0
     bytes_checked: int = 0
     problems: list[str] = field(default_factory=list)
+    copy_stamp: str = ""  # the copy's stamp before a whole read-back (storekit.tier.verified)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +96,8 @@ def verify_stub(
         if sample < 1.0:
             rng = random.Random(seed)
             files = [f for f in files if rng.random() < sample] or files[:1]
+        else:
+            result.copy_stamp = source.stamp(files)
         result.problems.extend(source.readback(files))
         result.files_checked = len(files)
         result.bytes_checked = sum(f.size for f in files)

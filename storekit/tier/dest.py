@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -81,6 +82,11 @@ class Destination(Protocol):
 
     def discard(self, files: Sequence[UnitEntry]) -> None: ...
 
+    def stamp(self, files: Sequence[UnitEntry]) -> str:
+        """A cheap digest of how the copy's files stand now (no byte read): equal stamps mean the copy
+        was not rewritten in between (storekit.tier.verified)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -107,6 +113,10 @@ class ReadBacks:
         for fut in self._futures:
             fut.cancel()
         self._pool.shutdown(wait=True)
+
+
+def _stamp_of(parts: list[list[object]]) -> str:
+    return xxhash.xxh3_128_hexdigest(json.dumps(parts, sort_keys=True, default=str).encode())
 
 
 def _join(base: str, rel: str) -> str:
@@ -260,6 +270,26 @@ class S3Destination:
                 problems.append(_mismatch(where, f, size, digest))
         return problems
 
+    def stamp(self, files: Sequence[UnitEntry]) -> str:
+        parts: list[list[object]] = []
+        for f in files:
+            key = self.key(f.path)
+
+            def head_of(key: str = key) -> dict[str, Any]:
+                out: dict[str, Any] = self.engine.client.head_object(Bucket=self.engine.bucket, Key=key)
+                return out
+
+            try:
+                head = self.engine.call(f"stat s3://{self.engine.bucket}/{key}", head_of)
+                parts.append(
+                    [f.path, head.get("ContentLength"), head.get("ETag"), str(head.get("LastModified"))]
+                )
+            except StorekitError as exc:
+                if "NoSuchKey" not in str(exc) and "404" not in str(exc) and "Not Found" not in str(exc):
+                    raise
+                parts.append([f.path, "missing"])
+        return _stamp_of(parts)
+
     def discard(self, files: Sequence[UnitEntry]) -> None:
         self.engine.abort_journaled()
         delete_keys(self.engine, [self.manifest_key] + [self.key(f.path) for f in files])
@@ -404,6 +434,16 @@ class PosixDestination:
             if (got.size, got.xxh3_128) != (f.size, f.xxh3_128):
                 problems.append(_mismatch(path, f, got.size, got.xxh3_128))
         return problems
+
+    def stamp(self, files: Sequence[UnitEntry]) -> str:
+        parts: list[list[object]] = []
+        for f in files:
+            try:
+                st = os.stat(_join(str(self.dest), f.path))
+                parts.append([f.path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+            except FileNotFoundError:
+                parts.append([f.path, "missing"])
+        return _stamp_of(parts)
 
     def discard(self, files: Sequence[UnitEntry]) -> None:
         """Only for a journaled move before its commit: its temp copy goes; so does what is at the

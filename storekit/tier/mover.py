@@ -49,7 +49,7 @@ from storekit.tier.unitmanifest import (
     parse_manifest,
     walk_unit,
 )
-from storekit.tier.verified import record_verified
+from storekit.tier.verified import record_failed, record_verified
 
 
 class UnitChanged(StorekitError):
@@ -305,6 +305,7 @@ def _resume(
         problems = dest.readback(manifest.files)
         if problems:  # the copy is not what was read: copy again (an uncommitted copy counts for nothing)
             log_action(jdir, f"{action}.read-back-differs", uid, problems=problems[:10], count=len(problems))
+            record_failed(jdir, dest.manifest_url, problems[0])
             journal.advance("copying")
             return _resume(action, src, unit_rel, journal, dest, resumed)
         journal.advance("verified")
@@ -314,7 +315,8 @@ def _resume(
         dest.commit(data)
         journal.advance("committed")
         log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
-        record_verified(jdir, dest.manifest_url, digest)  # every byte was read back before the commit
+        # every byte was read back before the commit; the stamp says which copy that was
+        record_verified(jdir, dest.manifest_url, digest, stamp=dest.stamp(manifest.files))
     return free_committed(action, src, unit_rel, journal, dest, resumed)
 
 
@@ -517,9 +519,11 @@ def _recall(
         manifest = parse_manifest(data, source.manifest_url)
         remove_partial(temp)
         log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
-        materialize(
-            manifest.entries, temp, source.fetch
-        )  # every file checked against the manifest in the pass
+        try:  # every file checked against the manifest in the pass
+            materialize(manifest.entries, temp, source.fetch)
+        except MismatchError as exc:  # evidence against the copy: no purge may trust it any more
+            record_failed(jdir, source.manifest_url, exc.message)
+            raise
         fsync_dir(unit.parent)
         journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3)
     manifest, data = _saved_manifest(journal)
