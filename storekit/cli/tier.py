@@ -207,8 +207,11 @@ def tier_command(
         return
     action, value = chosen[0] if chosen else ("", None)
     request = _request(site, action or "", value, policy, tier)
+    finished = _finish_interrupted(out, site) if not dry_run and plan_out is None else []
     plan = build_plan(site, request)
     doc = plan.to_dict()
+    if finished:
+        doc["finished_interrupted"] = finished
     if dry_run:
         out.result("tier", {**doc, "dry_run": True}, lambda c: _show_plan(c, doc, "would"))
         return
@@ -244,7 +247,24 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
         doc = {**plan.to_dict(), "dry_run": True, "results": [r.to_dict() for r in results]}
         out.result("tier", doc, lambda c: _show_results(c, results, True))
         return
-    _run(out, site, plan, plan.to_dict())
+    finished = _finish_interrupted(out, site)
+    _run(out, site, plan, {**plan.to_dict(), **({"finished_interrupted": finished} if finished else {})})
+
+
+def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
+    """Committed moves a kill interrupted are finished first: their units are in no plan any more
+    (stub beside the unit, or the unit gone), so a plain rerun is their way forward."""
+    from storekit.tier.audit import finish_interrupted
+    from storekit.tier.moveunit import journal_dir_for
+
+    try:
+        journal = journal_dir_for(site)
+    except UsageError:
+        return []
+    done = finish_interrupted(journal, site)
+    for line in done:
+        out.info(f"finished an interrupted move: {line}")
+    return done
 
 
 def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> None:

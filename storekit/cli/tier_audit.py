@@ -152,7 +152,8 @@ def gc_command(
 
     Only what a unit journal names is touched: for a move killed before its commit (no live
     lease), its journaled multipart uploads are aborted (never a bucket's others) and the
-    objects or temp copies it wrote are removed. A committed move is left for a rerun to finish.
+    objects or temp copies it wrote are removed. A committed move is carried to its end: its
+    stub written, its source freed (a recall's stub removed); no journal is left.
     Tombstones (interrupted deletes) below PATH, or below every POSIX tier, are removed.
     --dry-run says what would go and changes nothing.
 
@@ -176,6 +177,7 @@ def _show_gc(console: Console, report: GcReport, dry_run: bool) -> None:
         (verb, report.rolled_back),
         ("aborted upload", report.aborted_uploads),
         ("would remove" if dry_run else "removed", report.tombstones),
+        ("would finish" if dry_run else "finished", report.finished),
         ("left", report.left),
     ]
     shown: list[Any] = [(word, item) for word, items in lines for item in items]

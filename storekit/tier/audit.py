@@ -4,8 +4,9 @@ verify follows each stub to its manifest, checks the manifest's digest against t
 back every file (or a sample) from the destination: the audit that catches a flipped bit or a lost
 object long after the move. gc takes only what a journal names: for a move abandoned before its
 commit (no live lease), the journaled multipart uploads are aborted (never a bucket's others), the
-objects or temp copies it wrote are removed and the journal goes; committed moves are left for a
-rerun to finish. Tombstones (interrupted deletes) below the given roots are removed.
+objects or temp copies it wrote are removed and the journal goes; a committed move is carried to its
+end (stub, then free; a recall's stub removed), so no journal outlives a gc. Tombstones
+(interrupted deletes) below the given roots are removed.
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
-from storekit.tier.mover import posix_temp_tag, source_of_stub
-from storekit.tier.stub import STUB_SUFFIX, is_stub_name
+from storekit.tier.mover import (
+    UnitChanged,
+    finish_recall,
+    free_committed,
+    posix_temp_tag,
+    remove_own_temps,
+    source_of_stub,
+)
+from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
 from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
@@ -110,7 +118,8 @@ def verify_stub(
 class GcReport:
     rolled_back: list[str] = field(default_factory=list)  # unit journals whose uncommitted copy was removed
     aborted_uploads: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)  # "<journal>: why" (in use, committed: rerun)
+    left: list[str] = field(default_factory=list)  # "<journal>: why" (in use)
+    finished: list[str] = field(default_factory=list)  # committed moves carried to their end
     tombstones: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,16 +130,16 @@ def gc(
     journal_dir: Path, *, roots: Iterable[Path] = (), site: SiteConfig | None = None, dry_run: bool = False
 ) -> GcReport:
     report = GcReport()
-    for journal in journals(journal_dir, tidy=not dry_run):
-        _gc_journal(journal, site, dry_run, report)
-    if not dry_run:
-        remove_verified_temps(journal_dir)
-    for root in roots:
+    for root in roots:  # first: a committed move finished below removes its own tombstone unreported
         for directory in _dirs_with_tombstones(root):
             if dry_run:
                 report.tombstones.extend(str(directory / n) for n in os.listdir(directory) if is_tombstone(n))
             else:
                 report.tombstones.extend(str(directory / n) for n in purge_tombstones(directory))
+    for journal in journals(journal_dir, tidy=not dry_run):
+        _gc_journal(journal, site, dry_run, report)
+    if not dry_run:
+        remove_verified_temps(journal_dir)
     return report
 
 
@@ -142,7 +151,9 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
         holder = binding_lease(lease_path)
         if holder is not None:
             report.left.append(f"{journal.path}: in use by {holder.describe()}")
-        elif _finishable(journal, report):
+        elif _committed(journal):
+            report.finished.append(f"{journal.path}: {journal.doc.get('action')} committed")
+        else:
             report.rolled_back.append(str(journal.path))
         return
     try:  # held while rolling back: no rerun starts on the unit meanwhile; a dead holder's lease goes
@@ -152,23 +163,75 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
         report.left.append(f"{journal.path}: in use ({exc.message})")
         return
     try:
-        if journal.load() and _finishable(journal, report):
-            _roll_back(journal, unit, site, report)
+        if journal.load():
+            if _committed(journal):
+                report.finished.append(f"{journal.path}: {finish_committed(journal, site)}")
+            else:
+                _roll_back(journal, unit, site, report)
     finally:
         lease.release()
 
 
-def _finishable(journal: UnitJournal, report: GcReport) -> bool:
-    """False (and reported) for a move a rerun must finish: it is committed."""
+def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
+    """Before a run: the committed moves that a kill interrupted, carried to their end (a plan would
+    skip their units as already stubbed, or as gone); moves still running elsewhere are left."""
+    done: list[str] = []
+    for journal in journals(journal_dir):
+        if not _committed(journal):
+            continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
+        doc = journal.doc
+        unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+        try:
+            lease = Lease(sibling_lease_path(unit), purpose=f"finish of {unit}")
+            lease.acquire()
+        except BusyError:
+            continue
+        try:
+            if journal.load() and _committed(journal):
+                done.append(f"{unit}: {finish_committed(journal, site)}")
+        finally:
+            lease.release()
+    return done
+
+
+def _committed(journal: UnitJournal) -> bool:
+    """A move past its commit: carried forward, never rolled back."""
     doc = journal.doc
     action = str(doc.get("action"))
     temp = Path(str(doc.get("temp", ""))) if action == "recall" else None
+    # a recall killed right after its rename: the unit is back whole, only the stub is left to go
     renamed = temp is not None and journal.state == "verified" and not os.path.lexists(temp)
-    if state_index(journal.state) >= state_index("committed") or renamed:
-        # a recall killed right after its rename: the unit is back whole, only the stub is left to go
-        report.left.append(f"{journal.path}: {action} committed; rerun it to finish")
-        return False
-    return True
+    return state_index(journal.state) >= state_index("committed") or renamed
+
+
+def finish_committed(journal: UnitJournal, site: SiteConfig | None) -> str:
+    """Carry a committed move whose run was killed to its end (the caller holds the unit's lease):
+    the stub written and the source freed (or kept, if it changed), a recall's stub removed."""
+    doc = journal.doc
+    action = str(doc.get("action"))
+    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
+    if unit.parent.is_dir():  # what a kill inside the free left (the mover's own start does this)
+        purge_tombstones(unit.parent)
+        remove_own_temps(unit)
+    if action == "recall":
+        if site is None:
+            raise NotFoundError(f"{journal.path}: a recall needs the site's tiers to finish")
+        stub = Stub(**doc["stub"])
+        source = source_of_stub(stub, site)
+        try:
+            finish_recall(Path(str(doc["target"])), str(doc.get("unit", "")), journal, stub, source)
+        finally:
+            source.close()
+        return "recall finished: the unit is back, its stub removed"
+    src = Path(str(doc["source"]))
+    dest = _dest_of(journal, site)
+    try:
+        r = free_committed(action, src, str(doc.get("unit", "")), journal, dest, True)
+    except UnitChanged as exc:
+        return f"{action} finished: {exc.message}"
+    finally:
+        dest.close()
+    return f"{action} finished: source {'freed, stub in place' if r.freed else 'kept (copy only)'}"
 
 
 def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:

@@ -334,34 +334,56 @@ def free_committed(
             journal.finish()
             return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=False)
         _unchanged(src, journal, dest, "committed")
-        info = UnitInfo(**journal.doc.get("info", {}))
-        stub = Stub(
-            unit=src.name,
-            unit_kind=info.unit_kind,
-            is_file=os.path.isfile(src) and not os.path.islink(src),
-            writer=info.writer,
-            step=info.step,
-            action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
-            to_tier=str(journal.doc["tier"]),
-            to_path=str(journal.doc["to_path"]),
-            manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
-            manifest_xxh3=digest,
-            bytes=manifest.total_bytes,
-            files=len(manifest.files),
-            at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            dirs=manifest.dirs,
-            unit_id=uid,
-        )
+        stub = _new_stub(src, journal, action, manifest, digest)
         write_stub(src, stub)
-        journal.advance("stubbed")
+        faults.point("tier.stub-written")
+        journal.advance("stubbed", stub=dataclasses.asdict(stub))
     if journal.state == "stubbed":
+        # the stub must stand before the source goes, whatever happened to it since (a kill, a hand)
+        _ensure_stub(src, journal, action, manifest, digest)
         if os.path.lexists(src):
             _unchanged(src, journal, dest, "committed")
             remove_tree(src)
+            faults.point("tier.source-removed")
         journal.advance("freed")
         log_action(jdir, f"{action}.freed", uid, source=str(src), bytes=manifest.total_bytes)
     journal.finish()
     return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=True)
+
+
+def _new_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManifest, digest: str) -> Stub:
+    info = UnitInfo(**journal.doc.get("info", {}))
+    return Stub(
+        unit=src.name,
+        unit_kind=info.unit_kind,
+        is_file=os.path.isfile(src) and not os.path.islink(src),
+        writer=info.writer,
+        step=info.step,
+        action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
+        to_tier=str(journal.doc["tier"]),
+        to_path=str(journal.doc["to_path"]),
+        manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
+        manifest_xxh3=digest,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        dirs=manifest.dirs,
+        unit_id=journal.id,
+    )
+
+
+def _ensure_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManifest, digest: str) -> None:
+    """Rewrite the journaled stub when the one beside the unit is missing or is not this move's."""
+    try:
+        there = read_stub(stub_path(src))
+    except StorekitError:
+        there = None
+    if there is not None and (there.manifest_xxh3, there.unit_id) == (digest, journal.id):
+        return
+    saved = journal.doc.get("stub")
+    stub = Stub(**saved) if isinstance(saved, dict) else _new_stub(src, journal, action, manifest, digest)
+    write_stub(src, stub)
+    log_action(journal.dir, f"{action}.stub-rewritten", journal.id, stub=str(stub_path(src)))
 
 
 def remove_own_temps(unit: Path) -> None:
@@ -469,6 +491,10 @@ def recall_unit(
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
     with unit_leased("recall", unit, journal) as resumed:
         stub = read_stub(spath)
+        if not resumed and stub is not None and _settle_interrupted_move(unit, stub, journal_dir):
+            return _result(
+                "recall", unit_rel, unit.as_uri(), stub, "already-present", resumed=True, freed=True
+            )
         if not resumed:
             if stub is None:
                 if os.path.lexists(unit):
@@ -495,6 +521,34 @@ def recall_unit(
             return _recall(unit, unit_rel, journal, stub, source, resumed)
         finally:
             source.close()
+
+
+def finish_recall(
+    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination
+) -> UnitResult:
+    """A journaled recall carried on from its last step (`tier gc`; the caller holds the lease)."""
+    return _recall(unit, unit_rel, journal, stub, source, True)
+
+
+def _settle_interrupted_move(unit: Path, stub: Stub, journal_dir: Path) -> bool:
+    """The move that wrote `stub` was killed between its stub and the end of its free. True when
+    the unit is still here (the recall's goal: the free is abandoned, the stub goes, the committed
+    copy stays); False when it was freed (its journal is closed, the recall goes on)."""
+    moved = UnitJournal(journal_dir, stub.unit_id)
+    if not moved.load() or moved.doc.get("source") != str(unit) or not moved.reached("committed"):
+        return False
+    action = str(moved.doc.get("action"))
+    if os.path.lexists(unit):
+        spath = stub_path(unit)
+        spath.unlink()
+        fsync_dir(unit.parent)
+        log_action(journal_dir, f"{action}.kept-source", moved.id, reason="recalled before it was freed")
+        moved.finish()
+        return True
+    moved.advance("freed")
+    log_action(journal_dir, f"{action}.freed", moved.id, source=str(unit), finished_by="recall")
+    moved.finish()
+    return False
 
 
 def _recall(

@@ -80,6 +80,15 @@ def _whole_somewhere(
             assert snapshot(dst) == before
 
 
+def _one_committed_state(burst: Path, parallel: Path, unit: str, phase: str) -> None:
+    """After gc, no half-way state: the unit and its stub never both stand, and a recall that
+    committed has its stub gone."""
+    src, spath = burst / unit, stub_path(burst / unit)
+    assert os.path.lexists(src) != spath.exists(), f"unit {os.path.lexists(src)}, stub {spath.exists()}"
+    if not os.path.lexists(src):
+        assert (parallel / f"{unit}.storekit-archive.json").exists()
+
+
 @pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
 @pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
 @pytest.mark.parametrize("phase", ["drain", "recall", "redrain"])
@@ -123,8 +132,10 @@ def _kill_then_rerun(
     if gc_first:
         gc(
             journal, roots=[burst, parallel], site=posix_site(burst, parallel)
-        )  # an abandoned run cleaned up first
+        )  # an abandoned run cleaned up first: rolled back before its commit, finished after it
         _whole_somewhere(burst, parallel, unit, before, older)
+        assert not journal.exists() or unfinished(journal) == [], f"{base.name}: gc left a journal"
+        _one_committed_state(burst, parallel, unit, phase)
     op()
     if phase != "recall":
         assert not os.path.lexists(burst / unit) and read_stub(stub_path(burst / unit)) is not None

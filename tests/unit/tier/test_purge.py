@@ -163,7 +163,7 @@ def test_sigkill_at_every_point_of_a_purge_then_rerun(
     try:
         site, _ = setup(base / "probe")
         total = count_points(lambda: purge(site, unit))
-        assert total == 4  # committed, stubbed, the tombstone, freed
+        assert total == 6  # committed, stub written, stubbed, the tombstone, source removed, freed
         for n in range(1, total + 1):
             where = base / f"k{n}"
             site, before = setup(where)
