@@ -218,7 +218,7 @@ def tier_command(
     if plan_out is not None:
         if "://" in plan_out:
             raise UsageError("--plan-out: give a local file")
-        write_file_atomic(plan_out, render_plan(plan))
+        write_file_atomic(plan_out, render_plan(plan, site))
         out.result("tier", {**doc, "plan_out": plan_out}, lambda c: _plan_written(c, doc, plan_out))
         return
     _run(out, site, plan, doc)

@@ -36,6 +36,7 @@ from storekit.lease import Lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, remove_partial
+from storekit.tier.relpath import check_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
@@ -108,7 +109,8 @@ def archive_unit(
         raise UsageError(
             f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
         )
-    to_path = dst_rel or unit_rel
+    to_path = check_rel(dst_rel or unit_rel, f"archive to tier {dst.name}: path")
+    check_rel(unit_rel, "archive: unit path")
     bucket, prefix = tier_bucket_prefix(dst)
     dest_url = f"s3://{bucket}/{prefix}/{to_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
     journal = UnitJournal(journal_dir, unit_id("archive", str(src_root / unit_rel), dest_url))
@@ -153,7 +155,8 @@ def _to_posix(
     info: UnitInfo | None,
     dst_rel: str | None,
 ) -> UnitResult:
-    to_path = dst_rel or unit_rel
+    to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {dst.name}: path")
+    check_rel(unit_rel, f"{action}: unit path")
     dest = tier_root(dst) / to_path
     journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), dest.as_uri()))
 
@@ -472,6 +475,7 @@ def _result(
 def source_of_stub(stub: Stub, site: SiteConfig, *, transfer: TransferConfig | None = None) -> Destination:
     """Where a stub says the unit is (its tier, by name, from the site config), to fetch from."""
     tier = site.tier(stub.to_tier)
+    check_rel(stub.to_path, f"stub of {stub.unit}: to_path on tier {tier.name}")
     if tier.scheme == "s3":
         return S3Destination(tier, stub.to_path, journal=None, config=transfer)
     return PosixDestination(tier_root(tier) / stub.to_path, temp_tag="unused")
@@ -486,7 +490,7 @@ def recall_unit(
     transfer: TransferConfig | None = None,
 ) -> UnitResult:
     """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was."""
-    unit = root / unit_rel
+    unit = root / check_rel(unit_rel, "recall: unit path")
     spath = stub_path(unit)
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
     with unit_leased("recall", unit, journal) as resumed:

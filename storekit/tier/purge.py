@@ -29,6 +29,7 @@ from storekit.tier.mover import (
     tier_root,
     unit_leased,
 )
+from storekit.tier.relpath import check_rel
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitmanifest import (
     FILE,
@@ -70,7 +71,8 @@ def purge_unit(
     """Free `src_root/unit_rel` if its copy at `dst_rel` on `dst` is committed, is this unit, and is
     verified (read back now, or within `verify_max_age_s`); NoVerifiedCopy (skipped) otherwise."""
     src = src_root / unit_rel
-    to_path = dst_rel or unit_rel
+    to_path = check_rel(dst_rel or unit_rel, f"purge against tier {dst.name}: path")
+    check_rel(unit_rel, "purge: unit path")
     uid = unit_id("purge", str(src), f"{dst.name}:{to_path}")
     dest = destination(dst, to_path, tag=f"purge-{uid}", transfer=transfer)
     journal = UnitJournal(journal_dir, uid)
