@@ -157,7 +157,7 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
             report.rolled_back.append(str(journal.path))
         return
     try:  # held while rolling back: no rerun starts on the unit meanwhile; a dead holder's lease goes
-        lease = Lease(lease_path, purpose=f"tier gc of {unit}")
+        lease = Lease(lease_path, purpose=f"running tier gc of {unit}")
         lease.acquire()
     except BusyError as exc:
         report.left.append(f"{journal.path}: in use ({exc.message})")
@@ -182,7 +182,7 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
         doc = journal.doc
         unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
         try:
-            lease = Lease(sibling_lease_path(unit), purpose=f"finish of {unit}")
+            lease = Lease(sibling_lease_path(unit), purpose=f"finishing an interrupted move of {unit}")
             lease.acquire()
         except BusyError:
             continue
@@ -248,9 +248,10 @@ def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report
         try:
             if isinstance(dest, S3Destination):
                 report.aborted_uploads.extend(dest.engine.abort_journaled())
-            dest.discard(_files_of(doc))
+            left = dest.discard(_files_of(doc))
         finally:
             dest.close()
+        report.left.extend(f"{where}: could not be removed (rolling back {journal.path})" for where in left)
     journal.purge_temps()
     log_action(journal.dir, "gc.rolled-back", journal.id, state=journal.state, unit=str(unit))
     journal.finish()

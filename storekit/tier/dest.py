@@ -40,7 +40,7 @@ from storekit.durable import (
 from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3delete import check_unversioned, delete_keys
+from storekit.ops.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.ops.s3readback import readback_digest
 from storekit.ops.s3transfer import (
     DownloadItem,
@@ -80,7 +80,10 @@ class Destination(Protocol):
 
     def readback(self, files: Sequence[UnitEntry]) -> list[str]: ...
 
-    def discard(self, files: Sequence[UnitEntry]) -> None: ...
+    def discard(self, files: Sequence[UnitEntry]) -> list[str]:
+        """Remove an uncommitted copy: every file named and whatever else the move wrote there;
+        returns what is still on the destination afterwards (empty: nothing left)."""
+        ...
 
     def stamp(self, files: Sequence[UnitEntry]) -> str:
         """A cheap digest of how the copy's files stand now (no byte read): equal stamps mean the copy
@@ -290,9 +293,19 @@ class S3Destination:
                 parts.append([f.path, "missing"])
         return _stamp_of(parts)
 
-    def discard(self, files: Sequence[UnitEntry]) -> None:
+    def discard(self, files: Sequence[UnitEntry]) -> list[str]:
+        """The files named, and every object under the unit's prefix (a file the source lost or
+        gained during the copy is not in `files`): the prefix is this unit's copy alone."""
         self.engine.abort_journaled()
-        delete_keys(self.engine, [self.manifest_key] + [self.key(f.path) for f in files])
+        under = list(list_keys(self.engine, f"{self.base}/"))
+        delete_keys(self.engine, [self.manifest_key, self.base] + [self.key(f.path) for f in files] + under)
+        left = list(list_keys(self.engine, f"{self.base}/"))
+        left += [k for k in (self.manifest_key, self.base) if _s3_exists(self.engine, k)]
+        return [f"s3://{self.engine.bucket}/{k}" for k in sorted(left)]
+
+
+def _s3_exists(engine: S3Transfer, key: str) -> bool:
+    return next(iter(list_keys(engine, key)), None) == key  # the key itself lists first
 
 
 def _s3_missing(exc: BaseException) -> bool:
@@ -445,7 +458,7 @@ class PosixDestination:
                 parts.append([f.path, "missing"])
         return _stamp_of(parts)
 
-    def discard(self, files: Sequence[UnitEntry]) -> None:
+    def discard(self, files: Sequence[UnitEntry]) -> list[str]:
         """Only for a journaled move before its commit: its temp copy goes; so does what is at the
         destination, unless it is the still committed older copy this move was to replace."""
         remove_partial(self.temp)
@@ -454,6 +467,8 @@ class PosixDestination:
             remove_partial(self.dest)
         self._purge_swapped()
         remove_write_temps(self.manifest_path)  # what a kill left of its write (we hold the unit's lease)
+        left = [self.temp] + ([] if self._holds_replaced() else [self.dest, self.manifest_path])
+        return [str(p) for p in left if os.path.lexists(p)]
 
 
 def materialize(

@@ -243,7 +243,7 @@ def unit_leased(action: str, src: Path, journal: UnitJournal) -> Iterator[bool]:
     resumes an earlier run (every move and purge starts here)."""
     if not src.parent.is_dir():
         raise NotFoundError(f"{src}: no such unit")
-    with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
+    with Lease(sibling_lease_path(src), purpose=f"running tier {action} of {src}"):
         purge_tombstones(src.parent)  # a free that a kill interrupted
         remove_own_temps(src)
         yield journal.load()
@@ -403,11 +403,19 @@ def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -
     if fingerprint(entries) == journal.doc["fingerprint"]:
         return entries
     if since == "planned":
-        # nothing on the destination counts yet: remove it all, so no orphan stays behind
-        dest.discard(entries)
-        log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=True)
+        # nothing on the destination counts yet: remove it all (what was planned, what is there now,
+        # what else the move wrote under the copy's name), so no orphan stays behind
+        left = dest.discard(_planned_files(journal) + entries)
+        log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=True, left=left)
         journal.finish()
-        raise UnitChanged(f"{src}: changed since it was planned; the copy was rolled back, nothing freed")
+        gone = "" if os.path.lexists(src) else " (the source is gone)"
+        kept = (
+            f"left on the destination: {', '.join(left[:3])}" if left else "nothing left on the destination"
+        )
+        raise UnitChanged(
+            f"{src}: changed since it was planned{gone}; the copy at {dest.url} was rolled back, "
+            f"{kept}; nothing freed"
+        )
     log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=False)
     spath = stub_path(src)
     if spath.exists():  # the source stays the truth: a stub beside it would say it moved
@@ -418,6 +426,15 @@ def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -
         f"{src}: changed after its copy was committed ({dest.url}); the source was kept, not freed",
         hint="plan it again: the next archive replaces the copy",
     )
+
+
+def _planned_files(journal: UnitJournal) -> list[UnitEntry]:
+    """The files the journal's fingerprint lists (what the copy was to hold)."""
+    return [
+        UnitEntry(path=str(path), type=FILE, mode=0, mtime_ns=0)
+        for path, kind, *_ in journal.doc.get("fingerprint", [])
+        if kind == FILE
+    ]
 
 
 def _saved_manifest(journal: UnitJournal) -> tuple[UnitManifest, bytes]:

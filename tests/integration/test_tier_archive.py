@@ -424,3 +424,29 @@ def test_an_archive_of_another_unit_at_the_destination_is_refused_and_kept(
     assert os.path.isdir(first / unit) and not stub_path(first / unit).exists()
     again = archive_unit(first, unit, s3_tier, journal_dir=journal, transfer=SMALL)
     assert (again.state, again.freed) == ("done", True)
+
+
+@pytest.mark.parametrize("how", ["removed", "file-removed"])
+def test_a_rolled_back_archive_removes_every_object_it_uploaded(
+    tmp_path: Path, s3_tier: TierConfig, engine: S3Transfer, how: str
+) -> None:
+    """The source deleted (`ckpt prune`, `rm -rf`) or a file of it removed while its archive runs:
+    the rollback removes every object the archive put, and says that nothing was left."""
+    from storekit.tier.mover import UnitChanged
+
+    root, journal = tmp_path / "lustre", tmp_path / "journal"
+    unit = f"{RUN}/step_7"
+    make_unit(root / unit, seed=7)
+
+    def meddle() -> None:
+        if how == "removed":
+            shutil.rmtree(root / unit, ignore_errors=True)
+        else:
+            (root / unit / "model/rank0.pt").unlink(missing_ok=True)
+
+    with faults.at("tier.file-copied", meddle), pytest.raises(UnitChanged) as info:
+        archive_unit(root, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+    assert _objects(engine) == [] and _uploads(engine) == []
+    assert "rolled back, nothing left on the destination" in info.value.message
+    assert unfinished(journal) == [] and not stub_path(root / unit).exists()
+    assert gc(journal, roots=[root]).rolled_back == []
