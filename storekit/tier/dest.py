@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -330,6 +332,7 @@ class PosixDestination:
         self.url = dest.as_uri()
         self.manifest_url = self.manifest_path.as_uri()
         self.replaces = replaces
+        self.not_owned: list[str] = []  # entries the copy could not give their owner (not root)
 
     def close(self) -> None:
         pass
@@ -347,7 +350,7 @@ class PosixDestination:
     ) -> dict[str, str]:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
         remove_partial(self.temp)  # a killed run's partial copy: never committed
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        make_parents(self.dest.parent, src.parent)
         digests: dict[str, str] = {}
         with (
             cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="storekit-copy") as copier,
@@ -368,7 +371,7 @@ class PosixDestination:
                         fut.cancel()
                     cf.wait(copies)
 
-            materialize(entries, self.temp, put_files)
+            self.not_owned = materialize(entries, self.temp, put_files)
             fsync_dir(self.dest.parent)
             on_copied(digests)
             checks.wait()
@@ -473,9 +476,10 @@ class PosixDestination:
 
 def materialize(
     entries: Sequence[UnitEntry], root: Path, put_files: Callable[[list[tuple[UnitEntry, str]]], None]
-) -> None:
+) -> list[str]:
     """Create the unit's tree at `root` (must not exist): dirs, the files (`put_files` writes them),
-    links, then modes and mtimes exactly, directories deepest first once their contents are in."""
+    links, then owners, modes and mtimes exactly, directories deepest first once their contents are
+    in. Returns the entries whose recorded owner could not be given back (not root: reported)."""
     single = len(entries) == 1 and entries[0].type != "dir"
     if not single:
         root.mkdir(mode=0o700)
@@ -485,18 +489,56 @@ def materialize(
             os.mkdir(target, 0o700)
     files = [(e, t) for e, t in targets if e.type == "file"]
     put_files(files)
+    not_owned: list[str] = []
     for e, target in targets:
         if e.type == "file":
+            _own(target, e, not_owned)  # before chmod: a chown clears set-id bits
             os.chmod(target, e.mode)
             os.utime(target, ns=(e.mtime_ns, e.mtime_ns))
         elif e.type == "symlink":
             os.symlink(e.target, target)
+            _own(target, e, not_owned)
             os.utime(target, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
     dirs = [(e, t) for e, t in targets if e.type == "dir"]
     for e, target in sorted(dirs, key=lambda et: -et[0].path.count("/") - (et[0].path != ".")):
+        _own(target, e, not_owned)
         os.chmod(target, e.mode)
         os.utime(target, ns=(e.mtime_ns, e.mtime_ns))
         fsync_dir(target)
+    return not_owned
+
+
+def _own(target: str, e: UnitEntry, not_owned: list[str]) -> None:
+    """Give the entry its recorded owner and group where this process may (root, or a user's own
+    uid with one of its groups); else note it (the copy then belongs to whoever ran the move)."""
+    if e.uid < 0 and e.gid < 0:
+        return
+    st = os.lstat(target)
+    if (st.st_uid, st.st_gid) == (e.uid if e.uid >= 0 else st.st_uid, e.gid if e.gid >= 0 else st.st_gid):
+        return
+    try:
+        os.lchown(target, e.uid, e.gid)
+    except PermissionError:
+        not_owned.append(e.path)
+
+
+def make_parents(directory: Path, like: Path) -> None:
+    """Create `directory` and its missing parents, each with the owner and mode of the matching
+    ancestor of `like` where there is one (a drain as root leaves the run dir its user's)."""
+    missing = []
+    d, s = directory, like
+    while not d.exists():
+        missing.append((d, s))
+        d, s = d.parent, s.parent
+    for d, s in reversed(missing):
+        d.mkdir(exist_ok=True)
+        try:
+            st = s.stat()
+        except OSError:
+            continue
+        with contextlib.suppress(PermissionError):
+            os.chown(d, st.st_uid, st.st_gid)
+        os.chmod(d, stat.S_IMODE(st.st_mode))
 
 
 def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:

@@ -68,6 +68,7 @@ class UnitResult:
     manifest_xxh3_128: str
     resumed: bool  # a journal of an earlier, interrupted run was found and finished
     freed: bool  # the source was removed (archive/drain) or the stub (recall)
+    not_owned: tuple[str, ...] = ()  # entries written without their recorded owner (not root)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -301,7 +302,13 @@ def _resume(
             if journal.state == "copying":
                 _unchanged(src, journal, dest, "planned")  # a file changed under the copy: roll back
             raise
-        journal.advance("verified")  # copy returns only once every batch was read back and matched
+        not_owned = list(getattr(dest, "not_owned", []))
+        if not_owned:  # the mover is not root: the copy is the mover's, said here and in the result
+            log_action(
+                jdir, f"{action}.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned)
+            )
+        # copy returns only once every batch was read back and matched
+        journal.advance("verified", not_owned=not_owned[:100])
         _log_verified(jdir, action, uid, _saved_manifest(journal)[0])
     manifest, data = _saved_manifest(journal)
     if journal.state == "copied":  # killed before the read-back finished: read everything back
@@ -335,7 +342,10 @@ def free_committed(
         if not journal.doc.get("free_source", True):
             log_action(jdir, f"{action}.kept-source", uid, reason="copy only (not to be freed)")
             journal.finish()
-            return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=False)
+            return _done(
+                action, unit_rel, dest.url, manifest, digest, resumed, freed=False,
+                not_owned=journal.doc.get("not_owned", ()),
+            )  # fmt: skip
         _unchanged(src, journal, dest, "committed")
         stub = _new_stub(src, journal, action, manifest, digest)
         write_stub(src, stub)
@@ -351,7 +361,10 @@ def free_committed(
         journal.advance("freed")
         log_action(jdir, f"{action}.freed", uid, source=str(src), bytes=manifest.total_bytes)
     journal.finish()
-    return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=True)
+    return _done(
+        action, unit_rel, dest.url, manifest, digest, resumed, freed=True,
+        not_owned=journal.doc.get("not_owned", ()),
+    )  # fmt: skip
 
 
 def _new_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManifest, digest: str) -> Stub:
@@ -457,9 +470,18 @@ def _log_verified(jdir: Path, action: str, uid: str, manifest: UnitManifest) -> 
 
 
 def _done(
-    action: str, unit_rel: str, url: str, m: UnitManifest, digest: str, resumed: bool, *, freed: bool
+    action: str,
+    unit_rel: str,
+    url: str,
+    m: UnitManifest,
+    digest: str,
+    resumed: bool,
+    *,
+    freed: bool,
+    not_owned: Any = (),
 ) -> UnitResult:
     return UnitResult(
+        not_owned=tuple(str(p) for p in not_owned),
         unit=unit_rel,
         action=action,
         state="done",
@@ -595,12 +617,14 @@ def _recall(
         remove_partial(temp)
         log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
         try:  # every file checked against the manifest in the pass
-            materialize(manifest.entries, temp, source.fetch)
+            not_owned = materialize(manifest.entries, temp, source.fetch)
         except MismatchError as exc:  # evidence against the copy: no purge may trust it any more
             record_failed(jdir, source.manifest_url, exc.message)
             raise
         fsync_dir(unit.parent)
-        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3)
+        if not_owned:
+            log_action(jdir, "recall.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned))
+        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3, not_owned=not_owned[:100])
     manifest, data = _saved_manifest(journal)
     if journal.state == "copied":
         _check_tree(temp, manifest)
@@ -633,6 +657,7 @@ def _recall(
         manifest_xxh3_128=stub.manifest_xxh3,
         resumed=resumed,
         freed=True,
+        not_owned=tuple(str(p) for p in journal.doc.get("not_owned", ())),
     )
 
 

@@ -86,4 +86,6 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
     why = "copied and verified; source kept" if not r.freed and r.action != "recall" else r.state
     if r.action == "purge" and r.state == "done":
         why = "freed: its copy is committed, the same bytes, and verified"
+    if r.not_owned:  # the copy belongs to whoever ran the move: say so, never silently
+        why += f"; owner and group not restored for {len(r.not_owned)} entries (run as root to keep them)"
     return UnitOutcome("done", why, r.bytes, 0)
