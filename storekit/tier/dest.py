@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ import xxhash
 
 from storekit import faults
 from storekit.config import TierConfig
+from storekit.diskspace import free_bytes
 from storekit.durable import (
     TMP_MARK,
     TOMBSTONE_MARK,
@@ -39,7 +40,7 @@ from storekit.durable import (
     tombstone,
     write_file_atomic,
 )
-from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
+from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3delete import check_unversioned, delete_keys, list_keys
@@ -54,8 +55,10 @@ from storekit.ops.s3transfer import (
     tier_bucket_prefix,
 )
 from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry, manifest_digest
+from storekit.units import format_bytes
 
 CHUNK = 8 * 1024 * 1024
+SPACE_PER_ENTRY = 4096  # a block per file, dir or link beyond their bytes (free-space check)
 COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the others' copying
 
 
@@ -325,8 +328,9 @@ class PosixDestination:
     new copy renamed in, new manifest, tombstone removed), so a kill anywhere leaves the source whole
     and at most one copy named by a manifest."""
 
-    def __init__(self, dest: Path, *, temp_tag: str, replaces: str = "") -> None:
+    def __init__(self, dest: Path, *, temp_tag: str, replaces: str = "", tier_name: str = "") -> None:
         self.dest = dest
+        self.tier_name = tier_name
         self.temp = dest.parent / f".{dest.name}{TMP_MARK}{temp_tag}"
         self.manifest_path = dest.parent / f"{dest.name}{MANIFEST_SUFFIX}"
         self.url = dest.as_uri()
@@ -350,7 +354,21 @@ class PosixDestination:
     ) -> dict[str, str]:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
         remove_partial(self.temp)  # a killed run's partial copy: never committed
+        where = f"tier {self.tier_name}" if self.tier_name else f"the tier at {self.dest.parent}"
+        check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
         make_parents(self.dest.parent, src.parent)
+        try:
+            return self._copy(src, entries, on_copied)
+        except NoSpaceError as exc:  # what a full tier let us write counts for nothing: gone now
+            remove_partial(self.temp)
+            raise NoSpaceError(
+                f"{where} is full: {exc.message}; the partial copy was removed",
+                hint=f"free space on {where}, or move the unit to another tier",
+            ) from None
+
+    def _copy(
+        self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]:
         digests: dict[str, str] = {}
         with (
             cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="storekit-copy") as copier,
@@ -562,22 +580,53 @@ def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     try:
-        with open(src, "rb", buffering=0) as fin, open(dst, "xb", buffering=0) as fout:
+        with open(src, "rb", buffering=0) as fin, _writing(dst) as fout:
             out = fout.fileno()
             while n := fin.readinto(buf):
                 chunk = view[:n]
                 hasher.update(chunk)
-                while chunk:
-                    chunk = chunk[os.write(out, chunk) :]
+                with _writing_to(dst):
+                    while chunk:
+                        chunk = chunk[os.write(out, chunk) :]
                 if size:
                     fadvise_dontneed(out, size - CHUNK, CHUNK)
                 size += n
-            os.fsync(out)
+            with _writing_to(dst):
+                os.fsync(out)
             fadvise_dontneed(fin.fileno(), 0, 0)
             fadvise_dontneed(out, 0, 0)  # the read-back must come from the device
     except OSError as exc:
         raise storage_error(exc, src) or StorekitError(f"{src}: {exc}") from None
     return size, hasher.hexdigest()
+
+
+@contextlib.contextmanager
+def _writing_to(dst: str) -> Iterator[None]:
+    """A failed write names the file written (a full or read-only tier), not the one read."""
+    try:
+        yield
+    except OSError as exc:
+        raise storage_error(exc, dst) or StorekitError(f"{dst}: {exc}") from None
+
+
+def _writing(dst: str) -> Any:
+    with _writing_to(dst):
+        return open(dst, "xb", buffering=0)
+
+
+def check_space(directory: Path, need_bytes: int, entries: int, where: str) -> None:
+    """Refuse before writing when the file system of `directory` has not room for the copy (the
+    free space an unprivileged writer may use, which a quota the file system reports also lowers)."""
+    free = free_bytes(str(directory))
+    if free is None:
+        return
+    need = need_bytes + entries * SPACE_PER_ENTRY
+    if free < need:
+        raise NoSpaceError(
+            f"{where} is full: the copy needs {format_bytes(need)} at {directory}, "
+            f"{format_bytes(free)} free; nothing was written",
+            hint=f"free space on {where}, or move the unit to another tier",
+        )
 
 
 def _check_local(path: str, entry: UnitEntry, expected: str) -> None:

@@ -31,11 +31,18 @@ from typing import Any
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
-from storekit.errors import MismatchError, NotFoundError, StorekitError, UsageError
+from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, UsageError
 from storekit.lease import Lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
-from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, remove_partial
+from storekit.tier.dest import (
+    Destination,
+    PosixDestination,
+    S3Destination,
+    check_space,
+    materialize,
+    remove_partial,
+)
 from storekit.tier.relpath import check_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
@@ -163,7 +170,9 @@ def _to_posix(
 
     def make() -> Destination:
         tag = posix_temp_tag(action, journal.id)
-        return PosixDestination(dest, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")))
+        return PosixDestination(
+            dest, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")), tier_name=dst.name
+        )
 
     # a copy without a manifest, or a lone manifest, is nobody's committed copy: never replaced
     # (a committed one is judged under the lease: this unit's own older copy is replaced)
@@ -298,6 +307,12 @@ def _resume(
 
         try:
             dest.copy(src, entries, copied)
+        except NoSpaceError:  # nothing on the destination counts yet: gone, and so is the journal
+            if journal.state == "copying":
+                dest.discard(_planned_files(journal) + entries)
+                log_action(jdir, f"{action}.no-space", uid, source=str(src), dest=dest.url, rolled_back=True)
+                journal.finish()
+            raise
         except StorekitError:
             if journal.state == "copying":
                 _unchanged(src, journal, dest, "planned")  # a file changed under the copy: roll back
@@ -601,31 +616,14 @@ def _recall(
     temp = unit.parent / f".{unit.name}{TMP_MARK}recall-{uid}"
     if journal.state in ("planned", "copying"):
         journal.advance("copying", temp=str(temp))
-        data = source.manifest()
-        if data is None:
-            raise NotFoundError(
-                f"{source.manifest_url}: the archive named by {stub_path(unit)} is gone; nothing was changed",
-                hint="restore it from a backup, or remove the stub if the unit is no longer wanted",
-            )
-        if manifest_digest(data) != stub.manifest_xxh3:
-            raise MismatchError(
-                f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} "
-                f"is not the stub's {stub.manifest_xxh3}"
-            )
-        journal.save_manifest(data)
-        manifest = parse_manifest(data, source.manifest_url)
-        remove_partial(temp)
-        log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
-        try:  # every file checked against the manifest in the pass
-            not_owned = materialize(manifest.entries, temp, source.fetch)
-        except MismatchError as exc:  # evidence against the copy: no purge may trust it any more
-            record_failed(jdir, source.manifest_url, exc.message)
+        try:
+            _recall_copy(unit, unit_rel, journal, stub, source, temp)
+        except StorekitError:  # nothing was renamed into place: the temp and the journal go too
+            remove_partial(temp)
+            log_action(jdir, "recall.failed", uid, unit=str(unit), rolled_back=True)
+            journal.finish()
             raise
-        fsync_dir(unit.parent)
-        if not_owned:
-            log_action(jdir, "recall.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned))
-        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3, not_owned=not_owned[:100])
-    manifest, data = _saved_manifest(journal)
+    manifest, _data = _saved_manifest(journal)
     if journal.state == "copied":
         _check_tree(temp, manifest)
         journal.advance("verified")
@@ -659,6 +657,37 @@ def _recall(
         freed=True,
         not_owned=tuple(str(p) for p in journal.doc.get("not_owned", ())),
     )
+
+
+def _recall_copy(
+    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination, temp: Path
+) -> None:
+    """Fetch the copy into `temp`, every file checked in the pass; the journal says `copied` after."""
+    uid, jdir = journal.id, journal.dir
+    data = source.manifest()
+    if data is None:
+        raise NotFoundError(
+            f"{source.manifest_url}: the archive named by {stub_path(unit)} is gone; nothing was changed",
+            hint="restore it from a backup, or remove the stub if the unit is no longer wanted",
+        )
+    if manifest_digest(data) != stub.manifest_xxh3:
+        raise MismatchError(
+            f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} is not the stub's {stub.manifest_xxh3}"
+        )
+    journal.save_manifest(data)
+    manifest = parse_manifest(data, source.manifest_url)
+    remove_partial(temp)
+    check_space(unit.parent, manifest.total_bytes, len(manifest.entries), f"the tier at {unit.parent}")
+    log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
+    try:  # every file checked against the manifest in the pass
+        not_owned = materialize(manifest.entries, temp, source.fetch)
+    except MismatchError as exc:  # evidence against the copy: no purge may trust it any more
+        record_failed(jdir, source.manifest_url, exc.message)
+        raise
+    fsync_dir(unit.parent)
+    if not_owned:
+        log_action(jdir, "recall.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned))
+    journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3, not_owned=not_owned[:100])
 
 
 def _check_tree(root: Path, manifest: UnitManifest) -> None:
