@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,9 +13,10 @@ from typer.core import TyperGroup
 
 from storekit.cli import tier_audit
 from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
+from storekit.cli.tier_audit import one_line_storage_errors
 from storekit.config import SiteConfig
 from storekit.durable import write_file_atomic
-from storekit.errors import ExitCode, NotFoundError, UsageError
+from storekit.errors import ExitCode, NotFoundError, UsageError, storage_errors
 from storekit.layout.spec import load_layout
 from storekit.places import tier_relative
 from storekit.store import open_store
@@ -191,6 +193,23 @@ def tier_command(
     """
     if ctx.invoked_subcommand is not None:
         return
+    with one_line_storage_errors():
+        _tier(archive, drain, recall, policy, apply, plan_out, tier, dry_run, json_out, quiet, config)
+
+
+def _tier(
+    archive: str | None,
+    drain: str | None,
+    recall: str | None,
+    policy: str | None,
+    apply: str | None,
+    plan_out: str | None,
+    tier: str | None,
+    dry_run: bool,
+    json_out: bool,
+    quiet: bool,
+    config: str | None,
+) -> None:
     out = make_output(json_out, quiet)
     actions = (("archive", archive), ("drain", drain), ("recall", recall))
     chosen = [(n, v) for n, v in actions if v is not None]
@@ -218,7 +237,11 @@ def tier_command(
     if plan_out is not None:
         if "://" in plan_out:
             raise UsageError("--plan-out: give a local file")
-        write_file_atomic(plan_out, render_plan(plan, site))
+        if os.path.isdir(plan_out):
+            raise UsageError(f"--plan-out {plan_out}: a directory; give a file name")
+        data = render_plan(plan, site)
+        with storage_errors(f"--plan-out {plan_out}"):
+            write_file_atomic(plan_out, data)
         out.result("tier", {**doc, "plan_out": plan_out}, lambda c: _plan_written(c, doc, plan_out))
         return
     _run(out, site, plan, doc)
@@ -235,6 +258,8 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise NotFoundError(f"plan file {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"--apply {path}: a directory, not a plan file") from None
     plan = load_plan(data, path, site)
     if dry_run:
         names = {u.dst_tier if u.action == "recall" else u.src_tier for u in plan.units}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +13,7 @@ from rich.console import Console
 
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
 from storekit.config import SiteConfig
-from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError
+from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError, storage_error
 from storekit.places import tier_relative
 from storekit.tier.audit import GcReport, VerifyResult, find_stubs, gc, verify_stub
 from storekit.tier.mover import tier_root
@@ -32,6 +34,19 @@ TierOpt = Annotated[
     str | None,
     typer.Option("--tier", "-t", metavar="NAME", help="Only this tier (default: every POSIX tier)."),
 ]
+
+
+@contextlib.contextmanager
+def one_line_storage_errors() -> Iterator[None]:
+    """A storage failure nobody below turned into a storekit error (a read-only or full tier, a
+    missing directory) is one line naming the path, with its exit code, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        err = storage_error(exc, str(exc.filename) if exc.filename else "storage")
+        if err is None:
+            raise
+        raise err from None
 
 
 def _places(site: SiteConfig, paths: list[str] | None, tier: str | None) -> list[Path]:
@@ -101,7 +116,8 @@ def verify_command(
         except (MismatchError, NotFoundError) as exc:  # a damaged stub or an unknown tier: this one only
             results.append(VerifyResult(stub=str(stub), url="", problems=[exc.message]))
     ok = all(not r.problems for r in results)
-    _record(site, results, whole=sample >= 1.0)
+    with one_line_storage_errors():
+        _record(site, results, whole=sample >= 1.0)
     doc = {
         "ok": ok,
         "sample": sample,
@@ -166,7 +182,8 @@ def gc_command(
     out = make_output(json_out, quiet)
     site = site_config(config)
     journal = journal_dir_for(site)
-    report = gc(journal, roots=_places(site, paths, tier), site=site, dry_run=dry_run)
+    with one_line_storage_errors():
+        report = gc(journal, roots=_places(site, paths, tier), site=site, dry_run=dry_run)
     doc = {"journal_dir": str(journal), "dry_run": dry_run, **report.to_dict()}
     out.result("tier gc", doc, lambda c: _show_gc(c, report, dry_run))
 

@@ -351,3 +351,42 @@ def test_the_mover_refuses_a_destination_path_that_leaves_its_tier(site_dir: Pat
                 dst_rel="x/../../../esc",
             )
     assert tree_state(site_dir) == before and not (site_dir / "j").exists()
+
+
+def test_plan_out_into_a_missing_directory_or_apply_of_a_directory_is_one_line(
+    site_dir: Path, sk: Callable[..., Ran]
+) -> None:
+    ran = sk(site_dir, "tier", "--archive", "old-runs", "--plan-out", "no/such/dir/plan.json")
+    assert ran.code == 3 and "Traceback" not in ran.stderr
+    assert "--plan-out no/such/dir/plan.json" in only_error_line(ran)
+    ran = sk(site_dir, "tier", "--apply", "lustre", "--json")
+    assert ran.code == 2 and "Traceback" not in ran.stderr
+    assert "a directory, not a plan file" in ran.json()["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("read_only", ["vault", "lustre"])  # the destination; the source and journal tier
+def test_a_read_only_tier_is_one_line_with_its_exit_code(
+    site_dir: Path, sk: Callable[..., Ran], read_only: str
+) -> None:
+    import subprocess
+
+    where = site_dir / read_only
+    if subprocess.run(["mount", "--bind", str(where), str(where)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (not root?)")
+    try:
+        remount = ["mount", "-o", "remount,ro,bind", str(where)]
+        assert subprocess.run(remount, capture_output=True).returncode == 0
+        before = tree_state(site_dir)
+        ran = sk(site_dir, "tier", "--archive", "old-runs", "--json")
+        assert ran.code != 0 and "Traceback" not in ran.stderr and "internal error" not in ran.stdout
+        doc = ran.json()
+        if "error" in doc:  # the journal tier itself: one error document
+            assert "read-only file system" in doc["error"]["message"].lower()
+        else:  # each unit failed in one line, with a storage exit code
+            assert {r["status"] for r in doc["results"]} == {"failed"}
+            assert all("read-only file system" in r["reason"].lower() for r in doc["results"])
+        after = tree_state(site_dir)
+        steps = [k for k in before if "/step_" in k]  # every unit byte for byte (leases came and went)
+        assert steps and [after.get(k) for k in steps] == [before[k] for k in steps]
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
