@@ -25,6 +25,7 @@ from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
+    MAX_CHAIN,
     UnitChanged,
     finish_recall,
     free_committed,
@@ -32,6 +33,7 @@ from storekit.tier.mover import (
     remove_own_temps,
     source_of_stub,
 )
+from storekit.tier.relpath import bad_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
@@ -73,13 +75,43 @@ def find_stubs(paths: Iterable[Path]) -> Iterator[Path]:
                     yield Path(dirpath) / name
 
 
+def _moved_on(stub: Stub, site: SiteConfig) -> Path | None:
+    """The stub that stands where this stub's POSIX copy was (the copy moved on: a chain)."""
+    tier = site.tier(stub.to_tier)
+    if tier.scheme != "file" or tier.local_root is None or bad_rel(stub.to_path) is not None:
+        return None
+    copy = Path(tier.local_root) / stub.to_path
+    there = copy.parent / f"{copy.name}{STUB_SUFFIX}"
+    return there if not os.path.lexists(copy) and there.is_file() else None
+
+
+def _verify_chain(
+    stub: Stub, upstream: Path, *, site: SiteConfig, sample: float, seed: int | None, depth: int
+) -> VerifyResult:
+    """First hop: its manifest must still be the stub's; the bytes are verified where they went."""
+    first = source_of_stub(stub, site)
+    try:
+        data = first.manifest()
+    finally:
+        first.close()
+    result = verify_stub(upstream, site=site, sample=sample, seed=seed, depth=depth + 1)
+    if data is None or manifest_digest(data) != stub.manifest_xxh3:
+        result.problems.insert(0, f"{first.manifest_url}: missing or not the manifest the stub names")
+    return result
+
+
 def verify_stub(
-    stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None
+    stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None, depth: int = 0
 ) -> VerifyResult:
     """Re-read the archived unit a stub names; problems listed (never raised) except a damaged stub."""
     stub = read_stub(stub_file)
     if stub is None:
         raise NotFoundError(f"{stub_file}: no such stub")
+    upstream = _moved_on(stub, site)
+    if upstream is not None and depth < MAX_CHAIN:
+        result = _verify_chain(stub, upstream, site=site, sample=sample, seed=seed, depth=depth)
+        result.stub = f"{stub_file} (moved on: {result.stub})"
+        return result
     source = source_of_stub(stub, site)
     result = VerifyResult(
         stub=str(stub_file),

@@ -542,8 +542,10 @@ def recall_unit(
     journal_dir: Path,
     site: SiteConfig,
     transfer: TransferConfig | None = None,
+    depth: int = 0,
 ) -> UnitResult:
-    """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was."""
+    """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was (from
+    either end of a chain: a copy that moved on again is recalled to where this stub says first)."""
     unit = root / check_rel(unit_rel, "recall: unit path")
     spath = stub_path(unit)
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
@@ -574,11 +576,34 @@ def recall_unit(
                 "planned", action="recall", unit=unit_rel, target=str(unit), stub=dataclasses.asdict(stub)
             )
         stub = Stub(**journal.doc["stub"])
+        if journal.state in ("planned", "copying"):
+            _recall_upstream(stub, site, journal_dir=journal_dir, transfer=transfer, depth=depth)
         source = source_of_stub(stub, site, transfer=transfer)
         try:
             return _recall(unit, unit_rel, journal, stub, source, resumed)
         finally:
             source.close()
+
+
+MAX_CHAIN = 4  # burst -> parallel -> archive is 2 hops; more means a loop of stubs
+
+
+def _recall_upstream(
+    stub: Stub, site: SiteConfig, *, journal_dir: Path, transfer: TransferConfig | None, depth: int
+) -> None:
+    """The copy this stub names is itself a stub now (drained, then archived from the parallel
+    tier): recall it there first, so the recall goes on from a whole copy."""
+    tier = site.tier(stub.to_tier)
+    if tier.scheme != "file":
+        return
+    copy = tier_root(tier) / check_rel(stub.to_path, f"stub of {stub.unit}: to_path")
+    if os.path.lexists(copy) or not stub_path(copy).exists():
+        return
+    if depth >= MAX_CHAIN:
+        raise StorekitError(f"{stub_path(copy)}: a chain of more than {MAX_CHAIN} stubs (a loop?)")
+    recall_unit(
+        tier_root(tier), stub.to_path, journal_dir=journal_dir, site=site, transfer=transfer, depth=depth + 1
+    )
 
 
 def finish_recall(

@@ -1,0 +1,67 @@
+"""Chained moves: drained (burst -> parallel), then archived from the parallel tier (-> archive).
+`tier verify` of the burst stub follows the chain, and `tier --recall` brings the unit back in one
+command from either end; every byte, mode and mtime as it was, no stub left on the way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from storekit.config import SiteConfig
+from storekit.tier.audit import verify_stub
+from storekit.tier.mover import archive_unit, drain_unit
+from storekit.tier.moveunit import journal_dir_for
+from storekit.tier.stubfile import stub_path
+from tests.conftest import Ran
+from tests.unit.tier.conftest import make_site
+from tests.unit.tier.helpers import leftovers, make_unit, snapshot, unfinished
+
+UNIT = "checkpoints/run_001/step_000100"
+
+
+@pytest.fixture
+def chained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[SiteConfig, dict[str, tuple[object, ...]]]:
+    monkeypatch.delenv("STOREKIT_TIER_JOURNAL", raising=False)
+    site = make_site(tmp_path)
+    make_unit(tmp_path / "nvme" / UNIT, seed=9)
+    before = snapshot(tmp_path / "nvme" / UNIT)
+    journal = journal_dir_for(site)
+    drain_unit(tmp_path / "nvme", UNIT, site.tier("lustre"), journal_dir=journal)
+    archive_unit(tmp_path / "lustre", UNIT, site.tier("vault"), journal_dir=journal)
+    assert not (tmp_path / "nvme" / UNIT).exists() and not (tmp_path / "lustre" / UNIT).exists()
+    assert stub_path(tmp_path / "nvme" / UNIT).is_file() and stub_path(tmp_path / "lustre" / UNIT).is_file()
+    return site, before
+
+
+def test_verify_of_the_burst_stub_follows_the_chain(
+    tmp_path: Path, chained: tuple[SiteConfig, dict[str, tuple[object, ...]]]
+) -> None:
+    site, _ = chained
+    result = verify_stub(stub_path(tmp_path / "nvme" / UNIT), site=site)
+    assert result.problems == [] and result.files_checked == 7
+    assert result.url == (tmp_path / "vault" / UNIT).as_uri()  # where the bytes are now
+
+
+@pytest.mark.parametrize("end", ["nvme", "lustre"])
+def test_recall_from_either_end_in_one_command(
+    tmp_path: Path,
+    chained: tuple[SiteConfig, dict[str, tuple[object, ...]]],
+    sk: Callable[..., Ran],
+    end: str,
+) -> None:
+    _, before = chained
+    ran = sk(tmp_path, "tier", "--recall", UNIT, "--tier", end, "--json")
+    assert ran.code == 0, ran.stderr
+    assert [r["status"] for r in ran.json()["results"]] == ["done"]
+    assert snapshot(tmp_path / end / UNIT) == before and not stub_path(tmp_path / end / UNIT).exists()
+    if end == "nvme":  # the parallel tier's copy was recalled on the way, and stays committed there
+        assert snapshot(tmp_path / "lustre" / UNIT) == before
+        assert not stub_path(tmp_path / "lustre" / UNIT).exists()
+    else:  # the burst stub names the parallel copy again: its own recall now works as ever
+        back = sk(tmp_path, "tier", "--recall", UNIT, "--tier", "nvme", "--json")
+        assert back.code == 0 and snapshot(tmp_path / "nvme" / UNIT) == before
+    assert leftovers(tmp_path) == [] and unfinished(tmp_path / "lustre" / ".storekit-tier-journal") == []
