@@ -65,3 +65,28 @@ def test_recall_from_either_end_in_one_command(
         back = sk(tmp_path, "tier", "--recall", UNIT, "--tier", "nvme", "--json")
         assert back.code == 0 and snapshot(tmp_path / "nvme" / UNIT) == before
     assert leftovers(tmp_path) == [] and unfinished(tmp_path / "lustre" / ".storekit-tier-journal") == []
+
+
+def test_dataset_list_and_info_show_an_archived_dataset_with_its_stub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sk: Callable[..., Ran]
+) -> None:
+    from storekit.tier.mover import UnitInfo
+
+    monkeypatch.delenv("STOREKIT_TIER_JOURNAL", raising=False)
+    site = make_site(tmp_path)
+    rel = "datasets/text/web/v1"
+    (tmp_path / "lustre" / rel / "shards").mkdir(parents=True)
+    (tmp_path / "lustre" / rel / "shards/part_00000.bin").write_bytes(b"t" * 300)
+    (tmp_path / "lustre" / rel / "manifest.json").write_text('{"kind": "dataset"}\n')
+    info = UnitInfo(unit_kind="dataset")
+    archive_unit(tmp_path / "lustre", rel, site.tier("vault"), journal_dir=journal_dir_for(site), info=info)
+    listed = sk(tmp_path, "dataset", "list", "--tier", "lustre", "--json")
+    assert listed.code == 0, listed.stderr
+    entries = {e["path"]: e for e in listed.json()["datasets"]}
+    assert entries[rel]["state"] == "archived" and entries[rel]["bytes"] == 300 + 20
+    assert (entries[rel]["stub"]["to_tier"], entries[rel]["stub"]["to_path"]) == ("vault", rel)
+    human = sk(tmp_path, "dataset", "list", "--tier", "lustre")
+    assert f"{rel}: archived to tier vault ({rel}); storekit tier --recall {rel}" in human.stdout
+    shown = sk(tmp_path, "dataset", "info", rel, "--tier", "lustre", "--json")
+    assert shown.code == 0, shown.stderr
+    assert shown.json()["state"] == "archived" and shown.json()["stub"]["files"] == 2
