@@ -25,7 +25,7 @@ from tests.unit.tier.helpers import (
     snapshot,
     unfinished,
 )
-from tests.unit.tier.kills import SEED, io_event_count, killed_at_event, moments
+from tests.unit.tier.kills import SEED, io_event_count, io_events_until, killed_at_event, moments
 
 UNIT = "checkpoints/run_001/step_100"
 
@@ -164,6 +164,32 @@ def test_sigkill_at_random_moments_then_rerun(tmp_path: Path, phase: str, unit: 
         assert total >= 20
         for i, n in enumerate(moments(total, RANDOM_KILLS, salt=f"{phase}:{unit}")):
             _kill_then_rerun(base / f"m{n}", phase, unit, i % 2 == 1, lambda op, n=n: killed_at_event(op, n))
+    finally:
+        if base.is_relative_to("/dev/shm"):
+            shutil.rmtree(base)
+
+
+AROUND_THE_FREE_KILLS = 6  # per phase and unit, drawn after the commit: the stub, the tombstone, the free
+
+
+@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt"])
+@pytest.mark.parametrize("phase", ["drain", "redrain"])
+@pytest.mark.parametrize("seed", [SEED], ids=lambda s: f"seed={s}")
+def test_sigkill_at_random_moments_around_the_stub_and_the_free(
+    tmp_path: Path, phase: str, unit: str, seed: int
+) -> None:
+    """Kills at seeded-random file-system calls after the commit: writing the stub (its temp, its
+    rename), recording it, renaming the source to its tombstone, emptying the tombstone, and the
+    journal's last steps. gc then leaves one committed state and no journal; the rerun finishes."""
+    base = memory_dir(tmp_path)
+    try:
+        *_, probe = _setup(base / "probe", phase, unit)
+        committed, total = io_events_until(probe, "tier.committed")
+        assert 0 < committed < total - 5
+        window = moments(total - committed, AROUND_THE_FREE_KILLS, salt=f"free:{phase}:{unit}")
+        for i, k in enumerate(window):
+            n = committed + k
+            _kill_then_rerun(base / f"f{n}", phase, unit, i % 2 == 0, lambda op, n=n: killed_at_event(op, n))
     finally:
         if base.is_relative_to("/dev/shm"):
             shutil.rmtree(base)
