@@ -69,6 +69,9 @@ def _policies(site: SiteConfig) -> dict[str, Policy]:
 def _request(
     site: SiteConfig, action: str, value: str | None, policy_name: str | None, tier: str | None
 ) -> PlanRequest:
+    if tier is not None and tier not in site.tiers:
+        known = ", ".join(sorted(site.tiers))
+        raise UsageError(f"--tier {tier}: no such tier in {site.source} (known: {known})")
     named = _policies(site)
     if policy_name is not None:
         if policy_name not in named:

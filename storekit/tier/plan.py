@@ -146,8 +146,7 @@ def build_plan(site: SiteConfig, request: PlanRequest, *, now: float | None = No
     store.probe()
     spec = load_layout(store.tier.layout)
     area = area_of(spec, p.area)
-    if p.source == ADHOC:
-        _check_named(store, p)
+    named_note = _check_named(store, p) if p.source == ADHOC else None
     units = discover(store, spec, area, scope=p.paths, now=now)
     selection = select(p, units, now=now, usage=_usage(store) if p.high_watermark is not None else None)
     plan_units = tuple(_plan_unit(store, resolved, c) for c in selection.chosen)
@@ -161,18 +160,24 @@ def build_plan(site: SiteConfig, request: PlanRequest, *, now: float | None = No
         node_local=tuple(sorted(name for name, t in site.tiers.items() if t.role == "burst")),
         units=plan_units,
         passed=tuple(x.to_dict() for x in selection.passed),
-        note=selection.note,
+        note=named_note or selection.note,
     )
 
 
-def _check_named(store: Store, p: Policy) -> None:
-    """A path named on the command line must exist (a recall's unit: as a stub)."""
+def _check_named(store: Store, p: Policy) -> str | None:
+    """A path named on the command line must exist (a recall's unit: as a stub, or already back:
+    then the plan is empty and its note says so)."""
+    here: list[str] = []
     for path in p.paths:
         if p.action != "recall":
             if not store.exists(path):
                 raise NotFoundError(f"{store.name}:{path}: no such unit, run or area on this tier")
         elif not store.exists(stub_rel(path)) and not (store.exists(path) and _has_stubs(store, path)):
+            if store.exists(path):  # recalled already (a rerun): nothing to do, not an error
+                here.append(path)
+                continue
             raise NotFoundError(f"{store.name}:{path}: no stub here or below it (nothing archived to recall)")
+    return f"already here, no stub: {', '.join(here)} (nothing to recall)" if here else None
 
 
 def _has_stubs(store: Store, path: str) -> bool:

@@ -218,7 +218,7 @@ def test_apply_hands_the_mover_only_unchanged_units_and_rechecks_what_it_frees(s
         (("--archive", "old-runs", "--dry-run", "--plan-out", "p.json"), 2, "--dry-run writes nothing"),
         (("--archive", "nothing/here", "--dry-run"), 2, "layout llm-cluster has no area 'nothing'"),
         (("--archive", "checkpoints/run_999", "--dry-run"), 3, "checkpoints/run_999: no such unit, run"),
-        (("--recall", "checkpoints/run_001/step_000100", "--dry-run"), 3, "no stub"),
+        (("--recall", "checkpoints/run_001/step_000999", "--dry-run"), 3, "no stub"),
         (("--recall", "checkpoints/run_002", "--dry-run"), 3, "no stub"),
         (("--policy", "nope", "--dry-run"), 3, "no policy named 'nope'"),
         (("--drain", "old-runs", "--dry-run"), 2, "policy old-runs is a archive policy"),

@@ -90,3 +90,16 @@ def test_dataset_list_and_info_show_an_archived_dataset_with_its_stub(
     shown = sk(tmp_path, "dataset", "info", rel, "--tier", "lustre", "--json")
     assert shown.code == 0, shown.stderr
     assert shown.json()["state"] == "archived" and shown.json()["stub"]["files"] == 2
+
+
+def test_a_finished_recall_rerun_is_exit_0_and_an_unknown_tier_names_the_option(
+    tmp_path: Path, chained: tuple[SiteConfig, dict[str, tuple[object, ...]]], sk: Callable[..., Ran]
+) -> None:
+    _, before = chained
+    assert sk(tmp_path, "tier", "--recall", UNIT, "--tier", "lustre").code == 0
+    again = sk(tmp_path, "tier", "--recall", UNIT, "--tier", "lustre", "--json")
+    assert again.code == 0, again.stderr
+    assert again.json()["results"] == [] and snapshot(tmp_path / "lustre" / UNIT) == before
+    assert again.json()["note"] == f"already here, no stub: {UNIT} (nothing to recall)"
+    bad = sk(tmp_path, "tier", "--recall", UNIT, "--tier", "nosuch")
+    assert bad.code == 2 and bad.stderr.startswith("error: --tier nosuch: no such tier")
