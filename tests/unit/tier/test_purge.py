@@ -230,3 +230,22 @@ def test_a_later_whole_read_back_restores_trust(site: SiteConfig, tmp_path: Path
     assert verified_at(journal, url, "d" * 32, "s1") is None
     record_verified(journal, url, "d" * 32, stamp="s1", at=300.0)  # read back whole after the failure
     assert verified_at(journal, url, "d" * 32, "s1") == 300.0
+
+
+def test_a_failed_tier_verify_voids_the_recorded_verification(
+    site: SiteConfig, tmp_path: Path, sk: Callable[..., Ran]
+) -> None:
+    from storekit.tier.verified import last_failure, verified_at
+
+    unit = f"{RUN}/step_000100"
+    lustre = tmp_path / "lustre"
+    result = archive_unit(lustre, unit, site.tier("vault"), journal_dir=journal_dir_for(site))  # freed
+    url = (tmp_path / "vault" / f"{unit}.storekit-archive.json").as_uri()
+    journal = journal_dir_for(site)
+    assert verified_at(journal, url, result.manifest_xxh3_128) is not None  # the move's own read-back
+    flip_a_bit(tmp_path / "vault" / unit / "model/rank0.pt")
+    ran = sk(tmp_path, "tier", "verify", unit, "--tier", "lustre", "--json")
+    assert ran.code == 4, ran.stdout
+    assert verified_at(journal, url, result.manifest_xxh3_128) is None  # no stamp asked: the failure alone
+    failure = last_failure(journal, url)
+    assert failure is not None and "model/rank0.pt" in failure
