@@ -208,7 +208,7 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
     """Before a run: the committed moves that a kill interrupted, carried to their end (a plan would
     skip their units as already stubbed, or as gone); moves still running elsewhere are left."""
     done: list[str] = []
-    for journal in journals(journal_dir):
+    for journal in journals(journal_dir, tidy=False):  # read only: a live move's temps are its own
         if not _committed(journal):
             continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
         doc = journal.doc

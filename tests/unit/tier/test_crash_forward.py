@@ -125,3 +125,20 @@ def test_a_cli_archive_killed_around_the_free_goes_forward(
     back = sk(site_dir, "tier", "--recall", UNIT, "--json")
     assert back.code == 0, back.stderr
     assert snapshot(src) == before and unfinished(journal) == []
+
+
+def test_a_rerun_leaves_a_move_another_process_holds(site_dir: Path, sk: Callable[..., Ran]) -> None:
+    from storekit.lease import Lease, sibling_lease_path
+
+    src = site_dir / "lustre" / UNIT
+    journal = site_dir / "lustre" / ".storekit-tier-journal"
+    assert _cli(site_dir, "tier", "--archive", "old-runs", faults="tier.stubbed=kill").code == -9
+    held = unfinished(journal)
+    assert len(held) >= 1 and src.is_dir() and stub_path(src).is_file()
+    with Lease(sibling_lease_path(src), purpose="running tier archive of it elsewhere"):
+        ran = sk(site_dir, "tier", "--archive", "old-runs", "--json")
+        assert "finished_interrupted" not in ran.json()
+        assert unfinished(journal) == held and src.is_dir()  # left to its holder
+    ran = sk(site_dir, "tier", "--archive", "old-runs", "--json")
+    assert ran.code == 0 and len(ran.json()["finished_interrupted"]) == 1
+    assert unfinished(journal) == [] and not src.exists() and stub_path(src).is_file()
