@@ -450,3 +450,27 @@ def test_a_rolled_back_archive_removes_every_object_it_uploaded(
     assert "rolled back, nothing left on the destination" in info.value.message
     assert unfinished(journal) == [] and not stub_path(root / unit).exists()
     assert gc(journal, roots=[root]).rolled_back == []
+
+
+def test_a_purge_trusting_verify_max_age_reads_back_an_object_rewritten_since(
+    tmp_path: Path, s3_tier: TierConfig, engine: S3Transfer
+) -> None:
+    """One object of a copy-only archive rewritten with one bit flipped (same size): its ETag and date
+    differ from the verification's stamp, so the purge reads back, finds it, and frees nothing."""
+    from storekit.errors import MismatchError
+    from storekit.tier.purge import purge_unit
+
+    root, journal = tmp_path / "lustre", tmp_path / "journal"
+    unit = f"{RUN}/step_8"
+    make_unit(root / unit, seed=8)
+    before = snapshot(root / unit)
+    archive_unit(root, unit, s3_tier, journal_dir=journal, free_source=False, transfer=SMALL)
+    key = f"storage/{unit}/model/rank1.pt"
+    data = bytearray(engine.client.get_object(Bucket=engine.bucket, Key=key)["Body"].read())
+    data[len(data) // 2] ^= 1
+    engine.client.put_object(Bucket=engine.bucket, Key=key, Body=bytes(data))
+    with pytest.raises(MismatchError, match="does not read back") as info:
+        purge_unit(root, unit, s3_tier, journal_dir=journal, verify_max_age_s=7 * 86400.0, transfer=SMALL)
+    assert info.value.exit_code == ExitCode.MISMATCH and "model/rank1.pt" in info.value.message
+    assert snapshot(root / unit) == before and not stub_path(root / unit).exists()
+    assert unfinished(journal) == []
