@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from storekit import faults
 from storekit.checkpoint.scan import COMPLETE, IN_PROGRESS, MANIFEST, RunScan, Unit
 from storekit.durable import is_tombstone, remove_tree
 from storekit.errors import InputError, MismatchError, NotFoundError, StorekitError, UsageError
+from storekit.lease import Lease, sibling_lease_path
 from storekit.manifest import Manifest, ManifestFile, read_manifest, verify_manifest, write_manifest
 from storekit.ops import hash_file
 from storekit.paths import join_rel
@@ -217,6 +219,11 @@ def apply_prune(store: Store, scan: RunScan, actions: list[PruneAction]) -> list
         path = store.local_path(action.unit.path)
         assert path is not None  # POSIX tiers have local paths
         faults.point("ckpt.prune.before-delete")
+        # a running tier archive or drain holds the unit's lease: exit 5 (retry) rather than delete
+        # under it (taken and given back at once: a kill while held would leave it beside the run;
+        # a move that starts right after finds the unit gone and rolls its copy back)
+        with Lease(sibling_lease_path(Path(path)), purpose=f"running ckpt prune of {path}"):
+            pass
         remove_tree(path)
         marker = scan.markers.get(action.unit.name)
         if marker is not None:  # NeMo's -unfinished marker goes with its unit(s), after them

@@ -70,6 +70,8 @@ def verify_command(
 
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
+    if _archived_info(out, location):
+        return
     manifest = load_dataset_manifest(location)
     report = verify_dataset(location, manifest)
 
@@ -111,6 +113,8 @@ def info_command(
 
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
+    if _archived_info(out, location):
+        return
     manifest = load_dataset_manifest(location)
     summary: dict[str, Any] = {"path": location.display, **manifest_summary(manifest)}
     summary["shard_list"] = manifest.body.get("shards", [])
@@ -120,6 +124,32 @@ def info_command(
         render_manifest_summary(console, summary)
 
     out.result("dataset info", summary, human)
+
+
+def _archived_info(out: Any, location: Any) -> bool:
+    """A dataset version that `storekit tier` moved away: its stub's state, and how to recall it."""
+    from storekit.pipeline.catalog import stub_state
+    from storekit.tier.stub import stub_rel
+
+    if location.store.exists(location.rel) or not location.store.exists(stub_rel(location.rel)):
+        return False
+    stub = stub_state(location.store, location.rel)
+    doc = {"path": location.display, "state": stub["state"], "stub": stub}
+
+    def human(console: Console) -> None:
+        if "to_tier" not in stub:
+            console.print(f"{location.display}: {stub.get('problem')}", markup=False, soft_wrap=True)
+            return
+        console.print(
+            f"{location.display}: {stub['state']} to tier {stub['to_tier']} ({stub['to_path']}) "
+            f"at {stub['at']}, {format_size(int(stub['bytes']))} in {stub['files']} files",
+            markup=False,
+            soft_wrap=True,
+        )
+        console.print(f"recall it: {stub['recall']}", markup=False, soft_wrap=True)
+
+    out.result("dataset info", doc, human)
+    return True
 
 
 def list_command(
@@ -168,6 +198,9 @@ def list_command(
         for e in entries:
             if e.problem:
                 console.print(f"{e.path}: {e.problem}", markup=False)
+            elif e.stub is not None:
+                where = f"tier {e.stub['to_tier']} ({e.stub['to_path']})"
+                console.print(f"{e.path}: {e.state} to {where}; {e.stub['recall']}", markup=False)
 
     out.result(
         "dataset list",
@@ -225,6 +258,8 @@ def inspect_command(
         raise UsageError("--docs must be at least 1")
     out = make_output(json_out, quiet)
     location = resolve_location(path, site_config(config), tier)
+    if _archived_info(out, location):
+        return
     manifest = load_dataset_manifest(location)
     entry = manifest.body.get("tokenizer") or {}
     info = resolve_tokenizer(tokenizer or str(entry.get("name")), eos=False, bos=False)

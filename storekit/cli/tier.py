@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,9 +13,10 @@ from typer.core import TyperGroup
 
 from storekit.cli import tier_audit
 from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
+from storekit.cli.tier_audit import one_line_storage_errors
 from storekit.config import SiteConfig
 from storekit.durable import write_file_atomic
-from storekit.errors import ExitCode, NotFoundError, UsageError
+from storekit.errors import ExitCode, NotFoundError, UsageError, storage_errors
 from storekit.layout.spec import load_layout
 from storekit.places import tier_relative
 from storekit.store import open_store
@@ -67,6 +69,9 @@ def _policies(site: SiteConfig) -> dict[str, Policy]:
 def _request(
     site: SiteConfig, action: str, value: str | None, policy_name: str | None, tier: str | None
 ) -> PlanRequest:
+    if tier is not None and tier not in site.tiers:
+        known = ", ".join(sorted(site.tiers))
+        raise UsageError(f"--tier {tier}: no such tier in {site.source} (known: {known})")
     named = _policies(site)
     if policy_name is not None:
         if policy_name not in named:
@@ -191,6 +196,23 @@ def tier_command(
     """
     if ctx.invoked_subcommand is not None:
         return
+    with one_line_storage_errors():
+        _tier(archive, drain, recall, policy, apply, plan_out, tier, dry_run, json_out, quiet, config)
+
+
+def _tier(
+    archive: str | None,
+    drain: str | None,
+    recall: str | None,
+    policy: str | None,
+    apply: str | None,
+    plan_out: str | None,
+    tier: str | None,
+    dry_run: bool,
+    json_out: bool,
+    quiet: bool,
+    config: str | None,
+) -> None:
     out = make_output(json_out, quiet)
     actions = (("archive", archive), ("drain", drain), ("recall", recall))
     chosen = [(n, v) for n, v in actions if v is not None]
@@ -207,15 +229,22 @@ def tier_command(
         return
     action, value = chosen[0] if chosen else ("", None)
     request = _request(site, action or "", value, policy, tier)
+    finished = _finish_interrupted(out, site) if not dry_run and plan_out is None else []
     plan = build_plan(site, request)
     doc = plan.to_dict()
+    if finished:
+        doc["finished_interrupted"] = finished
     if dry_run:
         out.result("tier", {**doc, "dry_run": True}, lambda c: _show_plan(c, doc, "would"))
         return
     if plan_out is not None:
         if "://" in plan_out:
             raise UsageError("--plan-out: give a local file")
-        write_file_atomic(plan_out, render_plan(plan))
+        if os.path.isdir(plan_out):
+            raise UsageError(f"--plan-out {plan_out}: a directory; give a file name")
+        data = render_plan(plan, site)
+        with storage_errors(f"--plan-out {plan_out}"):
+            write_file_atomic(plan_out, data)
         out.result("tier", {**doc, "plan_out": plan_out}, lambda c: _plan_written(c, doc, plan_out))
         return
     _run(out, site, plan, doc)
@@ -232,6 +261,8 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise NotFoundError(f"plan file {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"--apply {path}: a directory, not a plan file") from None
     plan = load_plan(data, path, site)
     if dry_run:
         names = {u.dst_tier if u.action == "recall" else u.src_tier for u in plan.units}
@@ -244,7 +275,24 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
         doc = {**plan.to_dict(), "dry_run": True, "results": [r.to_dict() for r in results]}
         out.result("tier", doc, lambda c: _show_results(c, results, True))
         return
-    _run(out, site, plan, plan.to_dict())
+    finished = _finish_interrupted(out, site)
+    _run(out, site, plan, {**plan.to_dict(), **({"finished_interrupted": finished} if finished else {})})
+
+
+def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
+    """Committed moves a kill interrupted are finished first: their units are in no plan any more
+    (stub beside the unit, or the unit gone), so a plain rerun is their way forward."""
+    from storekit.tier.audit import finish_interrupted
+    from storekit.tier.moveunit import journal_dir_for
+
+    try:
+        journal = journal_dir_for(site)
+    except UsageError:
+        return []
+    done = finish_interrupted(journal, site)
+    for line in done:
+        out.info(f"finished an interrupted move: {line}")
+    return done
 
 
 def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,12 +13,12 @@ from rich.console import Console
 
 from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
 from storekit.config import SiteConfig
-from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError
+from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError, storage_error
 from storekit.places import tier_relative
 from storekit.tier.audit import GcReport, VerifyResult, find_stubs, gc, verify_stub
 from storekit.tier.mover import tier_root
 from storekit.tier.moveunit import journal_dir_for
-from storekit.tier.verified import record_verified
+from storekit.tier.verified import record_failed, record_verified
 from storekit.units import format_bytes
 
 E = ExitCode
@@ -32,6 +34,19 @@ TierOpt = Annotated[
     str | None,
     typer.Option("--tier", "-t", metavar="NAME", help="Only this tier (default: every POSIX tier)."),
 ]
+
+
+@contextlib.contextmanager
+def one_line_storage_errors() -> Iterator[None]:
+    """A storage failure nobody below turned into a storekit error (a read-only or full tier, a
+    missing directory) is one line naming the path, with its exit code, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        err = storage_error(exc, str(exc.filename) if exc.filename else "storage")
+        if err is None:
+            raise
+        raise err from None
 
 
 def _places(site: SiteConfig, paths: list[str] | None, tier: str | None) -> list[Path]:
@@ -101,7 +116,8 @@ def verify_command(
         except (MismatchError, NotFoundError) as exc:  # a damaged stub or an unknown tier: this one only
             results.append(VerifyResult(stub=str(stub), url="", problems=[exc.message]))
     ok = all(not r.problems for r in results)
-    _record(site, results, whole=sample >= 1.0)
+    with one_line_storage_errors():
+        _record(site, results, whole=sample >= 1.0)
     doc = {
         "ok": ok,
         "sample": sample,
@@ -127,16 +143,17 @@ def verify_command(
 
 
 def _record(site: SiteConfig, results: list[VerifyResult], *, whole: bool) -> None:
-    """Copies read back whole and right: a purge with verify_max_age may rely on this reading."""
-    if not whole or not any(r.files_checked and not r.problems for r in results):
-        return
+    """Copies read back whole and right: a purge with verify_max_age may rely on this reading. A copy
+    found bad (even in a sample) voids every earlier verification of it."""
     try:
         journal = journal_dir_for(site)
     except UsageError:
         return  # no shared POSIX tier: nowhere to keep the record (purges then read back themselves)
     for r in results:
-        if r.files_checked and not r.problems:
-            record_verified(journal, r.manifest_url, r.manifest_xxh3_128)
+        if r.problems and r.manifest_url:
+            record_failed(journal, r.manifest_url, r.problems[0])
+        elif whole and r.files_checked:
+            record_verified(journal, r.manifest_url, r.manifest_xxh3_128, stamp=r.copy_stamp)
 
 
 def gc_command(
@@ -151,7 +168,8 @@ def gc_command(
 
     Only what a unit journal names is touched: for a move killed before its commit (no live
     lease), its journaled multipart uploads are aborted (never a bucket's others) and the
-    objects or temp copies it wrote are removed. A committed move is left for a rerun to finish.
+    objects or temp copies it wrote are removed. A committed move is carried to its end: its
+    stub written, its source freed (a recall's stub removed); no journal is left.
     Tombstones (interrupted deletes) below PATH, or below every POSIX tier, are removed.
     --dry-run says what would go and changes nothing.
 
@@ -164,7 +182,8 @@ def gc_command(
     out = make_output(json_out, quiet)
     site = site_config(config)
     journal = journal_dir_for(site)
-    report = gc(journal, roots=_places(site, paths, tier), site=site, dry_run=dry_run)
+    with one_line_storage_errors():
+        report = gc(journal, roots=_places(site, paths, tier), site=site, dry_run=dry_run)
     doc = {"journal_dir": str(journal), "dry_run": dry_run, **report.to_dict()}
     out.result("tier gc", doc, lambda c: _show_gc(c, report, dry_run))
 
@@ -175,6 +194,7 @@ def _show_gc(console: Console, report: GcReport, dry_run: bool) -> None:
         (verb, report.rolled_back),
         ("aborted upload", report.aborted_uploads),
         ("would remove" if dry_run else "removed", report.tombstones),
+        ("would finish" if dry_run else "finished", report.finished),
         ("left", report.left),
     ]
     shown: list[Any] = [(word, item) for word, items in lines for item in items]

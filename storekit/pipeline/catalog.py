@@ -37,6 +37,7 @@ class DatasetEntry:
     tokenizer: str | None = None
     created_at: str | None = None
     problem: str | None = None
+    stub: dict[str, Any] | None = None  # archived or drained: where it went (storekit tier)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,9 +55,53 @@ def list_datasets(store: Store) -> list[DatasetEntry]:
     out = []
     for kind in _dirs(store, DATASETS):
         for name in _dirs(store, join_rel(DATASETS, kind)):
-            for version in _dirs(store, join_rel(DATASETS, kind, name)):
+            versions = _dirs(store, join_rel(DATASETS, kind, name))
+            for version in versions:
                 out.append(_entry(store, join_rel(DATASETS, kind, name, version), kind, name, version))
-    return out
+            for version in _stubbed(store, join_rel(DATASETS, kind, name)):
+                rel = join_rel(DATASETS, kind, name, version)
+                if version in versions:  # the version and its stub: a move or recall not finished
+                    entry = next(e for e in out if e.path == rel)
+                    entry.stub = stub_state(store, rel)
+                    entry.problem = entry.problem or "its stub stands beside it (a move not finished)"
+                else:
+                    out.append(_archived(store, rel, kind, name, version))
+    return sorted(out, key=lambda e: (e.kind, e.name, e.version))
+
+
+def _stubbed(store: Store, rel: str) -> list[str]:
+    """Versions of a dataset with a stub (`<version>.storekit-stub`) where they were."""
+    from storekit.tier.stub import is_stub_name, unit_rel_of
+
+    return sorted(unit_rel_of(e.name) for e in store.list(rel) if not e.is_dir and is_stub_name(e.name))
+
+
+def stub_state(store: Store, rel: str) -> dict[str, Any]:
+    """What the stub of the dataset at `rel` says: where it went, when, its size; or why unreadable."""
+    from storekit.tier.stub import parse_stub, stub_rel
+
+    where = stub_rel(rel)
+    try:
+        stub = parse_stub(store.read_bytes(where), f"{store.display_url}/{where}")
+    except StorekitError as exc:
+        return {"state": "unreadable stub", "problem": exc.message}
+    return {
+        "state": stub.done_verb,
+        "to_tier": stub.to_tier,
+        "to_path": stub.to_path,
+        "at": stub.at,
+        "bytes": stub.bytes,
+        "files": stub.files,
+        "recall": f"storekit tier --recall {rel}",
+    }
+
+
+def _archived(store: Store, rel: str, kind: str, name: str, version: str) -> DatasetEntry:
+    stub = stub_state(store, rel)
+    entry = DatasetEntry(path=rel, kind=kind, name=name, version=version, state=str(stub["state"]), stub=stub)
+    entry.bytes = stub.get("bytes")
+    entry.problem = stub.get("problem")
+    return entry
 
 
 def _entry(store: Store, rel: str, kind: str, name: str, version: str) -> DatasetEntry:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig
-from storekit.errors import ExitCode, NotFoundError, StorekitError
+from storekit.errors import ExitCode, NotFoundError, StorekitError, storage_error
 from storekit.layout.spec import load_layout
 from storekit.lease import Lease
 from storekit.store import Store, open_store
@@ -135,6 +135,11 @@ def _move(mover: Mover, unit: PlanUnit, site: SiteConfig) -> UnitResult:
         out = mover(unit, site=site)
     except StorekitError as exc:
         return UnitResult(path, unit.action, "failed", exc.message, 0, int(exc.exit_code))
+    except OSError as exc:  # a read-only or vanished tier under one unit: that unit fails, in one line
+        err = storage_error(exc, str(exc.filename) if exc.filename else path)
+        if err is None:
+            raise
+        return UnitResult(path, unit.action, "failed", err.message, 0, int(err.exit_code))
     return UnitResult(
         path,
         unit.action,

@@ -4,8 +4,9 @@ verify follows each stub to its manifest, checks the manifest's digest against t
 back every file (or a sample) from the destination: the audit that catches a flipped bit or a lost
 object long after the move. gc takes only what a journal names: for a move abandoned before its
 commit (no live lease), the journaled multipart uploads are aborted (never a bucket's others), the
-objects or temp copies it wrote are removed and the journal goes; committed moves are left for a
-rerun to finish. Tombstones (interrupted deletes) below the given roots are removed.
+objects or temp copies it wrote are removed and the journal goes; a committed move is carried to its
+end (stub, then free; a recall's stub removed), so no journal outlives a gc. Tombstones
+(interrupted deletes) below the given roots are removed.
 """
 
 from __future__ import annotations
@@ -23,8 +24,17 @@ from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
-from storekit.tier.mover import posix_temp_tag, source_of_stub
-from storekit.tier.stub import STUB_SUFFIX, is_stub_name
+from storekit.tier.mover import (
+    MAX_CHAIN,
+    UnitChanged,
+    finish_recall,
+    free_committed,
+    posix_temp_tag,
+    remove_own_temps,
+    source_of_stub,
+)
+from storekit.tier.relpath import bad_rel
+from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
 from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
@@ -40,6 +50,7 @@ class VerifyResult:
     files_checked: int = 0
     bytes_checked: int = 0
     problems: list[str] = field(default_factory=list)
+    copy_stamp: str = ""  # the copy's stamp before a whole read-back (storekit.tier.verified)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,13 +75,43 @@ def find_stubs(paths: Iterable[Path]) -> Iterator[Path]:
                     yield Path(dirpath) / name
 
 
+def _moved_on(stub: Stub, site: SiteConfig) -> Path | None:
+    """The stub that stands where this stub's POSIX copy was (the copy moved on: a chain)."""
+    tier = site.tier(stub.to_tier)
+    if tier.scheme != "file" or tier.local_root is None or bad_rel(stub.to_path) is not None:
+        return None
+    copy = Path(tier.local_root) / stub.to_path
+    there = copy.parent / f"{copy.name}{STUB_SUFFIX}"
+    return there if not os.path.lexists(copy) and there.is_file() else None
+
+
+def _verify_chain(
+    stub: Stub, upstream: Path, *, site: SiteConfig, sample: float, seed: int | None, depth: int
+) -> VerifyResult:
+    """First hop: its manifest must still be the stub's; the bytes are verified where they went."""
+    first = source_of_stub(stub, site)
+    try:
+        data = first.manifest()
+    finally:
+        first.close()
+    result = verify_stub(upstream, site=site, sample=sample, seed=seed, depth=depth + 1)
+    if data is None or manifest_digest(data) != stub.manifest_xxh3:
+        result.problems.insert(0, f"{first.manifest_url}: missing or not the manifest the stub names")
+    return result
+
+
 def verify_stub(
-    stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None
+    stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None, depth: int = 0
 ) -> VerifyResult:
     """Re-read the archived unit a stub names; problems listed (never raised) except a damaged stub."""
     stub = read_stub(stub_file)
     if stub is None:
         raise NotFoundError(f"{stub_file}: no such stub")
+    upstream = _moved_on(stub, site)
+    if upstream is not None and depth < MAX_CHAIN:
+        result = _verify_chain(stub, upstream, site=site, sample=sample, seed=seed, depth=depth)
+        result.stub = f"{stub_file} (moved on: {result.stub})"
+        return result
     source = source_of_stub(stub, site)
     result = VerifyResult(
         stub=str(stub_file),
@@ -95,6 +136,8 @@ def verify_stub(
         if sample < 1.0:
             rng = random.Random(seed)
             files = [f for f in files if rng.random() < sample] or files[:1]
+        else:
+            result.copy_stamp = source.stamp(files)
         result.problems.extend(source.readback(files))
         result.files_checked = len(files)
         result.bytes_checked = sum(f.size for f in files)
@@ -107,7 +150,8 @@ def verify_stub(
 class GcReport:
     rolled_back: list[str] = field(default_factory=list)  # unit journals whose uncommitted copy was removed
     aborted_uploads: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)  # "<journal>: why" (in use, committed: rerun)
+    left: list[str] = field(default_factory=list)  # "<journal>: why" (in use)
+    finished: list[str] = field(default_factory=list)  # committed moves carried to their end
     tombstones: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,16 +162,16 @@ def gc(
     journal_dir: Path, *, roots: Iterable[Path] = (), site: SiteConfig | None = None, dry_run: bool = False
 ) -> GcReport:
     report = GcReport()
-    for journal in journals(journal_dir, tidy=not dry_run):
-        _gc_journal(journal, site, dry_run, report)
-    if not dry_run:
-        remove_verified_temps(journal_dir)
-    for root in roots:
+    for root in roots:  # first: a committed move finished below removes its own tombstone unreported
         for directory in _dirs_with_tombstones(root):
             if dry_run:
                 report.tombstones.extend(str(directory / n) for n in os.listdir(directory) if is_tombstone(n))
             else:
                 report.tombstones.extend(str(directory / n) for n in purge_tombstones(directory))
+    for journal in journals(journal_dir, tidy=not dry_run):
+        _gc_journal(journal, site, dry_run, report)
+    if not dry_run:
+        remove_verified_temps(journal_dir)
     return report
 
 
@@ -139,33 +183,87 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
         holder = binding_lease(lease_path)
         if holder is not None:
             report.left.append(f"{journal.path}: in use by {holder.describe()}")
-        elif _finishable(journal, report):
+        elif _committed(journal):
+            report.finished.append(f"{journal.path}: {journal.doc.get('action')} committed")
+        else:
             report.rolled_back.append(str(journal.path))
         return
     try:  # held while rolling back: no rerun starts on the unit meanwhile; a dead holder's lease goes
-        lease = Lease(lease_path, purpose=f"tier gc of {unit}")
+        lease = Lease(lease_path, purpose=f"running tier gc of {unit}")
         lease.acquire()
     except BusyError as exc:
         report.left.append(f"{journal.path}: in use ({exc.message})")
         return
     try:
-        if journal.load() and _finishable(journal, report):
-            _roll_back(journal, unit, site, report)
+        if journal.load():
+            if _committed(journal):
+                report.finished.append(f"{journal.path}: {finish_committed(journal, site)}")
+            else:
+                _roll_back(journal, unit, site, report)
     finally:
         lease.release()
 
 
-def _finishable(journal: UnitJournal, report: GcReport) -> bool:
-    """False (and reported) for a move a rerun must finish: it is committed."""
+def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
+    """Before a run: the committed moves that a kill interrupted, carried to their end (a plan would
+    skip their units as already stubbed, or as gone); moves still running elsewhere are left."""
+    done: list[str] = []
+    for journal in journals(journal_dir, tidy=False):  # read only: a live move's temps are its own
+        if not _committed(journal):
+            continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
+        doc = journal.doc
+        unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+        try:
+            lease = Lease(sibling_lease_path(unit), purpose=f"finishing an interrupted move of {unit}")
+            lease.acquire()
+        except BusyError:
+            continue
+        try:
+            if journal.load() and _committed(journal):
+                done.append(f"{unit}: {finish_committed(journal, site)}")
+        finally:
+            lease.release()
+    return done
+
+
+def _committed(journal: UnitJournal) -> bool:
+    """A move past its commit: carried forward, never rolled back."""
     doc = journal.doc
     action = str(doc.get("action"))
     temp = Path(str(doc.get("temp", ""))) if action == "recall" else None
+    # a recall killed right after its rename: the unit is back whole, only the stub is left to go
     renamed = temp is not None and journal.state == "verified" and not os.path.lexists(temp)
-    if state_index(journal.state) >= state_index("committed") or renamed:
-        # a recall killed right after its rename: the unit is back whole, only the stub is left to go
-        report.left.append(f"{journal.path}: {action} committed; rerun it to finish")
-        return False
-    return True
+    return state_index(journal.state) >= state_index("committed") or renamed
+
+
+def finish_committed(journal: UnitJournal, site: SiteConfig | None) -> str:
+    """Carry a committed move whose run was killed to its end (the caller holds the unit's lease):
+    the stub written and the source freed (or kept, if it changed), a recall's stub removed."""
+    doc = journal.doc
+    action = str(doc.get("action"))
+    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
+    if unit.parent.is_dir():  # what a kill inside the free left (the mover's own start does this)
+        purge_tombstones(unit.parent)
+        remove_own_temps(unit)
+    if action == "recall":
+        if site is None:
+            raise NotFoundError(f"{journal.path}: a recall needs the site's tiers to finish")
+        stub = Stub(**doc["stub"])
+        source = source_of_stub(stub, site)
+        try:
+            finish_recall(Path(str(doc["target"])), str(doc.get("unit", "")), journal, stub, source)
+        finally:
+            source.close()
+        return "recall finished: the unit is back, its stub removed"
+    src = Path(str(doc["source"]))
+    dest = _dest_of(journal, site)
+    try:
+        r = free_committed(action, src, str(doc.get("unit", "")), journal, dest, True)
+    except UnitChanged as exc:
+        return f"{action} finished: {exc.message}"
+    finally:
+        dest.close()
+    return f"{action} finished: source {'freed, stub in place' if r.freed else 'kept (copy only)'}"
 
 
 def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:
@@ -182,9 +280,10 @@ def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report
         try:
             if isinstance(dest, S3Destination):
                 report.aborted_uploads.extend(dest.engine.abort_journaled())
-            dest.discard(_files_of(doc))
+            left = dest.discard(_files_of(doc))
         finally:
             dest.close()
+        report.left.extend(f"{where}: could not be removed (rolling back {journal.path})" for where in left)
     journal.purge_temps()
     log_action(journal.dir, "gc.rolled-back", journal.id, state=journal.state, unit=str(unit))
     journal.finish()

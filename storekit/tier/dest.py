@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import contextlib
 import hashlib
+import json
 import os
-from collections.abc import Callable, Sequence
+import stat
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +29,7 @@ import xxhash
 
 from storekit import faults
 from storekit.config import TierConfig
+from storekit.diskspace import free_bytes
 from storekit.durable import (
     TMP_MARK,
     TOMBSTONE_MARK,
@@ -36,10 +40,10 @@ from storekit.durable import (
     tombstone,
     write_file_atomic,
 )
-from storekit.errors import MismatchError, NotFoundError, StorekitError, storage_error
+from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3delete import check_unversioned, delete_keys
+from storekit.ops.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.ops.s3readback import readback_digest
 from storekit.ops.s3transfer import (
     DownloadItem,
@@ -51,8 +55,10 @@ from storekit.ops.s3transfer import (
     tier_bucket_prefix,
 )
 from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry, manifest_digest
+from storekit.units import format_bytes
 
 CHUNK = 8 * 1024 * 1024
+SPACE_PER_ENTRY = 4096  # a block per file, dir or link beyond their bytes (free-space check)
 COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the others' copying
 
 
@@ -79,7 +85,15 @@ class Destination(Protocol):
 
     def readback(self, files: Sequence[UnitEntry]) -> list[str]: ...
 
-    def discard(self, files: Sequence[UnitEntry]) -> None: ...
+    def discard(self, files: Sequence[UnitEntry]) -> list[str]:
+        """Remove an uncommitted copy: every file named and whatever else the move wrote there;
+        returns what is still on the destination afterwards (empty: nothing left)."""
+        ...
+
+    def stamp(self, files: Sequence[UnitEntry]) -> str:
+        """A cheap digest of how the copy's files stand now (no byte read): equal stamps mean the copy
+        was not rewritten in between (storekit.tier.verified)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -107,6 +121,10 @@ class ReadBacks:
         for fut in self._futures:
             fut.cancel()
         self._pool.shutdown(wait=True)
+
+
+def _stamp_of(parts: list[list[object]]) -> str:
+    return xxhash.xxh3_128_hexdigest(json.dumps(parts, sort_keys=True, default=str).encode())
 
 
 def _join(base: str, rel: str) -> str:
@@ -260,9 +278,39 @@ class S3Destination:
                 problems.append(_mismatch(where, f, size, digest))
         return problems
 
-    def discard(self, files: Sequence[UnitEntry]) -> None:
+    def stamp(self, files: Sequence[UnitEntry]) -> str:
+        parts: list[list[object]] = []
+        for f in files:
+            key = self.key(f.path)
+
+            def head_of(key: str = key) -> dict[str, Any]:
+                out: dict[str, Any] = self.engine.client.head_object(Bucket=self.engine.bucket, Key=key)
+                return out
+
+            try:
+                head = self.engine.call(f"stat s3://{self.engine.bucket}/{key}", head_of)
+                parts.append(
+                    [f.path, head.get("ContentLength"), head.get("ETag"), str(head.get("LastModified"))]
+                )
+            except StorekitError as exc:
+                if "NoSuchKey" not in str(exc) and "404" not in str(exc) and "Not Found" not in str(exc):
+                    raise
+                parts.append([f.path, "missing"])
+        return _stamp_of(parts)
+
+    def discard(self, files: Sequence[UnitEntry]) -> list[str]:
+        """The files named, and every object under the unit's prefix (a file the source lost or
+        gained during the copy is not in `files`): the prefix is this unit's copy alone."""
         self.engine.abort_journaled()
-        delete_keys(self.engine, [self.manifest_key] + [self.key(f.path) for f in files])
+        under = list(list_keys(self.engine, f"{self.base}/"))
+        delete_keys(self.engine, [self.manifest_key, self.base] + [self.key(f.path) for f in files] + under)
+        left = list(list_keys(self.engine, f"{self.base}/"))
+        left += [k for k in (self.manifest_key, self.base) if _s3_exists(self.engine, k)]
+        return [f"s3://{self.engine.bucket}/{k}" for k in sorted(left)]
+
+
+def _s3_exists(engine: S3Transfer, key: str) -> bool:
+    return next(iter(list_keys(engine, key)), None) == key  # the key itself lists first
 
 
 def _s3_missing(exc: BaseException) -> bool:
@@ -280,13 +328,15 @@ class PosixDestination:
     new copy renamed in, new manifest, tombstone removed), so a kill anywhere leaves the source whole
     and at most one copy named by a manifest."""
 
-    def __init__(self, dest: Path, *, temp_tag: str, replaces: str = "") -> None:
+    def __init__(self, dest: Path, *, temp_tag: str, replaces: str = "", tier_name: str = "") -> None:
         self.dest = dest
+        self.tier_name = tier_name
         self.temp = dest.parent / f".{dest.name}{TMP_MARK}{temp_tag}"
         self.manifest_path = dest.parent / f"{dest.name}{MANIFEST_SUFFIX}"
         self.url = dest.as_uri()
         self.manifest_url = self.manifest_path.as_uri()
         self.replaces = replaces
+        self.not_owned: list[str] = []  # entries the copy could not give their owner (not root)
 
     def close(self) -> None:
         pass
@@ -304,7 +354,21 @@ class PosixDestination:
     ) -> dict[str, str]:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
         remove_partial(self.temp)  # a killed run's partial copy: never committed
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        where = f"tier {self.tier_name}" if self.tier_name else f"the tier at {self.dest.parent}"
+        check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
+        make_parents(self.dest.parent, src.parent)
+        try:
+            return self._copy(src, entries, on_copied)
+        except NoSpaceError as exc:  # what a full tier let us write counts for nothing: gone now
+            remove_partial(self.temp)
+            raise NoSpaceError(
+                f"{where} is full: {exc.message}; the partial copy was removed",
+                hint=f"free space on {where}, or move the unit to another tier",
+            ) from None
+
+    def _copy(
+        self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
+    ) -> dict[str, str]:
         digests: dict[str, str] = {}
         with (
             cf.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="storekit-copy") as copier,
@@ -325,7 +389,7 @@ class PosixDestination:
                         fut.cancel()
                     cf.wait(copies)
 
-            materialize(entries, self.temp, put_files)
+            self.not_owned = materialize(entries, self.temp, put_files)
             fsync_dir(self.dest.parent)
             on_copied(digests)
             checks.wait()
@@ -405,7 +469,17 @@ class PosixDestination:
                 problems.append(_mismatch(path, f, got.size, got.xxh3_128))
         return problems
 
-    def discard(self, files: Sequence[UnitEntry]) -> None:
+    def stamp(self, files: Sequence[UnitEntry]) -> str:
+        parts: list[list[object]] = []
+        for f in files:
+            try:
+                st = os.stat(_join(str(self.dest), f.path))
+                parts.append([f.path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+            except FileNotFoundError:
+                parts.append([f.path, "missing"])
+        return _stamp_of(parts)
+
+    def discard(self, files: Sequence[UnitEntry]) -> list[str]:
         """Only for a journaled move before its commit: its temp copy goes; so does what is at the
         destination, unless it is the still committed older copy this move was to replace."""
         remove_partial(self.temp)
@@ -414,13 +488,16 @@ class PosixDestination:
             remove_partial(self.dest)
         self._purge_swapped()
         remove_write_temps(self.manifest_path)  # what a kill left of its write (we hold the unit's lease)
+        left = [self.temp] + ([] if self._holds_replaced() else [self.dest, self.manifest_path])
+        return [str(p) for p in left if os.path.lexists(p)]
 
 
 def materialize(
     entries: Sequence[UnitEntry], root: Path, put_files: Callable[[list[tuple[UnitEntry, str]]], None]
-) -> None:
+) -> list[str]:
     """Create the unit's tree at `root` (must not exist): dirs, the files (`put_files` writes them),
-    links, then modes and mtimes exactly, directories deepest first once their contents are in."""
+    links, then owners, modes and mtimes exactly, directories deepest first once their contents are
+    in. Returns the entries whose recorded owner could not be given back (not root: reported)."""
     single = len(entries) == 1 and entries[0].type != "dir"
     if not single:
         root.mkdir(mode=0o700)
@@ -430,18 +507,56 @@ def materialize(
             os.mkdir(target, 0o700)
     files = [(e, t) for e, t in targets if e.type == "file"]
     put_files(files)
+    not_owned: list[str] = []
     for e, target in targets:
         if e.type == "file":
+            _own(target, e, not_owned)  # before chmod: a chown clears set-id bits
             os.chmod(target, e.mode)
             os.utime(target, ns=(e.mtime_ns, e.mtime_ns))
         elif e.type == "symlink":
             os.symlink(e.target, target)
+            _own(target, e, not_owned)
             os.utime(target, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
     dirs = [(e, t) for e, t in targets if e.type == "dir"]
     for e, target in sorted(dirs, key=lambda et: -et[0].path.count("/") - (et[0].path != ".")):
+        _own(target, e, not_owned)
         os.chmod(target, e.mode)
         os.utime(target, ns=(e.mtime_ns, e.mtime_ns))
         fsync_dir(target)
+    return not_owned
+
+
+def _own(target: str, e: UnitEntry, not_owned: list[str]) -> None:
+    """Give the entry its recorded owner and group where this process may (root, or a user's own
+    uid with one of its groups); else note it (the copy then belongs to whoever ran the move)."""
+    if e.uid < 0 and e.gid < 0:
+        return
+    st = os.lstat(target)
+    if (st.st_uid, st.st_gid) == (e.uid if e.uid >= 0 else st.st_uid, e.gid if e.gid >= 0 else st.st_gid):
+        return
+    try:
+        os.lchown(target, e.uid, e.gid)
+    except PermissionError:
+        not_owned.append(e.path)
+
+
+def make_parents(directory: Path, like: Path) -> None:
+    """Create `directory` and its missing parents, each with the owner and mode of the matching
+    ancestor of `like` where there is one (a drain as root leaves the run dir its user's)."""
+    missing = []
+    d, s = directory, like
+    while not d.exists():
+        missing.append((d, s))
+        d, s = d.parent, s.parent
+    for d, s in reversed(missing):
+        d.mkdir(exist_ok=True)
+        try:
+            st = s.stat()
+        except OSError:
+            continue
+        with contextlib.suppress(PermissionError):
+            os.chown(d, st.st_uid, st.st_gid)
+        os.chmod(d, stat.S_IMODE(st.st_mode))
 
 
 def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:
@@ -465,22 +580,53 @@ def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     try:
-        with open(src, "rb", buffering=0) as fin, open(dst, "xb", buffering=0) as fout:
+        with open(src, "rb", buffering=0) as fin, _writing(dst) as fout:
             out = fout.fileno()
             while n := fin.readinto(buf):
                 chunk = view[:n]
                 hasher.update(chunk)
-                while chunk:
-                    chunk = chunk[os.write(out, chunk) :]
+                with _writing_to(dst):
+                    while chunk:
+                        chunk = chunk[os.write(out, chunk) :]
                 if size:
                     fadvise_dontneed(out, size - CHUNK, CHUNK)
                 size += n
-            os.fsync(out)
+            with _writing_to(dst):
+                os.fsync(out)
             fadvise_dontneed(fin.fileno(), 0, 0)
             fadvise_dontneed(out, 0, 0)  # the read-back must come from the device
     except OSError as exc:
         raise storage_error(exc, src) or StorekitError(f"{src}: {exc}") from None
     return size, hasher.hexdigest()
+
+
+@contextlib.contextmanager
+def _writing_to(dst: str) -> Iterator[None]:
+    """A failed write names the file written (a full or read-only tier), not the one read."""
+    try:
+        yield
+    except OSError as exc:
+        raise storage_error(exc, dst) or StorekitError(f"{dst}: {exc}") from None
+
+
+def _writing(dst: str) -> Any:
+    with _writing_to(dst):
+        return open(dst, "xb", buffering=0)
+
+
+def check_space(directory: Path, need_bytes: int, entries: int, where: str) -> None:
+    """Refuse before writing when the file system of `directory` has not room for the copy (the
+    free space an unprivileged writer may use, which a quota the file system reports also lowers)."""
+    free = free_bytes(str(directory))
+    if free is None:
+        return
+    need = need_bytes + entries * SPACE_PER_ENTRY
+    if free < need:
+        raise NoSpaceError(
+            f"{where} is full: the copy needs {format_bytes(need)} at {directory}, "
+            f"{format_bytes(free)} free; nothing was written",
+            hint=f"free space on {where}, or move the unit to another tier",
+        )
 
 
 def _check_local(path: str, entry: UnitEntry, expected: str) -> None:

@@ -31,11 +31,19 @@ from typing import Any
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
-from storekit.errors import MismatchError, NotFoundError, StorekitError, UsageError
+from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, UsageError
 from storekit.lease import Lease, sibling_lease_path
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
-from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, remove_partial
+from storekit.tier.dest import (
+    Destination,
+    PosixDestination,
+    S3Destination,
+    check_space,
+    materialize,
+    remove_partial,
+)
+from storekit.tier.relpath import check_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
@@ -49,7 +57,7 @@ from storekit.tier.unitmanifest import (
     parse_manifest,
     walk_unit,
 )
-from storekit.tier.verified import record_verified
+from storekit.tier.verified import record_failed, record_verified
 
 
 class UnitChanged(StorekitError):
@@ -67,6 +75,7 @@ class UnitResult:
     manifest_xxh3_128: str
     resumed: bool  # a journal of an earlier, interrupted run was found and finished
     freed: bool  # the source was removed (archive/drain) or the stub (recall)
+    not_owned: tuple[str, ...] = ()  # entries written without their recorded owner (not root)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -108,7 +117,8 @@ def archive_unit(
         raise UsageError(
             f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
         )
-    to_path = dst_rel or unit_rel
+    to_path = check_rel(dst_rel or unit_rel, f"archive to tier {dst.name}: path")
+    check_rel(unit_rel, "archive: unit path")
     bucket, prefix = tier_bucket_prefix(dst)
     dest_url = f"s3://{bucket}/{prefix}/{to_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
     journal = UnitJournal(journal_dir, unit_id("archive", str(src_root / unit_rel), dest_url))
@@ -153,13 +163,16 @@ def _to_posix(
     info: UnitInfo | None,
     dst_rel: str | None,
 ) -> UnitResult:
-    to_path = dst_rel or unit_rel
+    to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {dst.name}: path")
+    check_rel(unit_rel, f"{action}: unit path")
     dest = tier_root(dst) / to_path
     journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), dest.as_uri()))
 
     def make() -> Destination:
         tag = posix_temp_tag(action, journal.id)
-        return PosixDestination(dest, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")))
+        return PosixDestination(
+            dest, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")), tier_name=dst.name
+        )
 
     # a copy without a manifest, or a lone manifest, is nobody's committed copy: never replaced
     # (a committed one is judged under the lease: this unit's own older copy is replaced)
@@ -240,7 +253,7 @@ def unit_leased(action: str, src: Path, journal: UnitJournal) -> Iterator[bool]:
     resumes an earlier run (every move and purge starts here)."""
     if not src.parent.is_dir():
         raise NotFoundError(f"{src}: no such unit")
-    with Lease(sibling_lease_path(src), purpose=f"{action} of {src}"):
+    with Lease(sibling_lease_path(src), purpose=f"running tier {action} of {src}"):
         purge_tombstones(src.parent)  # a free that a kill interrupted
         remove_own_temps(src)
         yield journal.load()
@@ -294,17 +307,30 @@ def _resume(
 
         try:
             dest.copy(src, entries, copied)
+        except NoSpaceError:  # nothing on the destination counts yet: gone, and so is the journal
+            if journal.state == "copying":
+                dest.discard(_planned_files(journal) + entries)
+                log_action(jdir, f"{action}.no-space", uid, source=str(src), dest=dest.url, rolled_back=True)
+                journal.finish()
+            raise
         except StorekitError:
             if journal.state == "copying":
                 _unchanged(src, journal, dest, "planned")  # a file changed under the copy: roll back
             raise
-        journal.advance("verified")  # copy returns only once every batch was read back and matched
+        not_owned = list(getattr(dest, "not_owned", []))
+        if not_owned:  # the mover is not root: the copy is the mover's, said here and in the result
+            log_action(
+                jdir, f"{action}.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned)
+            )
+        # copy returns only once every batch was read back and matched
+        journal.advance("verified", not_owned=not_owned[:100])
         _log_verified(jdir, action, uid, _saved_manifest(journal)[0])
     manifest, data = _saved_manifest(journal)
     if journal.state == "copied":  # killed before the read-back finished: read everything back
         problems = dest.readback(manifest.files)
         if problems:  # the copy is not what was read: copy again (an uncommitted copy counts for nothing)
             log_action(jdir, f"{action}.read-back-differs", uid, problems=problems[:10], count=len(problems))
+            record_failed(jdir, dest.manifest_url, problems[0])
             journal.advance("copying")
             return _resume(action, src, unit_rel, journal, dest, resumed)
         journal.advance("verified")
@@ -314,7 +340,8 @@ def _resume(
         dest.commit(data)
         journal.advance("committed")
         log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
-        record_verified(jdir, dest.manifest_url, digest)  # every byte was read back before the commit
+        # every byte was read back before the commit; the stamp says which copy that was
+        record_verified(jdir, dest.manifest_url, digest, stamp=dest.stamp(manifest.files))
     return free_committed(action, src, unit_rel, journal, dest, resumed)
 
 
@@ -330,36 +357,64 @@ def free_committed(
         if not journal.doc.get("free_source", True):
             log_action(jdir, f"{action}.kept-source", uid, reason="copy only (not to be freed)")
             journal.finish()
-            return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=False)
+            return _done(
+                action, unit_rel, dest.url, manifest, digest, resumed, freed=False,
+                not_owned=journal.doc.get("not_owned", ()),
+            )  # fmt: skip
         _unchanged(src, journal, dest, "committed")
-        info = UnitInfo(**journal.doc.get("info", {}))
-        stub = Stub(
-            unit=src.name,
-            unit_kind=info.unit_kind,
-            is_file=os.path.isfile(src) and not os.path.islink(src),
-            writer=info.writer,
-            step=info.step,
-            action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
-            to_tier=str(journal.doc["tier"]),
-            to_path=str(journal.doc["to_path"]),
-            manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
-            manifest_xxh3=digest,
-            bytes=manifest.total_bytes,
-            files=len(manifest.files),
-            at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            dirs=manifest.dirs,
-            unit_id=uid,
-        )
+        stub = _new_stub(src, journal, action, manifest, digest)
         write_stub(src, stub)
-        journal.advance("stubbed")
+        faults.point("tier.stub-written")
+        journal.advance("stubbed", stub=dataclasses.asdict(stub))
     if journal.state == "stubbed":
+        # the stub must stand before the source goes, whatever happened to it since (a kill, a hand)
+        _ensure_stub(src, journal, action, manifest, digest)
         if os.path.lexists(src):
             _unchanged(src, journal, dest, "committed")
             remove_tree(src)
+            faults.point("tier.source-removed")
         journal.advance("freed")
         log_action(jdir, f"{action}.freed", uid, source=str(src), bytes=manifest.total_bytes)
     journal.finish()
-    return _done(action, unit_rel, dest.url, manifest, digest, resumed, freed=True)
+    return _done(
+        action, unit_rel, dest.url, manifest, digest, resumed, freed=True,
+        not_owned=journal.doc.get("not_owned", ()),
+    )  # fmt: skip
+
+
+def _new_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManifest, digest: str) -> Stub:
+    info = UnitInfo(**journal.doc.get("info", {}))
+    return Stub(
+        unit=src.name,
+        unit_kind=info.unit_kind,
+        is_file=os.path.isfile(src) and not os.path.islink(src),
+        writer=info.writer,
+        step=info.step,
+        action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
+        to_tier=str(journal.doc["tier"]),
+        to_path=str(journal.doc["to_path"]),
+        manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
+        manifest_xxh3=digest,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        at=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        dirs=manifest.dirs,
+        unit_id=journal.id,
+    )
+
+
+def _ensure_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManifest, digest: str) -> None:
+    """Rewrite the journaled stub when the one beside the unit is missing or is not this move's."""
+    try:
+        there = read_stub(stub_path(src))
+    except StorekitError:
+        there = None
+    if there is not None and (there.manifest_xxh3, there.unit_id) == (digest, journal.id):
+        return
+    saved = journal.doc.get("stub")
+    stub = Stub(**saved) if isinstance(saved, dict) else _new_stub(src, journal, action, manifest, digest)
+    write_stub(src, stub)
+    log_action(journal.dir, f"{action}.stub-rewritten", journal.id, stub=str(stub_path(src)))
 
 
 def remove_own_temps(unit: Path) -> None:
@@ -376,11 +431,19 @@ def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -
     if fingerprint(entries) == journal.doc["fingerprint"]:
         return entries
     if since == "planned":
-        # nothing on the destination counts yet: remove it all, so no orphan stays behind
-        dest.discard(entries)
-        log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=True)
+        # nothing on the destination counts yet: remove it all (what was planned, what is there now,
+        # what else the move wrote under the copy's name), so no orphan stays behind
+        left = dest.discard(_planned_files(journal) + entries)
+        log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=True, left=left)
         journal.finish()
-        raise UnitChanged(f"{src}: changed since it was planned; the copy was rolled back, nothing freed")
+        gone = "" if os.path.lexists(src) else " (the source is gone)"
+        kept = (
+            f"left on the destination: {', '.join(left[:3])}" if left else "nothing left on the destination"
+        )
+        raise UnitChanged(
+            f"{src}: changed since it was planned{gone}; the copy at {dest.url} was rolled back, "
+            f"{kept}; nothing freed"
+        )
     log_action(journal.dir, "unit.changed", journal.id, source=str(src), rolled_back=False)
     spath = stub_path(src)
     if spath.exists():  # the source stays the truth: a stub beside it would say it moved
@@ -391,6 +454,15 @@ def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -
         f"{src}: changed after its copy was committed ({dest.url}); the source was kept, not freed",
         hint="plan it again: the next archive replaces the copy",
     )
+
+
+def _planned_files(journal: UnitJournal) -> list[UnitEntry]:
+    """The files the journal's fingerprint lists (what the copy was to hold)."""
+    return [
+        UnitEntry(path=str(path), type=FILE, mode=0, mtime_ns=0)
+        for path, kind, *_ in journal.doc.get("fingerprint", [])
+        if kind == FILE
+    ]
 
 
 def _saved_manifest(journal: UnitJournal) -> tuple[UnitManifest, bytes]:
@@ -413,9 +485,18 @@ def _log_verified(jdir: Path, action: str, uid: str, manifest: UnitManifest) -> 
 
 
 def _done(
-    action: str, unit_rel: str, url: str, m: UnitManifest, digest: str, resumed: bool, *, freed: bool
+    action: str,
+    unit_rel: str,
+    url: str,
+    m: UnitManifest,
+    digest: str,
+    resumed: bool,
+    *,
+    freed: bool,
+    not_owned: Any = (),
 ) -> UnitResult:
     return UnitResult(
+        not_owned=tuple(str(p) for p in not_owned),
         unit=unit_rel,
         action=action,
         state="done",
@@ -448,6 +529,7 @@ def _result(
 def source_of_stub(stub: Stub, site: SiteConfig, *, transfer: TransferConfig | None = None) -> Destination:
     """Where a stub says the unit is (its tier, by name, from the site config), to fetch from."""
     tier = site.tier(stub.to_tier)
+    check_rel(stub.to_path, f"stub of {stub.unit}: to_path on tier {tier.name}")
     if tier.scheme == "s3":
         return S3Destination(tier, stub.to_path, journal=None, config=transfer)
     return PosixDestination(tier_root(tier) / stub.to_path, temp_tag="unused")
@@ -460,13 +542,19 @@ def recall_unit(
     journal_dir: Path,
     site: SiteConfig,
     transfer: TransferConfig | None = None,
+    depth: int = 0,
 ) -> UnitResult:
-    """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was."""
-    unit = root / unit_rel
+    """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was (from
+    either end of a chain: a copy that moved on again is recalled to where this stub says first)."""
+    unit = root / check_rel(unit_rel, "recall: unit path")
     spath = stub_path(unit)
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
     with unit_leased("recall", unit, journal) as resumed:
         stub = read_stub(spath)
+        if not resumed and stub is not None and _settle_interrupted_move(unit, stub, journal_dir):
+            return _result(
+                "recall", unit_rel, unit.as_uri(), stub, "already-present", resumed=True, freed=True
+            )
         if not resumed:
             if stub is None:
                 if os.path.lexists(unit):
@@ -488,11 +576,62 @@ def recall_unit(
                 "planned", action="recall", unit=unit_rel, target=str(unit), stub=dataclasses.asdict(stub)
             )
         stub = Stub(**journal.doc["stub"])
+        if journal.state in ("planned", "copying"):
+            _recall_upstream(stub, site, journal_dir=journal_dir, transfer=transfer, depth=depth)
         source = source_of_stub(stub, site, transfer=transfer)
         try:
             return _recall(unit, unit_rel, journal, stub, source, resumed)
         finally:
             source.close()
+
+
+MAX_CHAIN = 4  # burst -> parallel -> archive is 2 hops; more means a loop of stubs
+
+
+def _recall_upstream(
+    stub: Stub, site: SiteConfig, *, journal_dir: Path, transfer: TransferConfig | None, depth: int
+) -> None:
+    """The copy this stub names is itself a stub now (drained, then archived from the parallel
+    tier): recall it there first, so the recall goes on from a whole copy."""
+    tier = site.tier(stub.to_tier)
+    if tier.scheme != "file":
+        return
+    copy = tier_root(tier) / check_rel(stub.to_path, f"stub of {stub.unit}: to_path")
+    if os.path.lexists(copy) or not stub_path(copy).exists():
+        return
+    if depth >= MAX_CHAIN:
+        raise StorekitError(f"{stub_path(copy)}: a chain of more than {MAX_CHAIN} stubs (a loop?)")
+    recall_unit(
+        tier_root(tier), stub.to_path, journal_dir=journal_dir, site=site, transfer=transfer, depth=depth + 1
+    )
+
+
+def finish_recall(
+    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination
+) -> UnitResult:
+    """A journaled recall carried on from its last step (`tier gc`; the caller holds the lease)."""
+    return _recall(unit, unit_rel, journal, stub, source, True)
+
+
+def _settle_interrupted_move(unit: Path, stub: Stub, journal_dir: Path) -> bool:
+    """The move that wrote `stub` was killed between its stub and the end of its free. True when
+    the unit is still here (the recall's goal: the free is abandoned, the stub goes, the committed
+    copy stays); False when it was freed (its journal is closed, the recall goes on)."""
+    moved = UnitJournal(journal_dir, stub.unit_id)
+    if not moved.load() or moved.doc.get("source") != str(unit) or not moved.reached("committed"):
+        return False
+    action = str(moved.doc.get("action"))
+    if os.path.lexists(unit):
+        spath = stub_path(unit)
+        spath.unlink()
+        fsync_dir(unit.parent)
+        log_action(journal_dir, f"{action}.kept-source", moved.id, reason="recalled before it was freed")
+        moved.finish()
+        return True
+    moved.advance("freed")
+    log_action(journal_dir, f"{action}.freed", moved.id, source=str(unit), finished_by="recall")
+    moved.finish()
+    return False
 
 
 def _recall(
@@ -502,27 +641,14 @@ def _recall(
     temp = unit.parent / f".{unit.name}{TMP_MARK}recall-{uid}"
     if journal.state in ("planned", "copying"):
         journal.advance("copying", temp=str(temp))
-        data = source.manifest()
-        if data is None:
-            raise NotFoundError(
-                f"{source.manifest_url}: the archive named by {stub_path(unit)} is gone; nothing was changed",
-                hint="restore it from a backup, or remove the stub if the unit is no longer wanted",
-            )
-        if manifest_digest(data) != stub.manifest_xxh3:
-            raise MismatchError(
-                f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} "
-                f"is not the stub's {stub.manifest_xxh3}"
-            )
-        journal.save_manifest(data)
-        manifest = parse_manifest(data, source.manifest_url)
-        remove_partial(temp)
-        log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
-        materialize(
-            manifest.entries, temp, source.fetch
-        )  # every file checked against the manifest in the pass
-        fsync_dir(unit.parent)
-        journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3)
-    manifest, data = _saved_manifest(journal)
+        try:
+            _recall_copy(unit, unit_rel, journal, stub, source, temp)
+        except StorekitError:  # nothing was renamed into place: the temp and the journal go too
+            remove_partial(temp)
+            log_action(jdir, "recall.failed", uid, unit=str(unit), rolled_back=True)
+            journal.finish()
+            raise
+    manifest, _data = _saved_manifest(journal)
     if journal.state == "copied":
         _check_tree(temp, manifest)
         journal.advance("verified")
@@ -554,7 +680,39 @@ def _recall(
         manifest_xxh3_128=stub.manifest_xxh3,
         resumed=resumed,
         freed=True,
+        not_owned=tuple(str(p) for p in journal.doc.get("not_owned", ())),
     )
+
+
+def _recall_copy(
+    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination, temp: Path
+) -> None:
+    """Fetch the copy into `temp`, every file checked in the pass; the journal says `copied` after."""
+    uid, jdir = journal.id, journal.dir
+    data = source.manifest()
+    if data is None:
+        raise NotFoundError(
+            f"{source.manifest_url}: the archive named by {stub_path(unit)} is gone; nothing was changed",
+            hint="restore it from a backup, or remove the stub if the unit is no longer wanted",
+        )
+    if manifest_digest(data) != stub.manifest_xxh3:
+        raise MismatchError(
+            f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} is not the stub's {stub.manifest_xxh3}"
+        )
+    journal.save_manifest(data)
+    manifest = parse_manifest(data, source.manifest_url)
+    remove_partial(temp)
+    check_space(unit.parent, manifest.total_bytes, len(manifest.entries), f"the tier at {unit.parent}")
+    log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
+    try:  # every file checked against the manifest in the pass
+        not_owned = materialize(manifest.entries, temp, source.fetch)
+    except MismatchError as exc:  # evidence against the copy: no purge may trust it any more
+        record_failed(jdir, source.manifest_url, exc.message)
+        raise
+    fsync_dir(unit.parent)
+    if not_owned:
+        log_action(jdir, "recall.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned))
+    journal.advance("copied", manifest_xxh3_128=stub.manifest_xxh3, not_owned=not_owned[:100])
 
 
 def _check_tree(root: Path, manifest: UnitManifest) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from storekit.config import SiteConfig
 from storekit.errors import StorekitError, UsageError
 from storekit.tier.mover import UnitChanged, UnitInfo, archive_unit, drain_unit, recall_unit, tier_root
+from storekit.tier.relpath import check_rel
 
 JOURNAL_ENV = "STOREKIT_TIER_JOURNAL"
 JOURNAL_DIR = ".storekit-tier-journal"
@@ -49,6 +50,8 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
     """Carry out one plan unit; a unit that changed under the move is skipped (its copy rolled back
     or, once committed, kept without freeing the source)."""
     journal = journal_dir_for(site)
+    check_rel(unit.src_path, f"{unit.action} of tier {unit.src_tier} path")
+    check_rel(unit.dst_path, f"{unit.action} to tier {unit.dst_tier} path")
     info = UnitInfo(unit_kind=unit.unit_kind, writer=unit.writer, step=unit.step)
     try:
         if unit.action == "archive":
@@ -83,4 +86,6 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
     why = "copied and verified; source kept" if not r.freed and r.action != "recall" else r.state
     if r.action == "purge" and r.state == "done":
         why = "freed: its copy is committed, the same bytes, and verified"
+    if r.not_owned:  # the copy belongs to whoever ran the move: say so, never silently
+        why += f"; owner and group not restored for {len(r.not_owned)} entries (run as root to keep them)"
     return UnitOutcome("done", why, r.bytes, 0)

@@ -1,7 +1,7 @@
 """Tier plans: what a policy would move, with a fingerprint per unit, as a file a person can review.
 
 `build_plan` is the plan step of spec → plan → apply: it reads the tiers and writes nothing.
-`render_plan` gives the file `--plan-out` writes (JSON with a digest over everything else), and
+`render_plan` gives the file `--plan-out` writes (JSON with a keyed digest over everything else), and
 `load_plan` is the only way `--apply` reads one back: a plan edited by hand (digest), made for other
 tiers, made on another node for a node-local tier, or older than its maximum age is refused.
 """
@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import xxhash
-
 from storekit.config import SiteConfig, mask_url
 from storekit.diskspace import usage
 from storekit.errors import ConfigError, MismatchError, NotFoundError, StorekitError
@@ -24,13 +22,16 @@ from storekit.layout.spec import load_layout
 from storekit.store import Store, open_store
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import FileStat, Fingerprint, fingerprint_of
+from storekit.tier.plankey import keyed_digest, plan_key, same_digest
 from storekit.tier.policy import ADHOC, Policy, ResolvedPolicy, resolve_policy
+from storekit.tier.relpath import bad_rel
 from storekit.tier.select import Choice, Usage, select
 from storekit.tier.stub import is_stub_name, stub_rel
 
 __all__ = ["FileStat", "Fingerprint", "PlanUnit", "TierPlan", "build_plan", "fingerprint_of"]
 
 PLAN_KIND = "storekit-tier-plan"
+ACTIONS = ("drain", "archive", "recall", "purge")
 PLAN_SCHEMA = 1
 DEFAULT_MAX_AGE_S = 24 * 3600.0  # a plan older than this describes a tree that has moved on
 
@@ -113,17 +114,20 @@ class TierPlan:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        body = self.body()
-        return {**body, "digest": body_digest(body)}
+        """The plan as shown (--json); the file `render_plan` writes adds its keyed digest."""
+        return self.body()
 
 
-def body_digest(body: dict[str, Any]) -> str:
+def body_digest(body: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the canonical body with the site's plan key (storekit.tier.plankey)."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return xxhash.xxh3_128_hexdigest(canonical.encode("ascii"))
+    return keyed_digest(key, canonical.encode("ascii"))
 
 
-def render_plan(plan: TierPlan) -> bytes:
-    return (json.dumps(plan.to_dict(), indent=1, sort_keys=True) + "\n").encode("utf-8")
+def render_plan(plan: TierPlan, site: SiteConfig) -> bytes:
+    body = plan.body()
+    doc = {**body, "digest": body_digest(body, plan_key(site, create=True))}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,7 @@ def build_plan(site: SiteConfig, request: PlanRequest, *, now: float | None = No
     store.probe()
     spec = load_layout(store.tier.layout)
     area = area_of(spec, p.area)
-    if p.source == ADHOC:
-        _check_named(store, p)
+    named_note = _check_named(store, p) if p.source == ADHOC else None
     units = discover(store, spec, area, scope=p.paths, now=now)
     selection = select(p, units, now=now, usage=_usage(store) if p.high_watermark is not None else None)
     plan_units = tuple(_plan_unit(store, resolved, c) for c in selection.chosen)
@@ -157,18 +160,24 @@ def build_plan(site: SiteConfig, request: PlanRequest, *, now: float | None = No
         node_local=tuple(sorted(name for name, t in site.tiers.items() if t.role == "burst")),
         units=plan_units,
         passed=tuple(x.to_dict() for x in selection.passed),
-        note=selection.note,
+        note=named_note or selection.note,
     )
 
 
-def _check_named(store: Store, p: Policy) -> None:
-    """A path named on the command line must exist (a recall's unit: as a stub)."""
+def _check_named(store: Store, p: Policy) -> str | None:
+    """A path named on the command line must exist (a recall's unit: as a stub, or already back:
+    then the plan is empty and its note says so)."""
+    here: list[str] = []
     for path in p.paths:
         if p.action != "recall":
             if not store.exists(path):
                 raise NotFoundError(f"{store.name}:{path}: no such unit, run or area on this tier")
         elif not store.exists(stub_rel(path)) and not (store.exists(path) and _has_stubs(store, path)):
+            if store.exists(path):  # recalled already (a rerun): nothing to do, not an error
+                here.append(path)
+                continue
             raise NotFoundError(f"{store.name}:{path}: no stub here or below it (nothing archived to recall)")
+    return f"already here, no stub: {', '.join(here)} (nothing to recall)" if here else None
 
 
 def _has_stubs(store: Store, path: str) -> bool:
@@ -250,14 +259,28 @@ def load_plan(data: bytes, source: str, site: SiteConfig, *, now: float | None =
             source, "schema_version", f"expected {PLAN_SCHEMA}, got {doc.get('schema_version')!r}"
         )
     digest = doc.pop("digest", None)
-    if digest != body_digest(doc):
+    if not same_digest(body_digest(doc, plan_key(site, create=False)), digest):
         raise MismatchError(
             f"{source}: the plan was changed after it was made (digest mismatch); it is not applied",
             hint="make a new plan with --plan-out; edit the policy, not the plan",
         )
     plan = _from_doc(doc, source)
+    _check_units(plan, source)
     _check_fresh(plan, source, site, now)
     return plan
+
+
+def _check_units(plan: TierPlan, source: str) -> None:
+    """Every unit a known action on paths that stay inside their tiers (also checked by the mover)."""
+    for i, unit in enumerate(plan.units):
+        if unit.action not in ACTIONS:
+            raise ConfigError(
+                source, f"units[{i}].action", f"unknown action {unit.action!r} ({', '.join(ACTIONS)})"
+            )
+        for key in ("src_path", "dst_path"):
+            why = bad_rel(getattr(unit, key))
+            if why is not None:
+                raise ConfigError(source, f"units[{i}].{key}", f"{getattr(unit, key)!r}: {why}; not applied")
 
 
 def _from_doc(doc: dict[str, Any], source: str) -> TierPlan:

@@ -29,6 +29,7 @@ from storekit.tier.mover import (
     tier_root,
     unit_leased,
 )
+from storekit.tier.relpath import check_rel
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitmanifest import (
     FILE,
@@ -40,7 +41,7 @@ from storekit.tier.unitmanifest import (
     parse_manifest,
     walk_unit,
 )
-from storekit.tier.verified import record_verified, verified_at
+from storekit.tier.verified import record_failed, record_verified, verified_at
 from storekit.units import format_duration
 
 
@@ -70,7 +71,8 @@ def purge_unit(
     """Free `src_root/unit_rel` if its copy at `dst_rel` on `dst` is committed, is this unit, and is
     verified (read back now, or within `verify_max_age_s`); NoVerifiedCopy (skipped) otherwise."""
     src = src_root / unit_rel
-    to_path = dst_rel or unit_rel
+    to_path = check_rel(dst_rel or unit_rel, f"purge against tier {dst.name}: path")
+    check_rel(unit_rel, "purge: unit path")
     uid = unit_id("purge", str(src), f"{dst.name}:{to_path}")
     dest = destination(dst, to_path, tag=f"purge-{uid}", transfer=transfer)
     journal = UnitJournal(journal_dir, uid)
@@ -113,19 +115,21 @@ def _verified_copy(
     if differs is not None:
         raise NoVerifiedCopy(f"{src}: not the unit copied to {dest.url} ({differs}); not purged")
     digest = manifest_digest(data)
-    when = verified_at(journal.dir, dest.manifest_url, digest)
+    stamp = dest.stamp(manifest.files)  # before any reading: a copy changed during it differs after
+    when = verified_at(journal.dir, dest.manifest_url, digest, stamp) if max_age is not None else None
     age = (time.time() if now is None else now) - when if when is not None else None
     if max_age is not None and age is not None and age <= max_age:
         how = f"verified {format_duration(max(0.0, age))} ago (verify_max_age {format_duration(max_age)})"
     else:
         problems = dest.readback(manifest.files)
-        if problems:
+        if problems:  # evidence: every earlier verification of this copy is void from now on
+            record_failed(journal.dir, dest.manifest_url, problems[0])
             raise MismatchError(
                 f"{dest.url}: the copy does not read back as its manifest says ({problems[0]}; "
                 f"{len(problems)} in all); {src} not purged",
                 hint="storekit tier verify names every problem; archive the unit again",
             )
-        record_verified(journal.dir, dest.manifest_url, digest)
+        record_verified(journal.dir, dest.manifest_url, digest, stamp=stamp)
         how = "read back now"
     log_action(journal.dir, "purge.verified", journal.id, source=str(src), copy=dest.url, how=how)
     return entries, data

@@ -1,4 +1,4 @@
-"""What a unit is, exactly: every file (size, xxh3-128, mode, mtime_ns), link and directory.
+"""What a unit is, exactly: every file (size, xxh3-128, mode, mtime_ns, uid, gid), link and directory.
 
 The archive manifest is built from the digests computed while the source was read, stored beside
 the copy last (present = complete) and is the truth a recall and `tier verify` check against. Object
@@ -32,6 +32,8 @@ class UnitEntry:
     size: int = 0
     xxh3_128: str = ""  # files only, filled in from the copy's reading pass
     target: str = ""  # symlinks only
+    uid: int = -1  # owner and group (-1: not recorded, a manifest made before they were)
+    gid: int = -1
     # fingerprint only (not in the manifest): a change of either means the file was touched
     ctime_ns: int = 0
     inode: int = 0
@@ -48,6 +50,9 @@ class UnitEntry:
             doc.pop("xxh3_128")
         if self.type != LINK:
             doc.pop("target")
+        for key in ("uid", "gid"):
+            if doc[key] < 0:
+                doc.pop(key)
         return doc
 
 
@@ -84,6 +89,8 @@ def _entry(rel: str, st: os.stat_result, full: str = "") -> UnitEntry:
         "path": rel,
         "mode": stat.S_IMODE(st.st_mode),
         "mtime_ns": st.st_mtime_ns,
+        "uid": st.st_uid,
+        "gid": st.st_gid,
         "ctime_ns": st.st_ctime_ns,
         "inode": st.st_ino,
     }
@@ -158,6 +165,8 @@ def parse_manifest(data: bytes, where: str) -> UnitManifest:
                     size=int(raw.get("size", 0)),
                     xxh3_128=str(raw.get("xxh3_128", "")),
                     target=str(raw.get("target", "")),
+                    uid=int(raw.get("uid", -1)),
+                    gid=int(raw.get("gid", -1)),
                 )
             )
         return UnitManifest(unit=str(doc["unit"]), source=str(doc["source"]), entries=entries)

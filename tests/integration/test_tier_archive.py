@@ -424,3 +424,53 @@ def test_an_archive_of_another_unit_at_the_destination_is_refused_and_kept(
     assert os.path.isdir(first / unit) and not stub_path(first / unit).exists()
     again = archive_unit(first, unit, s3_tier, journal_dir=journal, transfer=SMALL)
     assert (again.state, again.freed) == ("done", True)
+
+
+@pytest.mark.parametrize("how", ["removed", "file-removed"])
+def test_a_rolled_back_archive_removes_every_object_it_uploaded(
+    tmp_path: Path, s3_tier: TierConfig, engine: S3Transfer, how: str
+) -> None:
+    """The source deleted (`ckpt prune`, `rm -rf`) or a file of it removed while its archive runs:
+    the rollback removes every object the archive put, and says that nothing was left."""
+    from storekit.tier.mover import UnitChanged
+
+    root, journal = tmp_path / "lustre", tmp_path / "journal"
+    unit = f"{RUN}/step_7"
+    make_unit(root / unit, seed=7)
+
+    def meddle() -> None:
+        if how == "removed":
+            shutil.rmtree(root / unit, ignore_errors=True)
+        else:
+            (root / unit / "model/rank0.pt").unlink(missing_ok=True)
+
+    with faults.at("tier.file-copied", meddle), pytest.raises(UnitChanged) as info:
+        archive_unit(root, unit, s3_tier, journal_dir=journal, transfer=SMALL)
+    assert _objects(engine) == [] and _uploads(engine) == []
+    assert "rolled back, nothing left on the destination" in info.value.message
+    assert unfinished(journal) == [] and not stub_path(root / unit).exists()
+    assert gc(journal, roots=[root]).rolled_back == []
+
+
+def test_a_purge_trusting_verify_max_age_reads_back_an_object_rewritten_since(
+    tmp_path: Path, s3_tier: TierConfig, engine: S3Transfer
+) -> None:
+    """One object of a copy-only archive rewritten with one bit flipped (same size): its ETag and date
+    differ from the verification's stamp, so the purge reads back, finds it, and frees nothing."""
+    from storekit.errors import MismatchError
+    from storekit.tier.purge import purge_unit
+
+    root, journal = tmp_path / "lustre", tmp_path / "journal"
+    unit = f"{RUN}/step_8"
+    make_unit(root / unit, seed=8)
+    before = snapshot(root / unit)
+    archive_unit(root, unit, s3_tier, journal_dir=journal, free_source=False, transfer=SMALL)
+    key = f"storage/{unit}/model/rank1.pt"
+    data = bytearray(engine.client.get_object(Bucket=engine.bucket, Key=key)["Body"].read())
+    data[len(data) // 2] ^= 1
+    engine.client.put_object(Bucket=engine.bucket, Key=key, Body=bytes(data))
+    with pytest.raises(MismatchError, match="does not read back") as info:
+        purge_unit(root, unit, s3_tier, journal_dir=journal, verify_max_age_s=7 * 86400.0, transfer=SMALL)
+    assert info.value.exit_code == ExitCode.MISMATCH and "model/rank1.pt" in info.value.message
+    assert snapshot(root / unit) == before and not stub_path(root / unit).exists()
+    assert unfinished(journal) == []

@@ -143,10 +143,13 @@ def test_an_edited_plan_is_refused_with_one_line_exit_4(site_dir: Path, sk: Call
 
 def redigest(plan: Path, **changes: object) -> None:
     """What a plan made under other circumstances looks like (valid digest, other facts)."""
+    from storekit.config import load_config
+    from storekit.tier.plankey import plan_key
+
     doc = json.loads(plan.read_text())
     doc.pop("digest")
     doc.update(changes)
-    doc["digest"] = body_digest(doc)
+    doc["digest"] = body_digest(doc, plan_key(load_config(str(plan.parent / "storekit.toml")), create=False))
     plan.write_text(json.dumps(doc))
 
 
@@ -183,7 +186,7 @@ def test_apply_hands_the_mover_only_unchanged_units_and_rechecks_what_it_frees(s
     plan_file = site_dir / "plan.json"
     from storekit.tier.plan import PlanRequest, build_plan, render_plan
 
-    plan_file.write_bytes(render_plan(build_plan(site, PlanRequest(site.policies["old-runs"]))))
+    plan_file.write_bytes(render_plan(build_plan(site, PlanRequest(site.policies["old-runs"])), site))
     plan = load_plan(plan_file.read_bytes(), "plan.json", site)
     run = site_dir / "lustre/checkpoints/run_001"
     (run / "step_000100/__1_0.distcp").write_bytes(b"rewritten")  # changed since planned
@@ -215,7 +218,7 @@ def test_apply_hands_the_mover_only_unchanged_units_and_rechecks_what_it_frees(s
         (("--archive", "old-runs", "--dry-run", "--plan-out", "p.json"), 2, "--dry-run writes nothing"),
         (("--archive", "nothing/here", "--dry-run"), 2, "layout llm-cluster has no area 'nothing'"),
         (("--archive", "checkpoints/run_999", "--dry-run"), 3, "checkpoints/run_999: no such unit, run"),
-        (("--recall", "checkpoints/run_001/step_000100", "--dry-run"), 3, "no stub"),
+        (("--recall", "checkpoints/run_001/step_000999", "--dry-run"), 3, "no stub"),
         (("--recall", "checkpoints/run_002", "--dry-run"), 3, "no stub"),
         (("--policy", "nope", "--dry-run"), 3, "no policy named 'nope'"),
         (("--drain", "old-runs", "--dry-run"), 2, "policy old-runs is a archive policy"),
@@ -281,3 +284,109 @@ def test_committed_datasets_are_units_and_uncommitted_ones_are_not(
     ]
     why = "incomplete: never moved as if whole (no manifest.json: not committed)"
     assert doc["passed"] == [{"path": "datasets/text/web/v2", "state": "incomplete", "reason": why}]
+
+
+def test_a_plan_edited_by_hand_with_its_digest_recomputed_is_refused(
+    site_dir: Path, sk: Callable[..., Ran]
+) -> None:
+    """The digest is keyed with the site's secret: recomputing a plain hash over an edited plan (as
+    anyone could) does not make it pass; nothing is written outside the tiers."""
+    import xxhash
+
+    plan = make_plan(site_dir, sk)
+    doc = json.loads(plan.read_text())
+    doc.pop("digest")
+    doc["units"][0]["dst_path"] = "checkpoints/../../escape/x"
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    doc["digest"] = xxhash.xxh3_128_hexdigest(canonical.encode("ascii"))  # what the old digest was
+    plan.write_text(json.dumps(doc))
+    before = tree_state(site_dir)
+    ran = sk(site_dir, "tier", "--apply", "plan.json", "--json")
+    assert ran.code == 4 and "digest mismatch" in ran.json()["error"]["message"]  # type: ignore[index]
+    assert tree_state(site_dir) == before and not (site_dir.parent / "escape").exists()
+    key = site_dir / "lustre" / ".storekit-tier-journal" / "plan.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and key.read_bytes().hex() not in plan.read_text()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("dst_path", "checkpoints/../../escape/x"),
+        ("src_path", "/etc"),
+        ("dst_path", "a//b"),
+        ("action", "nuke"),
+    ],
+)
+def test_a_plan_path_outside_its_tier_is_refused_even_with_a_valid_digest(
+    site_dir: Path, sk: Callable[..., Ran], key: str, value: str
+) -> None:
+    plan = make_plan(site_dir, sk)
+    doc = json.loads(plan.read_text())
+    doc["units"][0][key] = value
+    redigest(plan, units=doc["units"])
+    before = tree_state(site_dir)
+    for extra in ((), ("--dry-run",)):
+        ran = sk(site_dir, "tier", "--apply", "plan.json", *extra)
+        assert ran.code == 2, ran.stderr
+        assert f"plan.json: units[0].{key}: " in only_error_line(ran)
+    assert tree_state(site_dir) == before and not (site_dir.parent / "escape").exists()
+
+
+def test_the_mover_refuses_a_destination_path_that_leaves_its_tier(site_dir: Path) -> None:
+    from storekit.config import load_config
+    from storekit.errors import UsageError
+    from storekit.tier.mover import archive_unit, drain_unit
+
+    site = load_config(str(site_dir / "storekit.toml"))
+    run = "checkpoints/run_001"
+    src = site_dir / "lustre"
+    before = tree_state(site_dir)
+    for move in (archive_unit, drain_unit):
+        with pytest.raises(UsageError, match="leaves its tier"):
+            move(
+                src,
+                f"{run}/step_000100",
+                site.tier("vault"),
+                journal_dir=site_dir / "j",
+                dst_rel="x/../../../esc",
+            )
+    assert tree_state(site_dir) == before and not (site_dir / "j").exists()
+
+
+def test_plan_out_into_a_missing_directory_or_apply_of_a_directory_is_one_line(
+    site_dir: Path, sk: Callable[..., Ran]
+) -> None:
+    ran = sk(site_dir, "tier", "--archive", "old-runs", "--plan-out", "no/such/dir/plan.json")
+    assert ran.code == 3 and "Traceback" not in ran.stderr
+    assert "--plan-out no/such/dir/plan.json" in only_error_line(ran)
+    ran = sk(site_dir, "tier", "--apply", "lustre", "--json")
+    assert ran.code == 2 and "Traceback" not in ran.stderr
+    assert "a directory, not a plan file" in ran.json()["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("read_only", ["vault", "lustre"])  # the destination; the source and journal tier
+def test_a_read_only_tier_is_one_line_with_its_exit_code(
+    site_dir: Path, sk: Callable[..., Ran], read_only: str
+) -> None:
+    import subprocess
+
+    where = site_dir / read_only
+    if subprocess.run(["mount", "--bind", str(where), str(where)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (not root?)")
+    try:
+        remount = ["mount", "-o", "remount,ro,bind", str(where)]
+        assert subprocess.run(remount, capture_output=True).returncode == 0
+        before = tree_state(site_dir)
+        ran = sk(site_dir, "tier", "--archive", "old-runs", "--json")
+        assert ran.code != 0 and "Traceback" not in ran.stderr and "internal error" not in ran.stdout
+        doc = ran.json()
+        if "error" in doc:  # the journal tier itself: one error document
+            assert "read-only file system" in doc["error"]["message"].lower()
+        else:  # each unit failed in one line, with a storage exit code
+            assert {r["status"] for r in doc["results"]} == {"failed"}
+            assert all("read-only file system" in r["reason"].lower() for r in doc["results"])
+        after = tree_state(site_dir)
+        steps = [k for k in before if "/step_" in k]  # every unit byte for byte (leases came and went)
+        assert steps and [after.get(k) for k in steps] == [before[k] for k in steps]
+    finally:
+        subprocess.run(["umount", str(where)], check=True)

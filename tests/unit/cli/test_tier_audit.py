@@ -124,19 +124,19 @@ def test_gc_rolls_back_a_killed_drain_and_dry_run_changes_nothing(
     assert sk(site_dir, "tier", "gc").stdout == "nothing to collect\n"
 
 
-def test_gc_removes_tombstones_and_leaves_committed_moves_to_a_rerun(
-    site_dir: Path, sk: Callable[..., Ran]
-) -> None:
+def test_gc_removes_tombstones_and_finishes_committed_moves(site_dir: Path, sk: Callable[..., Ran]) -> None:
     unit = f"{RUN}/step_200"
     assert run_killed(lambda: drain(site_dir, unit), "durable.tombstoned=kill")  # killed freeing the source
     tombs = leftovers(site_dir / "burst")
     assert len(tombs) == 1 and not (site_dir / "burst" / unit).exists()
     dry = sk(site_dir, "tier", "gc", "--dry-run")
     assert dry.code == 0 and f"would remove: {site_dir / 'burst' / tombs[0]}" in dry.stdout
-    assert "stubbed" not in dry.stdout and "drain committed; rerun it to finish" in dry.stdout
+    assert "stubbed" not in dry.stdout and "would finish: " in dry.stdout and "drain committed" in dry.stdout
     ran = sk(site_dir, "tier", "gc", "--tier", "burst", "--json")
     assert ran.code == 0 and ran.json()["tombstones"] == [str(site_dir / "burst" / tombs[0])]
-    assert len(ran.json()["left"]) == 1 and leftovers(site_dir) == []
-    drain(site_dir, unit)  # the rerun finishes the journaled move
+    assert ran.json()["left"] == [] and len(ran.json()["finished"]) == 1 and leftovers(site_dir) == []
+    assert unfinished(site_dir / "parallel" / JOURNAL_DIR) == []  # no journal outlives gc
+    assert not (site_dir / "burst" / unit).exists() and stub_path(site_dir / "burst" / unit).is_file()
+    drain(site_dir, unit)  # a rerun: already moved
     assert sk(site_dir, "tier", "gc", "--json").json()["left"] == []
     assert sk(site_dir, "tier", "verify", unit).code == 0

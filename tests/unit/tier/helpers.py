@@ -108,9 +108,10 @@ def leftovers(root: Path) -> list[str]:
 
 
 def unfinished(journal: Path) -> list[str]:
-    """What a journal directory holds besides its history (actions.log) and verification records:
-    the journals of moves not finished (empty once every move is done or rolled back)."""
-    return sorted(n for n in os.listdir(journal) if n not in ("actions.log", "verified"))
+    """What a journal directory holds besides its history (actions.log), verification records and
+    the site's plan key: the journals of moves not finished (empty once every move is done or
+    rolled back)."""
+    return sorted(n for n in os.listdir(journal) if n not in ("actions.log", "verified", "plan.key"))
 
 
 def fork_with_faults(fn: Callable[[], object], spec: str, *, events: Path | None = None) -> int:

@@ -65,6 +65,23 @@ def io_event_count(fn: Callable[[], object]) -> int:
     return int(child_says(counted))
 
 
+def io_events_until(fn: Callable[[], object], point: str) -> tuple[int, int]:
+    """(IO events before fault point `point` is first reached, IO events of the whole run) of an
+    uninterrupted `fn`: the window after `point` is where kills around a step are drawn."""
+    from storekit import faults
+
+    seen = [0, 0]
+
+    def counted() -> str:
+        _count_events(lambda n: seen.__setitem__(1, n))
+        with faults.at(point, lambda: seen.__setitem__(0, seen[0] or seen[1])):
+            fn()
+        return f"{seen[0]} {seen[1]}"
+
+    first, total = child_says(counted).split()
+    return int(first), int(total)
+
+
 def killed_at_event(fn: Callable[[], object], n: int) -> bool:
     """Run `fn` in a forked child that SIGKILLs itself just before its n-th IO event; True if it was
     killed, False if it finished first. Any other outcome fails the test."""

@@ -25,7 +25,7 @@ from tests.unit.tier.helpers import (
     snapshot,
     unfinished,
 )
-from tests.unit.tier.kills import SEED, io_event_count, killed_at_event, moments
+from tests.unit.tier.kills import SEED, io_event_count, io_events_until, killed_at_event, moments
 
 UNIT = "checkpoints/run_001/step_100"
 
@@ -80,6 +80,15 @@ def _whole_somewhere(
             assert snapshot(dst) == before
 
 
+def _one_committed_state(burst: Path, parallel: Path, unit: str, phase: str) -> None:
+    """After gc, no half-way state: the unit and its stub never both stand, and a recall that
+    committed has its stub gone."""
+    src, spath = burst / unit, stub_path(burst / unit)
+    assert os.path.lexists(src) != spath.exists(), f"unit {os.path.lexists(src)}, stub {spath.exists()}"
+    if not os.path.lexists(src):
+        assert (parallel / f"{unit}.storekit-archive.json").exists()
+
+
 @pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
 @pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
 @pytest.mark.parametrize("phase", ["drain", "recall", "redrain"])
@@ -123,8 +132,10 @@ def _kill_then_rerun(
     if gc_first:
         gc(
             journal, roots=[burst, parallel], site=posix_site(burst, parallel)
-        )  # an abandoned run cleaned up first
+        )  # an abandoned run cleaned up first: rolled back before its commit, finished after it
         _whole_somewhere(burst, parallel, unit, before, older)
+        assert not journal.exists() or unfinished(journal) == [], f"{base.name}: gc left a journal"
+        _one_committed_state(burst, parallel, unit, phase)
     op()
     if phase != "recall":
         assert not os.path.lexists(burst / unit) and read_stub(stub_path(burst / unit)) is not None
@@ -153,6 +164,32 @@ def test_sigkill_at_random_moments_then_rerun(tmp_path: Path, phase: str, unit: 
         assert total >= 20
         for i, n in enumerate(moments(total, RANDOM_KILLS, salt=f"{phase}:{unit}")):
             _kill_then_rerun(base / f"m{n}", phase, unit, i % 2 == 1, lambda op, n=n: killed_at_event(op, n))
+    finally:
+        if base.is_relative_to("/dev/shm"):
+            shutil.rmtree(base)
+
+
+AROUND_THE_FREE_KILLS = 6  # per phase and unit, drawn after the commit: the stub, the tombstone, the free
+
+
+@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt"])
+@pytest.mark.parametrize("phase", ["drain", "redrain"])
+@pytest.mark.parametrize("seed", [SEED], ids=lambda s: f"seed={s}")
+def test_sigkill_at_random_moments_around_the_stub_and_the_free(
+    tmp_path: Path, phase: str, unit: str, seed: int
+) -> None:
+    """Kills at seeded-random file-system calls after the commit: writing the stub (its temp, its
+    rename), recording it, renaming the source to its tombstone, emptying the tombstone, and the
+    journal's last steps. gc then leaves one committed state and no journal; the rerun finishes."""
+    base = memory_dir(tmp_path)
+    try:
+        *_, probe = _setup(base / "probe", phase, unit)
+        committed, total = io_events_until(probe, "tier.committed")
+        assert 0 < committed < total - 5
+        window = moments(total - committed, AROUND_THE_FREE_KILLS, salt=f"free:{phase}:{unit}")
+        for i, k in enumerate(window):
+            n = committed + k
+            _kill_then_rerun(base / f"f{n}", phase, unit, i % 2 == 0, lambda op, n=n: killed_at_event(op, n))
     finally:
         if base.is_relative_to("/dev/shm"):
             shutil.rmtree(base)

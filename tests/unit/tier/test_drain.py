@@ -131,8 +131,9 @@ def test_a_stub_whose_copy_is_gone_is_exit_3_and_changes_nothing(tiers: tuple[Pa
         recall(tiers)
     assert info.value.exit_code == 3
     assert stub_path(burst / UNIT).read_bytes() == stub_before
+    assert unfinished(journal) == []  # a failed recall leaves no journal behind: nothing to resume
     report = gc(journal, roots=[burst], site=_site(tiers))
-    assert report.rolled_back and leftovers(burst) == []
+    assert report.rolled_back == [] and leftovers(burst) == []
     assert (
         verify_stub(stub_path(burst / UNIT), site=_site(tiers)).problems[0].endswith("(the archive is gone)")
     )

@@ -163,7 +163,7 @@ def test_sigkill_at_every_point_of_a_purge_then_rerun(
     try:
         site, _ = setup(base / "probe")
         total = count_points(lambda: purge(site, unit))
-        assert total == 4  # committed, stubbed, the tombstone, freed
+        assert total == 6  # committed, stub written, stubbed, the tombstone, source removed, freed
         for n in range(1, total + 1):
             where = base / f"k{n}"
             site, before = setup(where)
@@ -184,3 +184,68 @@ def test_sigkill_at_every_point_of_a_purge_then_rerun(
     finally:
         if base != tmp_path:
             shutil.rmtree(base)
+
+
+def test_a_failed_read_back_revokes_every_earlier_verification(site: SiteConfig, tmp_path: Path) -> None:
+    """The issue's sequence: a copy-only archive (its read-back recorded), one bit of the copy flipped,
+    a purge that reads back (exit 4), then a purge trusting `verify_max_age`: it must not free."""
+    unit = f"{RUN}/step_000100"
+    copy_only(site, unit)
+    before = snapshot(tmp_path / "lustre" / unit)
+    flip_a_bit(tmp_path / "vault" / unit / "model/rank1.pt")
+    with pytest.raises(MismatchError, match="does not read back"):
+        purge(site, unit)
+    os.utime(tmp_path / "vault" / unit / "model/rank1.pt")  # whatever the stamp: the failure stands
+    with pytest.raises(MismatchError, match="does not read back") as info:
+        purge(site, unit, verify_max_age_s=7 * 86400.0)
+    assert info.value.exit_code == 4 and "model/rank1.pt" in str(info.value)
+    assert snapshot(tmp_path / "lustre" / unit) == before
+    assert not stub_path(tmp_path / "lustre" / unit).exists()
+    how = [line["how"] for line in read_log(journal_dir_for(site)) if line["action"] == "purge.verified"]
+    assert how == []  # never freed on trust
+
+
+def test_a_copy_changed_since_its_verification_is_read_back_again(site: SiteConfig, tmp_path: Path) -> None:
+    """A bit flipped between a copy-only archive and a purge with verify_max_age: the recorded
+    verification was of the copy as it stood then; the purge reads back, finds it, frees nothing."""
+    unit = f"{RUN}/step_000200"
+    copy_only(site, unit)
+    before = snapshot(tmp_path / "lustre" / unit)
+    flip_a_bit(tmp_path / "vault" / unit / "optim/shard/state.bin")  # same size and mtime
+    with pytest.raises(MismatchError, match="does not read back") as info:
+        purge(site, unit, verify_max_age_s=7 * 86400.0)
+    assert info.value.exit_code == 4 and "optim/shard/state.bin" in str(info.value)
+    assert snapshot(tmp_path / "lustre" / unit) == before
+    assert not stub_path(tmp_path / "lustre" / unit).exists() and unfinished(journal_dir_for(site)) == []
+
+
+def test_a_later_whole_read_back_restores_trust(site: SiteConfig, tmp_path: Path) -> None:
+    from storekit.tier.verified import record_failed, verified_at
+
+    journal, url = journal_dir_for(site), "file:///x.storekit-archive.json"
+    record_verified(journal, url, "d" * 32, stamp="s1", at=100.0)
+    assert verified_at(journal, url, "d" * 32, "s1") == 100.0
+    assert verified_at(journal, url, "d" * 32, "s2") is None  # the copy changed since
+    record_failed(journal, url, "x: expected ...", at=200.0)
+    assert verified_at(journal, url, "d" * 32, "s1") is None
+    record_verified(journal, url, "d" * 32, stamp="s1", at=300.0)  # read back whole after the failure
+    assert verified_at(journal, url, "d" * 32, "s1") == 300.0
+
+
+def test_a_failed_tier_verify_voids_the_recorded_verification(
+    site: SiteConfig, tmp_path: Path, sk: Callable[..., Ran]
+) -> None:
+    from storekit.tier.verified import last_failure, verified_at
+
+    unit = f"{RUN}/step_000100"
+    lustre = tmp_path / "lustre"
+    result = archive_unit(lustre, unit, site.tier("vault"), journal_dir=journal_dir_for(site))  # freed
+    url = (tmp_path / "vault" / f"{unit}.storekit-archive.json").as_uri()
+    journal = journal_dir_for(site)
+    assert verified_at(journal, url, result.manifest_xxh3_128) is not None  # the move's own read-back
+    flip_a_bit(tmp_path / "vault" / unit / "model/rank0.pt")
+    ran = sk(tmp_path, "tier", "verify", unit, "--tier", "lustre", "--json")
+    assert ran.code == 4, ran.stdout
+    assert verified_at(journal, url, result.manifest_xxh3_128) is None  # no stamp asked: the failure alone
+    failure = last_failure(journal, url)
+    assert failure is not None and "model/rank0.pt" in failure
