@@ -29,7 +29,8 @@ def test_declared_capabilities(store: Store) -> None:
         # ramfs reports no size at all, a CephFS without a ceph-mgr 0 blocks: unknown, not full
         assert caps.free_space == (fs_type != "ramfs" and os.statvfs(store.root).f_blocks > 0)
         assert caps.user_metadata == (fs_type != "ramfs")
-        assert caps.striping == (fs_type == "lustre" and shutil.which("lfs") is not None)
+        lustre = fs_type == "lustre" and shutil.which("lfs") is not None
+        assert caps.striping == (lustre or fs_type == "fuse.ceph-fuse")  # ceph.dir.layout xattrs
     else:
         assert isinstance(store, S3Store)
         assert (caps.atomic_rename, caps.directories, caps.posix_modes, caps.free_space) == (False,) * 4
