@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from storekit.errors import storage_errors
-from storekit.fsfeatures import DirSettings, FsBackend, backend_for
+from storekit.fsfeatures import DirSettings, DirUsage, FsBackend, backend_for
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.store import Store
 
@@ -85,3 +85,11 @@ def differences(spec: LayoutSpec, store: Store) -> list[tuple[str, str]]:
         if want.declared() and os.path.isdir(path):
             out += [(area.name, f"{backend.fs}: {d.describe()}") for d in backend.differences(path, want)]
     return out
+
+
+def area_usage(store: Store, backend: FsBackend, area: str) -> tuple[DirUsage | None, DirSettings]:
+    """An area's recursive totals as the file system keeps them (None: walk instead) and the quota
+    it holds: what `status` reports without walking the tree."""
+    path = str(store.local_path(area))
+    with storage_errors(path):
+        return backend.usage(path), backend.read(path)

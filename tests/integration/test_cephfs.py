@@ -6,6 +6,7 @@ is down instead of a command that hangs."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,53 @@ def test_layout_check_reports_where_the_file_system_differs(laid_out: TwoMounts,
     fixed = sk(laid_out.one, "init", "--layout", "shared.toml", "--json").json()
     assert [a["detail"] for a in fixed["actions"]] == ["cephfs: quota_bytes=8388608"]
     assert xattr(ds, "ceph.quota.max_bytes") == "8388608"
+
+
+def settled(path: Path, want_bytes: int, want_files: int) -> None:
+    """Wait until the MDS has propagated the recursive statistics of `path` (rstats are updated
+    lazily, seconds after the writes): a condition with a bound, not a sleep."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (int(xattr(path, "ceph.dir.rbytes")), int(xattr(path, "ceph.dir.rfiles"))) == (
+            want_bytes,
+            want_files,
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"rstats of {path} never reached {want_bytes} bytes, {want_files} files")
+
+
+def write_tree(root: Path, files: int, size: int) -> int:
+    for i in range(files):
+        sub = root / f"part-{i % 3}" / "deep"
+        sub.mkdir(parents=True, exist_ok=True)
+        with open(sub / f"f{i}.bin", "wb") as fh:
+            fh.write(bytes([i % 251]) * (size + i))
+            os.fsync(fh.fileno())  # flushed to the MDS: its rstats see the size
+    return sum(size + i for i in range(files))
+
+
+@pytest.mark.slow  # ~7 s: the MDS propagates sizes to the directories' rstats 5-7 s after the writes
+def test_status_reads_usage_and_quota_from_the_file_system(
+    laid_out: TwoMounts, sk: Any, promtool: Any
+) -> None:
+    total = write_tree(laid_out.one / "storage" / "datasets", 30, 1000)
+    settled(laid_out.two / "storage" / "datasets", total, 30)
+    ran = sk(laid_out.two, "status", "--layout", "shared.toml", "--json", "--prometheus", "sk.prom")
+    assert ran.code == 0, ran.stderr
+    (tier,) = ran.json()["tiers"]
+    assert tier["free_bytes"] is None  # statfs of 0 blocks (no ceph-mgr here): unknown, not full
+    areas = {a["area"]: a for a in tier["areas"]}
+    ds = areas["datasets"]
+    assert (ds["bytes"], ds["files"], ds["dirs"], ds["usage_source"]) == (total, 30, 6, "cephfs")
+    assert (ds["fs_quota_bytes"], ds["fs_quota_files"]) == (8 << 20, 1000)
+    assert ds["free_bytes"] == (8 << 20) - total  # what the quota leaves
+    assert areas["scratch"]["fs_quota_bytes"] is None and areas["scratch"]["free_bytes"] is None
+    prom = (laid_out.two / "sk.prom").read_text()
+    promtool(prom)
+    values = {ln.split("{")[0]: ln.rsplit(" ", 1)[1] for ln in prom.splitlines() if 'area="datasets"' in ln}
+    assert values["storekit_area_bytes"] == str(total)
+    assert values["storekit_area_fs_quota_bytes"] == "8388608"
+    assert values["storekit_area_fs_quota_files"] == "1000"
+    human = sk(laid_out.two, "status", "--layout", "shared.toml")
+    assert "8.0 MiB (fs)" in human.stdout and "unknown" in human.stdout
