@@ -254,3 +254,27 @@ def backend_for(path: str, *, table: Iterable[Mount] | None = None) -> FsBackend
     if mount.fs_type in LUSTRE_TYPES and shutil.which("lfs"):
         return Lustre(mount.point)
     return None
+
+
+@dataclass(frozen=True)
+class QuotaRoot:
+    path: str  # the directory whose quota was hit (an area, where init set it)
+    max_bytes: int | None
+    max_files: int | None
+
+
+def quota_root(path: str) -> QuotaRoot | None:
+    """The nearest directory at or above `path` with a CephFS quota (asked after an EDQUOT, to name
+    which quota was full); None where none is found (Lustre's are per project, not per directory)."""
+    probe = os.path.abspath(path)
+    while True:
+        try:
+            qb, qf = _xattr_int(probe, "ceph.quota.max_bytes"), _xattr_int(probe, "ceph.quota.max_files")
+        except (OSError, ValueError):
+            qb = qf = None
+        if qb or qf:
+            return QuotaRoot(probe, qb or None, qf or None)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TwoMounts
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 pytestmark = pytest.mark.cephfs
 
@@ -132,3 +133,44 @@ def test_status_reads_usage_and_quota_from_the_file_system(
     assert values["storekit_area_fs_quota_files"] == "1000"
     human = sk(laid_out.two, "status", "--layout", "shared.toml")
     assert "8.0 MiB (fs)" in human.stdout and "unknown" in human.stdout
+
+
+PREPARE = ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "q", "-i", "corpus.jsonl"]
+PREPARE += ["--json", "--quiet", "--workers", "1", "--shard-size", "8KiB"]
+
+
+def shards(root: Path) -> dict[str, bytes]:
+    v1 = root / "storage/datasets/text/q/v1"
+    return {p.name: p.read_bytes() for p in sorted(v1.iterdir()) if p.suffix in (".bin", ".idx")}
+
+
+@pytest.mark.slow  # ~15 s: three prepares, and the rstats of the filler to propagate
+def test_a_full_quota_is_exit_6_naming_the_area_and_a_rerun_completes(
+    cephfs: TwoMounts, sk: Any, tmp_path: Path
+) -> None:
+    records = sample_records(limit_bytes=60_000, max_doc=4_000)
+    for where in (cephfs.one, tmp_path):
+        write_jsonl(where / "corpus.jsonl", records)
+        assert sk(where, "init", "--json").code == 0
+    assert sk(tmp_path, *PREPARE).code == 0  # the same run on local disk: the bytes to expect
+    # node two fills the area to 60 of its 64 KiB; once node one's client knows that (CephFS
+    # enforces quotas in the client, from the rstats the MDS propagates), any shard overflows it
+    datasets = cephfs.two / "storage" / "datasets"
+    with open(datasets / "filler.bin", "wb") as fh:
+        fh.write(b"f" * 60 * 1024)
+        os.fsync(fh.fileno())
+    os.setxattr(datasets, "ceph.quota.max_bytes", b"65536")
+    settled(cephfs.one / "storage" / "datasets", 60 * 1024, 1)
+
+    full = sk(cephfs.one, *PREPARE)
+    assert full.code == 6, full.stderr
+    error = full.json()["error"]["message"]
+    assert f"the quota of area datasets ({cephfs.one / 'storage' / 'datasets'}) is full: 64.0 KiB" in error
+    assert full.stderr.startswith(f"error: {error}\n") and "Traceback" not in full.stderr
+    assert not (datasets / "text" / "q" / "v1").exists()  # nothing committed, nothing half
+    assert not list((datasets / "text" / "q").glob(".v1*"))
+
+    os.setxattr(datasets, "ceph.quota.max_bytes", b"0")  # raised (0: no quota)
+    again = sk(cephfs.one, *PREPARE)
+    assert again.code == 0, again.stderr
+    assert shards(cephfs.two) == shards(tmp_path) and shards(tmp_path)
