@@ -5,14 +5,18 @@ is down instead of a command that hangs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import TwoMounts
+from tests.conftest import Ran, TwoMounts, run_storekit, start_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 pytestmark = pytest.mark.cephfs
@@ -174,3 +178,75 @@ def test_a_full_quota_is_exit_6_naming_the_area_and_a_rerun_completes(
     again = sk(cephfs.one, *PREPARE)
     assert again.code == 0, again.stderr
     assert shards(cephfs.two) == shards(tmp_path) and shards(tmp_path)
+
+
+@contextlib.contextmanager
+def stalled_mds_of(cephfs: TwoMounts) -> Iterator[None]:
+    """The MDS stopped (SIGSTOP: a metadata server that stalls) for the test's body, then resumed.
+    Only the pid cephfs-up.sh recorded, and only while it still is a ceph-mds."""
+    pid = int(cephfs.mds_pid_file.read_text())
+    assert os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "ceph-mds"
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+STALL_CASES = {
+    "status": ["status", "--json"],
+    "layout-check": ["layout", "check", "--json"],
+    "prepare": [
+        "prepare",
+        "dataset",
+        "--tokenizer",
+        TOKENIZER,
+        "--name",
+        "s",
+        "-i",
+        "LOCAL/c.jsonl",
+        "--json",
+    ],
+}
+
+
+@pytest.mark.parametrize("command", list(STALL_CASES))
+def test_a_stalled_mds_is_a_tier_down_not_a_hang(
+    cephfs: TwoMounts, tmp_path: Path, sk: Any, command: str
+) -> None:
+    """Node one lays the tier out; node two, which never looked at it, runs a command while the MDS is
+    stopped: its first metadata call blocks in the kernel (no signal ends it), the deadline ends
+    the wait, the tier is down (exit 5) naming the mount, and the command exits."""
+    write_jsonl(tmp_path / "c.jsonl", sample_records(limit_bytes=4_000))
+    (tmp_path / "one.toml").write_text(f'[tiers.shared]\nurl = "{(cephfs.one / "storage").as_uri()}"\n')
+    (tmp_path / "two.toml").write_text(f'[tiers.shared]\nurl = "{(cephfs.two / "storage").as_uri()}"\n')
+    assert sk(tmp_path, "init", "--config", "one.toml", "--json").code == 0
+    args = [a.replace("LOCAL", str(tmp_path)) for a in STALL_CASES[command]]
+    env = {"STOREKIT_MOUNT_DEADLINE": "2", "STOREKIT_CONFIG": str(tmp_path / "two.toml")}
+    with stalled_mds_of(cephfs):
+        started = time.monotonic()
+        proc = start_storekit(args, cwd=tmp_path, env=env)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # hung: the MDS is resumed first, or no kill could end it
+            out = err = None
+        took = time.monotonic() - started
+    if out is None:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"storekit {command} hung on the stalled mount for {took:.0f} s")
+    ran = Ran(proc.returncode, out, err)
+    assert ran.code == 5, ran.stderr
+    doc = ran.json()  # status and layout check report the tier as a row, then fail; prepare fails
+    error = doc["error"]["message"] if command == "prepare" else doc["tiers"][0]["error"]
+    mount = cephfs.two.parent
+    assert (
+        f"on the fuse.ceph-fuse mount {mount} (ceph-fuse) did not answer statfs/stat/listing within 2 s"
+        in error
+    )
+    assert took < 60, took  # the deadline, not the outage, ended it (bounded: a loaded host starts slowly)
+    if command == "status":
+        assert ran.json()["tiers"][0]["reachable"] is False
+    # the MDS is back: the same command through the same mount answers
+    again = run_storekit(args, cwd=tmp_path, env=env, timeout=120)
+    assert again.code in (0, 4), again.stderr  # layout check may find the test's own entries
