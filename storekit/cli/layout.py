@@ -73,8 +73,8 @@ def init(
     """Create the layout's hierarchy on a tier, with its permissions.
 
     Creates the tier root and every area (datasets/{code,text,multimodal}, checkpoints, logs, models,
-    scratch with the sticky bit), fixes the modes of existing area directories and applies Lustre
-    striping hints where `lfs` exists (reported as skipped elsewhere). Idempotent: run it again at any
+    scratch with the sticky bit), fixes the modes of existing area directories and sets the layout's
+    quotas and striping on CephFS and Lustre (reported as skipped elsewhere). Idempotent: run it again at any
     time; it never deletes or moves anything. On an S3 tier it creates the bucket and prefix markers.
 
     It touches only a root that is missing, empty, or already holds one of the layout's areas; a
