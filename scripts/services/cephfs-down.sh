@@ -26,7 +26,7 @@ ours() {
   running "$pid" || return 1
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
   case ${exe##*/} in ceph-mds | ceph-fuse) ;; *) return 1 ;; esac
-  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "STOREKIT_CEPHFS_DIR=$DIR"
+  { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "STOREKIT_CEPHFS_DIR=$DIR"
 }
 
 # a stopped (SIGSTOP) MDS would keep every unmount waiting: let it run again first
@@ -43,7 +43,8 @@ for name in fuse1 fuse2 mds; do
   pf=$DIR/pids/$name.pid
   pid=$(pid_of "$pf") || continue
   if ours "$pid"; then
-    stop_pid "$name" "$pid" 3 # a disposable MDS: it may wait out client sessions on TERM
+    # ceph-mds takes >10 s to act on TERM here; its journal is replayed at the next start
+    stop_pid "$name" "$pid" 1
   elif [ "$name" = mds ]; then
     svc_log "$name: recorded pid $pid is not running (stale record)"
   fi
