@@ -207,7 +207,15 @@ STALL_CASES = {
         "LOCAL/c.jsonl",
         "--json",
     ],
+    # a node-local burst tier drained to the shared one (its plan reads only the burst tier)
+    "tier-drain": ["tier", "--drain", "--json"],
 }
+BURST = '[tiers.nvme]\nurl = "./nvme"\nrole = "burst"\n'
+
+
+def site(tier_url: str, command: str) -> str:
+    shared = f'[tiers.shared]\nurl = "{tier_url}"\nrole = "parallel"\n'
+    return f'default_tier = "shared"\n{shared}' + (BURST if command == "tier-drain" else "")
 
 
 @pytest.mark.parametrize("command", list(STALL_CASES))
@@ -218,9 +226,15 @@ def test_a_stalled_mds_is_a_tier_down_not_a_hang(
     stopped: its first metadata call blocks in the kernel (no signal ends it), the deadline ends
     the wait, the tier is down (exit 5) naming the mount, and the command exits."""
     write_jsonl(tmp_path / "c.jsonl", sample_records(limit_bytes=4_000))
-    (tmp_path / "one.toml").write_text(f'[tiers.shared]\nurl = "{(cephfs.one / "storage").as_uri()}"\n')
-    (tmp_path / "two.toml").write_text(f'[tiers.shared]\nurl = "{(cephfs.two / "storage").as_uri()}"\n')
+    (tmp_path / "one.toml").write_text(site((cephfs.one / "storage").as_uri(), command))
+    (tmp_path / "two.toml").write_text(site((cephfs.two / "storage").as_uri(), command))
     assert sk(tmp_path, "init", "--config", "one.toml", "--json").code == 0
+    if command == "tier-drain":
+        assert sk(tmp_path, "init", "--config", "one.toml", "--tier", "nvme", "--json").code == 0
+        unit = tmp_path / "nvme/checkpoints/run_001/step_000100"
+        unit.mkdir(parents=True)
+        (unit / "__0_0.distcp").write_bytes(b"r" * 100)
+        (unit / ".metadata").write_bytes(b"m")
     args = [a.replace("LOCAL", str(tmp_path)) for a in STALL_CASES[command]]
     env = {"STOREKIT_MOUNT_DEADLINE": "2", "STOREKIT_CONFIG": str(tmp_path / "two.toml")}
     with stalled_mds_of(cephfs):
@@ -237,8 +251,8 @@ def test_a_stalled_mds_is_a_tier_down_not_a_hang(
         pytest.fail(f"storekit {command} hung on the stalled mount for {took:.0f} s")
     ran = Ran(proc.returncode, out, err)
     assert ran.code == 5, ran.stderr
-    doc = ran.json()  # status and layout check report the tier as a row, then fail; prepare fails
-    error = doc["error"]["message"] if command == "prepare" else doc["tiers"][0]["error"]
+    doc = ran.json()  # status and layout check report the tier as a row, then fail; the others fail
+    error = doc["tiers"][0]["error"] if command in ("status", "layout-check") else doc["error"]["message"]
     mount = cephfs.two.parent
     assert (
         f"on the fuse.ceph-fuse mount {mount} (ceph-fuse) did not answer statfs/stat/listing within 2 s"
