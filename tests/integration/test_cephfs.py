@@ -264,3 +264,17 @@ def test_a_stalled_mds_is_a_tier_down_not_a_hang(
     # the MDS is back: the same command through the same mount answers
     again = run_storekit(args, cwd=tmp_path, env=env, timeout=120)
     assert again.code in (0, 4), again.stderr  # layout check may find the test's own entries
+
+
+def test_bench_io_runs_on_cephfs_with_o_direct_and_leaves_nothing(cephfs: TwoMounts) -> None:
+    """O_DIRECT on a FUSE mount is accepted (unaligned too; see bench io --help): the run says so,
+    moves the planned bytes, and leaves the mount as it found it, seen from the other node."""
+    args = ["bench", "io", "--target", str(cephfs.one), "--pattern", "shards", "--workers", "1"]
+    ran = run_storekit([*args, "--size", "4M", "--file-size", "2M", "--repeat", "1", "--json"], timeout=120)
+    assert ran.code == 0, ran.stderr
+    doc = ran.json()
+    assert doc["environment"]["filesystem"]["fs_type"] == "fuse.ceph-fuse"
+    reps = [rep for r in doc["results"] for ph in r["phases"] for rep in ph["repeats"]]
+    assert reps and all(rep["direct"] is True and rep["bytes"] == 4 << 20 for rep in reps)
+    assert sorted(p.name for p in cephfs.two.iterdir()) in ([], ["scratch"])
+    assert not list(cephfs.two.glob("scratch/storekit-bench-*"))
