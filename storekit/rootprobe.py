@@ -99,7 +99,9 @@ def _in_grandchild(root: str, seconds: float) -> int | None:
     os.close(w)
     try:
         os.waitpid(pid, 0)
-        ready, _, _ = select.select([r], [], [], seconds)
+        poller = select.poll()  # not select(): a busy process may hold descriptors past 1024
+        poller.register(r, select.POLLIN)
+        ready = poller.poll(seconds * 1000)
         return int(os.read(r, 16) or b"0") if ready else None
     finally:
         os.close(r)
