@@ -90,7 +90,10 @@ def tier_status(spec: LayoutSpec, store: Store) -> TierStatus:
 
 
 def _fs_usage(store: Store, backend: FsBackend, target: AreaUsage) -> bool:
-    totals, held = fsapply.area_usage(store, backend, target.area)
+    try:
+        totals, held = fsapply.area_usage(store, backend, target.area)
+    except StorekitError:  # the file system's tool or xattrs failed: the walk still counts
+        return False
     target.fs_quota_bytes, target.fs_quota_files = held.quota_bytes, held.quota_files
     if totals is None:
         return False
