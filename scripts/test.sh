@@ -11,9 +11,9 @@
 #
 # Steps: (1) as root with apt, install the Debian packages that are missing; (2) create .venv and
 # `pip install -e '.[dev]'` (again only when pyproject.toml changed); (3) start Slurm and Ceph with
-# scripts/services/ in the background unless they already run (CephFS, an MDS and two ceph-fuse
-# mounts, right after the Ceph it lives on) (a running instance is reused and
-# left running; what this script started is stopped again, also on failure or Ctrl-C); (4) ruff
+# scripts/services/ in the background unless they already run, and CephFS (an MDS and two ceph-fuse
+# mounts) right after the Ceph it lives on (a running instance is reused and left running; what
+# this script started is stopped again, also on failure or Ctrl-C); (4) ruff
 # check, ruff format --check, mypy; (5) pytest with the STOREKIT_TEST_* service variables.
 #
 # Env:
@@ -241,7 +241,8 @@ elif can_start radosgw && can_start ceph-mon; then
     CEPHFS_STARTED=1
     CEPH_WAIT=$CEPH_UP_PID
     setsid bash -c 'while [ "$(awk "{print \$3}" "/proc/$1/stat" 2>/dev/null || echo Z)" != Z ]; do sleep 0.2; done
-      grep -q "^export CEPH_CONF=" "$2/ceph-up.env" && exec "$3/cephfs-up.sh"; exit 1' \
+      grep -q "^export CEPH_CONF=" "$2/ceph-up.env" && exec "$3/cephfs-up.sh"
+      echo "CephFS not started: Ceph did not come up" >&2; exit 1' \
       cephfs-after-ceph "$CEPH_WAIT" "$LOGS" "$SVC" >"$LOGS/cephfs-up.env" 2>"$LOGS/cephfs-up.log" &
     CEPHFS_UP_PID=$!
   fi
