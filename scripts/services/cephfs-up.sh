@@ -3,7 +3,7 @@
 # ceph-fuse: two mounts standing for two nodes of a cluster sharing one file system.
 #
 # Adds to the running cluster (never starts or stops it): pools cephfs.storekit.{meta,data} (8 PGs,
-# size 1), the file system `storekit`, one ceph-mds, and a client made by `ceph fs authorize`. Mount
+# the cluster's default size: 1 on ceph-up.sh's), the file system `storekit`, one ceph-mds, and a client made by `ceph fs authorize`. Mount
 # 1 is client.admin, mount 2 that client. No ceph-mgr: statfs on these mounts reports 0 blocks
 # (storekit shows that as unknown) except under a directory with a quota.
 #
@@ -96,9 +96,9 @@ OWN=(--log-file "$DIR/log/\$name.log" --admin-socket "$DIR/run/\$name.asok" --ru
 
 # ---- pools and file system (kept across restarts: the data is disposable, the bring-up is not) --
 if ! cephcli fs ls 2>/dev/null | grep -q "name: $FS,"; then
+  # size 1 comes from ceph-up.sh's defaults (osd pool default size = 1): one OSD
   for pool in meta data; do
     cephcli osd pool create "cephfs.$FS.$pool" 8 8 >>"$DIR/log/pools.out" 2>&1 || die "pool create cephfs.$FS.$pool failed"
-    cephcli osd pool set "cephfs.$FS.$pool" size 1 --yes-i-really-mean-it >>"$DIR/log/pools.out" 2>&1 || true
   done
   cephcli fs new "$FS" "cephfs.$FS.meta" "cephfs.$FS.data" >"$DIR/log/fs-new.out" 2>&1 || die "ceph fs new failed"
   svc_log "file system $FS created"
