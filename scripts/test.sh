@@ -11,8 +11,9 @@
 #
 # Steps: (1) as root with apt, install the Debian packages that are missing; (2) create .venv and
 # `pip install -e '.[dev]'` (again only when pyproject.toml changed); (3) start Slurm and Ceph with
-# scripts/services/ in the background unless they already run (a running instance is reused and
-# left running; what this script started is stopped again, also on failure or Ctrl-C); (4) ruff
+# scripts/services/ in the background unless they already run, and CephFS (an MDS and two ceph-fuse
+# mounts) right after the Ceph it lives on (a running instance is reused and left running; what
+# this script started is stopped again, also on failure or Ctrl-C); (4) ruff
 # check, ruff format --check, mypy; (5) pytest with the STOREKIT_TEST_* service variables.
 #
 # Env:
@@ -21,6 +22,7 @@
 #                            e.g. beside a dev instance: set RGW_PORT, CEPH_MON_PORT, SLURMCTLD_PORT,
 #                            SLURMD_PORT) | never (only use running ones)                   [auto]
 #   STOREKIT_TEST_S3_ENDPOINT/_KEY/_SECRET, STOREKIT_TEST_SLURM=1   use these services as given
+#   STOREKIT_TEST_CEPHFS_MOUNT1/_MOUNT2/_DIR                        the same for CephFS
 #   CEPH_CONF                taken from the cluster's s3.env: lets tests run a private radosgw of it
 #   RGW_PORT, S3_ACCESS_KEY, S3_SECRET_KEY, STOREKIT_CEPH_DIR, STOREKIT_SLURM_DIR, ...  see
 #                            scripts/services/*-up.sh
@@ -33,7 +35,7 @@ LOGS=$REPO/.services/logs
 T0=${EPOCHREALTIME/[.,]/}
 MODE=${STOREKIT_START_SERVICES:-auto}
 PACKAGES=(slurmctld slurmd slurm-client munge ceph-mon ceph-osd radosgw ceph-common curl fio gcc libc6-dev prometheus
-  debian-handbook strace)  # debian-handbook: real text in ~28 languages (tokenizer tests); strace: jobs/test_scale
+  debian-handbook strace ceph-mds ceph-fuse attr)  # debian-handbook: real text in ~28 languages (tokenizer tests); strace: jobs/test_scale
 case ${CI:-} in 1 | true | TRUE | True | yes) IN_CI=1 ;; *) IN_CI=0 ;; esac
 
 elapsed() { local now=${EPOCHREALTIME/[.,]/}; printf '%d.%01d' $(((now - T0) / 1000000)) $(((now - T0) / 100000 % 10)); }
@@ -66,18 +68,24 @@ command -v apt-get >/dev/null && command -v dpkg-query >/dev/null && HAS_APT=1
 # ------------------------------------------------------------------ cleanup (on every exit)
 SLURM_STARTED=0
 CEPH_STARTED=0
+CEPHFS_STARTED=0
 SLURM_UP_PID=""
 CEPH_UP_PID=""
+CEPHFS_UP_PID=""
 cleanup() {
   local rc=$? pid
   trap - EXIT INT TERM
-  for pid in $SLURM_UP_PID $CEPH_UP_PID; do
+  for pid in $SLURM_UP_PID $CEPH_UP_PID $CEPHFS_UP_PID; do
     # a bring-up still in progress runs in its own process group (setsid): stop all of it
     running_pid "$pid" && { kill -TERM -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
   done
   if [ $SLURM_STARTED = 1 ]; then
     log "stopping the Slurm cluster this run started"
     "$SVC/slurm-down.sh" >>"$LOGS/slurm-down.log" 2>&1 || log "warning: slurm-down.sh failed (see $LOGS/slurm-down.log)"
+  fi
+  if [ $CEPHFS_STARTED = 1 ]; then # before Ceph: the mounts and the MDS need its mon to stop cleanly
+    log "stopping the CephFS mounts and MDS this run started"
+    "$SVC/cephfs-down.sh" >>"$LOGS/cephfs-down.log" 2>&1 || log "warning: cephfs-down.sh failed (see $LOGS/cephfs-down.log)"
   fi
   if [ $CEPH_STARTED = 1 ]; then
     log "stopping the Ceph cluster this run started"
@@ -161,6 +169,7 @@ ours_alive() {
 }
 SLURM_DIR=$(realpath -m "${STOREKIT_SLURM_DIR:-$REPO/.services/slurm}")
 CEPH_DIR=$(realpath -m "${STOREKIT_CEPH_DIR:-$REPO/.services/ceph}")
+CEPHFS_DIR=$(realpath -m "${STOREKIT_CEPHFS_DIR:-$REPO/.services/cephfs}")
 SERVICES_STARTED_AT=$(elapsed)
 
 SLURM_NOTE=""
@@ -185,6 +194,29 @@ else
   SLURM_NOTE="cannot start Slurm (needs root and: apt-get install slurmctld slurmd slurm-client munge); Slurm tests will skip (fail in CI)"
 fi
 
+# CephFS: decided first, so that a Ceph this run starts brings it up right after itself
+CEPHFS_NOTE=""
+CEPHFS_WANTED=0
+cephfs_answers() { # ENV-FILE: both mounts it names answer a stat within 5 s
+  [ -f "$1" ] && (. "$1" && for m in "$STOREKIT_TEST_CEPHFS_MOUNT1" "$STOREKIT_TEST_CEPHFS_MOUNT2"; do
+    mountpoint -q "$m" && timeout --foreground 5 stat "$m/." >/dev/null 2>&1 || exit 1
+  done)
+}
+if [ $TESTS = 0 ] || [ $FAST = 1 ]; then
+  CEPHFS_NOTE="not needed (--lint-only or --fast)"
+elif [ -n "${STOREKIT_TEST_CEPHFS_MOUNT1:-}" ]; then
+  CEPHFS_NOTE="given by STOREKIT_TEST_CEPHFS_MOUNT1=$STOREKIT_TEST_CEPHFS_MOUNT1"
+elif [ "$MODE" != always ] && cephfs_answers "$CEPHFS_DIR/cephfs.env"; then
+  eval "$(grep -E '^export STOREKIT_TEST_CEPHFS_' "$CEPHFS_DIR/cephfs.env")"
+  CEPHFS_NOTE="reusing the running mounts of $CEPHFS_DIR (left running)"
+elif [ "$MODE" = never ]; then
+  CEPHFS_NOTE="none running and STOREKIT_START_SERVICES=never: CephFS tests will skip (fail in CI)"
+elif can_start ceph-mds && can_start ceph-fuse && [ -c /dev/fuse ]; then
+  CEPHFS_WANTED=1
+else
+  CEPHFS_NOTE="cannot start CephFS (needs root, /dev/fuse and: apt-get install ceph-mds ceph-fuse attr); CephFS tests will skip (fail in CI)"
+fi
+
 CEPH_NOTE=""
 DEFAULT_ENDPOINT=http://127.0.0.1:${RGW_PORT:-7480}
 if [ $TESTS = 0 ] || [ $FAST = 1 ]; then
@@ -205,11 +237,29 @@ elif can_start radosgw && can_start ceph-mon; then
   CEPH_STARTED=1
   setsid "$SVC/ceph-up.sh" >"$LOGS/ceph-up.env" 2>"$LOGS/ceph-up.log" &
   CEPH_UP_PID=$!
+  if [ $CEPHFS_WANTED = 1 ]; then # after Ceph, in the background too: one job, one process group
+    CEPHFS_STARTED=1
+    CEPH_WAIT=$CEPH_UP_PID
+    setsid bash -c 'while [ "$(awk "{print \$3}" "/proc/$1/stat" 2>/dev/null || echo Z)" != Z ]; do sleep 0.2; done
+      grep -q "^export CEPH_CONF=" "$2/ceph-up.env" && exec "$3/cephfs-up.sh"
+      echo "CephFS not started: Ceph did not come up" >&2; exit 1' \
+      cephfs-after-ceph "$CEPH_WAIT" "$LOGS" "$SVC" >"$LOGS/cephfs-up.env" 2>"$LOGS/cephfs-up.log" &
+    CEPHFS_UP_PID=$!
+  fi
 else
   CEPH_NOTE="cannot start Ceph (needs root and: apt-get install ceph-mon ceph-osd radosgw ceph-common curl); Ceph tests will skip (fail in CI)"
 fi
+# a Ceph that runs already (reused): CephFS on it now
+if [ $CEPHFS_WANTED = 1 ] && [ $CEPH_STARTED = 0 ] && [ -n "${CEPH_CONF:-}" ] && [ -f "${CEPH_CONF:-}" ]; then
+  CEPHFS_STARTED=1
+  STOREKIT_CEPH_DIR=$(dirname "$CEPH_CONF") setsid "$SVC/cephfs-up.sh" >"$LOGS/cephfs-up.env" 2>"$LOGS/cephfs-up.log" &
+  CEPHFS_UP_PID=$!
+elif [ $CEPHFS_WANTED = 1 ] && [ $CEPH_STARTED = 0 ]; then
+  CEPHFS_NOTE="no Ceph cluster whose config is known (CEPH_CONF) to add CephFS to; CephFS tests will skip (fail in CI)"
+fi
 [ -n "$SLURM_UP_PID" ] && log "starting Slurm in the background (log: $LOGS/slurm-up.log)"
 [ -n "$CEPH_UP_PID" ] && log "starting Ceph in the background (log: $LOGS/ceph-up.log)"
+[ -n "$CEPHFS_UP_PID" ] && log "starting CephFS in the background (log: $LOGS/cephfs-up.log)"
 
 # ------------------------------------------------------------------ 4. lint and types
 FAILED=()
@@ -255,15 +305,26 @@ if [ -n "$CEPH_UP_PID" ]; then
   fi
   CEPH_UP_PID=""
 fi
+if [ -n "$CEPHFS_UP_PID" ]; then
+  if wait "$CEPHFS_UP_PID"; then
+    eval "$(grep -E '^export STOREKIT_TEST_CEPHFS_' "$LOGS/cephfs-up.env")"
+    CEPHFS_NOTE="started by this run in $CEPHFS_DIR: two ceph-fuse mounts (stopped at exit)"
+  else
+    CEPHFS_NOTE="failed to start"
+    service_failed CephFS "$LOGS/cephfs-up.log"
+  fi
+  CEPHFS_UP_PID=""
+fi
 [ $TESTS = 1 ] && phase_done "services ready"
 log "Slurm: $SLURM_NOTE"
 log "Ceph:  $CEPH_NOTE"
+log "CephFS: $CEPHFS_NOTE"
 
 PYTEST_RC=0
 if [ $TESTS = 1 ]; then
   if [ $FAST = 1 ]; then
     # the services' tests are deselected, not skipped: --fast must not fail for want of them in CI
-    FAST_ARGS=(-q -m "not slow and not ceph and not slurm")
+    FAST_ARGS=(-q -m "not slow and not ceph and not cephfs and not slurm")
     python -c 'import xdist' 2>/dev/null && FAST_ARGS+=(-n "$(nproc)")
     [ ${#PYTEST_ARGS[@]} -eq 0 ] && FAST_ARGS+=(tests/unit tests/conformance)
     PYTEST_ARGS=("${FAST_ARGS[@]}" "${PYTEST_ARGS[@]}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
+import re
 from collections.abc import Iterator, Mapping
 from enum import IntEnum
 
@@ -219,6 +221,8 @@ def storage_error(
         return None
     hint = (hints or {}).get(cls)
     if cls is NoSpaceError:
+        if isinstance(exc, OSError) and exc.errno == errno.EDQUOT:
+            return NoSpaceError(f"{where}: {_quota_full(exc, where)}", hint=hint)
         return NoSpaceError(f"{where}: no space left on device", hint=hint)
     if cls is NotFoundError:
         if isinstance(exc, NotADirectoryError):
@@ -239,6 +243,24 @@ def storage_errors(where: str, *, hints: Mapping[type[StorekitError], str] | Non
         if err is None or err is exc:
             raise
         raise err from None
+
+
+def _quota_full(exc: OSError, where: str) -> str:
+    """EDQUOT as the quota that is full: which directory (the area, where init set the quota) and
+    its limits, asked of the file system above the path that failed."""
+    from storekit.fsfeatures import quota_root
+    from storekit.units import format_bytes
+
+    found = re.search(r"(?:file://)?(/[^\s:]*)", where)
+    paths = [p for p in (exc.filename, found.group(1) if found else None) if isinstance(p, str)]
+    for path in paths:
+        root = quota_root(path)
+        if root is not None:
+            limits = [format_bytes(root.max_bytes)] if root.max_bytes else []
+            limits += [f"{root.max_files} files"] if root.max_files else []
+            area = os.path.basename(root.path)
+            return f"the quota of area {area} ({root.path}) is full: {' and '.join(limits)}"
+    return "disk quota exceeded"
 
 
 def _reason(exc: BaseException) -> str:

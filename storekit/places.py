@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from storekit.config import SiteConfig, TierConfig, file_url_spelled, refuse_url_credentials
 from storekit.errors import NotFoundError, UsageError
 from storekit.paths import resolves_outside
+from storekit.rootprobe import guard_root
 from storekit.store import Store, open_store
 
 
@@ -76,6 +77,8 @@ def resolve_place(
     tier_cfg = site.tier(tier)
     store = open_store(tier_cfg)
     rel = path.strip("/")
+    if tier_cfg.local_root is not None:  # before the first call on it: a stalled MDS is exit 5, no hang
+        guard_root(tier_cfg.local_root, tier_cfg.name)
     if rel:
         store.full(rel)  # validates: no '..', no absolute, no symlink escape
     return Place(store, rel, tier_cfg.name)
@@ -116,6 +119,7 @@ def tier_relative(site: SiteConfig, where: str) -> tuple[str, str | None]:
 
 def _local_place(path: str, site: SiteConfig | None) -> Place:
     """On a configured POSIX tier when it is inside one (symlinks resolved), else rooted at its parent."""
+    guard_root(path, path)
     for cfg, rel in posix_tiers_holding(site, path):
         if rel:  # a tier's root itself is the ad-hoc place below
             return Place(open_store(cfg), Path(rel).as_posix(), cfg.name)

@@ -3,6 +3,7 @@
 Service contract (set by scripts/test.sh from the services it started, or by hand for a dev instance):
   STOREKIT_TEST_S3_ENDPOINT, STOREKIT_TEST_S3_KEY, STOREKIT_TEST_S3_SECRET  -> Ceph RGW
   STOREKIT_TEST_SLURM=1                                                     -> a Slurm cluster is up
+  STOREKIT_TEST_CEPHFS_MOUNT1, _MOUNT2 (one CephFS mounted twice), _DIR     -> CephFS (two "nodes")
 Outside CI a missing service skips the test with a one-line reason; with CI=true it fails.
 """
 
@@ -182,6 +183,35 @@ def s3_tier() -> Iterator[TierConfig]:
 @pytest.fixture
 def s3_store(s3_tier: TierConfig) -> Store:
     return open_store(s3_tier)
+
+
+@dataclass(frozen=True)
+class TwoMounts:
+    """One fresh directory of the real CephFS as two nodes see it: `one` through the first ceph-fuse
+    mount (client.admin), `two` through the second (another client). `mds_pid_file`: the MDS's pid."""
+
+    one: Path
+    two: Path
+    mds_pid_file: Path
+
+
+@pytest.fixture(scope="session")
+def cephfs_mounts() -> tuple[Path, Path, Path]:
+    m1, m2 = os.environ.get("STOREKIT_TEST_CEPHFS_MOUNT1"), os.environ.get("STOREKIT_TEST_CEPHFS_MOUNT2")
+    if not m1 or not m2 or not os.path.ismount(m1) or not os.path.ismount(m2):
+        _need("CephFS (STOREKIT_TEST_CEPHFS_MOUNT1/2, scripts/services/cephfs-up.sh)")
+    state = Path(os.environ.get("STOREKIT_TEST_CEPHFS_DIR", str(Path(str(m1)).parent)))
+    return Path(str(m1)), Path(str(m2)), state / "pids" / "mds.pid"
+
+
+@pytest.fixture
+def cephfs(cephfs_mounts: tuple[Path, Path, Path]) -> Iterator[TwoMounts]:
+    """A fresh directory on the real CephFS, seen from both mounts; removed afterwards."""
+    m1, m2, mds = cephfs_mounts
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    (m1 / name).mkdir()
+    yield TwoMounts(m1 / name, m2 / name, mds)
+    shutil.rmtree(m1 / name, ignore_errors=True)
 
 
 @pytest.fixture

@@ -95,6 +95,15 @@ eviction are checked on every node; reads are shifted by a node so no
 node reads what it wrote. --workers is per node, --ranks is the world
 size spread over the nodes. Results: per node and the aggregate.
 
+O_DIRECT on FUSE mounts (ceph-fuse, s3fs, ...): only the kernel's
+page cache is bypassed; every request then goes through the daemon
+behind the mount, which decides itself whether it caches (ceph-fuse
+has its own client cache; s3fs buffers whole objects). FUSE accepts
+unaligned O_DIRECT (no EINVAL, checked on ceph-fuse), so no refusal is
+reported there, and large requests are cut to the mount's max_write.
+So --direct on FUSE measures the daemon and the network, not only the
+disks; the kernel client (mount -t ceph) is the closer comparison.
+
 Sizes: k, M, G, T and KiB, MiB, GiB are binary (as in fio); KB, MB, GB
 are decimal.
 
@@ -224,7 +233,7 @@ def io(
             "--direct/--no-direct",
             help=(
                 "O_DIRECT on POSIX (bypass the page cache). Refusal by the filesystem is detected and "
-                "reported."
+                "reported. On FUSE mounts only the kernel's cache is bypassed (see above)."
             ),
         ),
     ] = DEFAULTS["direct"],

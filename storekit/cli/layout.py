@@ -26,7 +26,7 @@ from storekit.layout.check import RULES, CheckReport, check_layout
 from storekit.layout.clean import CleanPlan
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
-from storekit.layout.status import TierStatus, prometheus_text, tier_status
+from storekit.layout.status import AreaUsage, TierStatus, prometheus_text, tier_status
 from storekit.metrics import write_textfile
 from storekit.store import S3Store, Store, open_store
 from storekit.units import format_bytes, format_duration
@@ -73,8 +73,8 @@ def init(
     """Create the layout's hierarchy on a tier, with its permissions.
 
     Creates the tier root and every area (datasets/{code,text,multimodal}, checkpoints, logs, models,
-    scratch with the sticky bit), fixes the modes of existing area directories and applies Lustre
-    striping hints where `lfs` exists (reported as skipped elsewhere). Idempotent: run it again at any
+    scratch with the sticky bit), fixes the modes of existing area directories and sets the layout's
+    quotas and striping on CephFS and Lustre (reported as skipped elsewhere). Idempotent: run it again at any
     time; it never deletes or moves anything. On an S3 tier it creates the bucket and prefix markers.
 
     It touches only a root that is missing, empty, or already holds one of the layout's areas; a
@@ -396,6 +396,16 @@ def status(
         )
 
 
+def _quota_cell(a: AreaUsage) -> str:
+    """used/limit: the file system's quota where it enforces one, else the layout's."""
+    limit = a.fs_quota_bytes if a.fs_quota_bytes is not None else a.quota_bytes
+    if limit is None:
+        return "-"
+    return f"{format_bytes(a.bytes)}/{format_bytes(limit)}" + (
+        " (fs)" if a.fs_quota_bytes is not None else ""
+    )
+
+
 def _render_status(c: Console, statuses: list[TierStatus]) -> None:
     for st in statuses:
         if not st.reachable:
@@ -411,7 +421,7 @@ def _render_status(c: Console, statuses: list[TierStatus]) -> None:
                 format_bytes(a.bytes),
                 str(a.files),
                 str(a.dirs),
-                "-" if a.free_bytes is None else format_bytes(a.free_bytes),
-                "-" if a.quota_bytes is None else format_bytes(a.quota_bytes),
+                "unknown" if a.free_bytes is None else format_bytes(a.free_bytes),
+                _quota_cell(a),
             )
         c.print(table)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from storekit.checkpoint.scan import INCOMPLETE, scan_area_run
 from storekit.errors import StorekitError
+from storekit.layout import fsapply
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.paths import resolves_outside
@@ -31,6 +32,7 @@ RULES = {
     "ttl-expired": "a scratch entry older than its area's TTL",
     "mode": "wrong permissions",
     "quota": "an area over its quota",
+    "fs-settings": "a quota or striping the file system holds that differs from the layout's (init sets it)",
     "symlink-escape": "a symlink pointing outside the tier root",
     "incomplete-checkpoint": "a checkpoint its writer did not finish: names the writer and missing marker",
     "bad-pointer": "a tracker or latest pointer naming a missing or incomplete unit, or leaving its run",
@@ -310,6 +312,9 @@ def check_layout(spec: LayoutSpec, store: Store, *, now: float | None = None) ->
             report.entries_scanned += 1
             scan.visit(sub)
         scan.finish()
+    report.findings += [
+        Finding("fs-settings", area, problem) for area, problem in fsapply.differences(spec, store)
+    ]
     return report
 
 

@@ -8,20 +8,19 @@ dry run too, unless `adopt` says to lay it out anyway.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from storekit.errors import NotFoundError, StorekitError
-from storekit.layout.spec import AreaSpec, LayoutSpec, StripingSpec
+from storekit.layout import fsapply
+from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.paths import join_rel
 from storekit.store import Store
 
 
 @dataclass(frozen=True)
 class LayoutAction:
-    action: str  # create-root | mkdir | chmod | setstripe
+    action: str  # create-root | mkdir | chmod | fs-set (quotas and striping, layout/fsapply.py)
     path: str  # relative to the tier root ('' is the root)
     mode: str | None = None  # octal string, for mkdir/chmod
     detail: str = ""
@@ -85,7 +84,7 @@ def plan_init(spec: LayoutSpec, store: Store, *, adopt: bool = False) -> LayoutP
     if not caps.posix_modes:
         skipped.append(f"permissions: {store.display_url} has no POSIX modes (object store)")
 
-    def want_dir(rel: str, mode: int, striping: StripingSpec | None = None) -> None:
+    def want_dir(rel: str, mode: int) -> None:
         try:
             entry = store.info(rel)
         except NotFoundError:
@@ -99,19 +98,15 @@ def plan_init(spec: LayoutSpec, store: Store, *, adopt: bool = False) -> LayoutP
             actions.append(LayoutAction("create-root" if not rel else "mkdir", rel, _octal(mode)))
         elif caps.posix_modes and entry.mode is not None and entry.mode != mode:
             actions.append(LayoutAction("chmod", rel, _octal(mode), f"was {_octal(entry.mode)}"))
-        if striping is not None:
-            if caps.striping and shutil.which("lfs"):
-                actions.append(LayoutAction("setstripe", rel, None, _stripe_detail(striping)))
-            else:
-                skipped.append(
-                    f"striping {rel}: {_stripe_detail(striping)} (lfs not found or not a Lustre tier)"
-                )
 
     want_dir("", spec.root_mode)
     for area in spec.areas:
-        want_dir(area.name, area.mode, area.striping)
+        want_dir(area.name, area.mode)
         for child in area.create:
             want_dir(join_rel(area.name, child), _child_mode(area))
+    settings, fs_skipped = fsapply.plan_settings(spec, store)
+    actions += [LayoutAction(fsapply.ACTION, area, None, detail) for area, detail in settings]
+    skipped += fs_skipped
     return LayoutPlan(
         tier=store.name,
         url=store.display_url,
@@ -126,10 +121,6 @@ def _child_mode(area: AreaSpec) -> int:
     return area.mode & ~0o1000
 
 
-def _stripe_detail(striping: StripingSpec) -> str:
-    return f"stripe_count={striping.count} stripe_size={striping.size}"
-
-
 def apply_init(
     plan: LayoutPlan, store: Store, on_action: Callable[[LayoutAction], None] | None = None
 ) -> None:
@@ -138,18 +129,7 @@ def apply_init(
             store.makedirs(action.path, int(action.mode or "0755", 8))
         elif action.action == "chmod":
             store.chmod(action.path, int(action.mode or "0755", 8))
-        elif action.action == "setstripe":
-            _setstripe(store, action)
+        elif action.action == fsapply.ACTION:
+            fsapply.apply_settings(store, action.path, action.detail)
         if on_action:
             on_action(action)
-
-
-def _setstripe(store: Store, action: LayoutAction) -> None:
-    path = store.local_path(action.path)
-    if path is None:
-        return
-    fields = dict(part.split("=") for part in action.detail.split())
-    cmd = ["lfs", "setstripe", "-c", fields["stripe_count"], "-S", fields["stripe_size"], path]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise StorekitError(f"{' '.join(cmd)} failed: {done.stderr.strip() or done.returncode}")

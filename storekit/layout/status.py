@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 
 from storekit.diskspace import free_bytes
 from storekit.errors import StorekitError
+from storekit.fsfeatures import FsBackend
+from storekit.layout import fsapply
 from storekit.layout.spec import LayoutSpec
 from storekit.metrics import Metrics
 from storekit.store import Store
@@ -21,8 +23,12 @@ class AreaUsage:
     files: int = 0
     dirs: int = 0
     free_bytes: int | None = None
-    quota_bytes: int | None = None
+    quota_bytes: int | None = None  # the layout's
     exists: bool = True
+    quota_files: int | None = None  # the layout's
+    fs_quota_bytes: int | None = None  # the quota the file system enforces (CephFS, Lustre), if any
+    fs_quota_files: int | None = None
+    usage_source: str = "walk"  # or the file system's own totals: "cephfs" (rstats), "lustre" (project)
 
 
 @dataclass
@@ -47,7 +53,11 @@ def tier_status(spec: LayoutSpec, store: Store) -> TierStatus:
         store.probe()
         status.free_bytes = store.free_space()
         top = {e.name: e for e in store.list("")} if store.exists("") else {}
-        usage = {a.name: AreaUsage(area=a.name, quota_bytes=a.quota_bytes) for a in spec.areas}
+        usage = {
+            a.name: AreaUsage(area=a.name, quota_bytes=a.quota_bytes, quota_files=a.quota_files)
+            for a in spec.areas
+        }
+        backend = fsapply.tier_backend(store) if top else None
         other = AreaUsage(area=OTHER)
         for name, entry in top.items():
             target = usage.get(name, other)
@@ -57,6 +67,8 @@ def tier_status(spec: LayoutSpec, store: Store) -> TierStatus:
                 target.bytes += entry.size
                 target.files += 1
                 continue
+            if backend is not None and target is not other and _fs_usage(store, backend, target):
+                continue  # O(1): the file system keeps the tree's totals
             for sub in store.walk(name):
                 if sub.is_dir:
                     target.dirs += 1
@@ -66,12 +78,28 @@ def tier_status(spec: LayoutSpec, store: Store) -> TierStatus:
         for area in usage.values():
             area.exists = area.area in top
             area.free_bytes = _area_free(store, area.area) if area.exists else status.free_bytes
+            if area.fs_quota_bytes is not None:  # what the quota leaves, when less than statfs says
+                left = max(0, area.fs_quota_bytes - area.bytes)
+                area.free_bytes = left if area.free_bytes is None else min(left, area.free_bytes)
         status.areas = list(usage.values()) + ([other] if other.files or other.dirs else [])
     except StorekitError as exc:
         status.reachable = False
         status.error = exc.message
     status.seconds = round(time.monotonic() - started, 3)
     return status
+
+
+def _fs_usage(store: Store, backend: FsBackend, target: AreaUsage) -> bool:
+    try:
+        totals, held = fsapply.area_usage(store, backend, target.area)
+    except StorekitError:  # the file system's tool or xattrs failed: the walk still counts
+        return False
+    target.fs_quota_bytes, target.fs_quota_files = held.quota_bytes, held.quota_files
+    if totals is None:
+        return False
+    target.bytes, target.files, target.dirs = totals.bytes, totals.files, totals.dirs
+    target.usage_source = backend.fs
+    return True
 
 
 def _area_free(store: Store, area: str) -> int | None:
@@ -91,6 +119,9 @@ _HELP = {
     "storekit_area_dirs": "Directories in a layout area.",
     "storekit_area_free_bytes": "Bytes free on the filesystem holding the area.",
     "storekit_area_quota_bytes": "The area's quota from the layout, in bytes.",
+    "storekit_area_quota_files": "The area's file-count quota from the layout.",
+    "storekit_area_fs_quota_bytes": "The byte quota the file system enforces on the area (CephFS, Lustre).",
+    "storekit_area_fs_quota_files": "The file-count quota the file system enforces on the area.",
     "storekit_status_timestamp_seconds": "When storekit status last wrote this file.",
 }
 
@@ -115,5 +146,8 @@ def prometheus_text(statuses: list[TierStatus], *, now: float | None = None) -> 
             gauge("storekit_area_dirs", labels, a.dirs)
             gauge("storekit_area_free_bytes", labels, a.free_bytes)
             gauge("storekit_area_quota_bytes", labels, a.quota_bytes)
+            gauge("storekit_area_quota_files", labels, a.quota_files)
+            gauge("storekit_area_fs_quota_bytes", labels, a.fs_quota_bytes)
+            gauge("storekit_area_fs_quota_files", labels, a.fs_quota_files)
     gauge("storekit_status_timestamp_seconds", {}, round(time.time() if now is None else now, 3))
     return m.render()

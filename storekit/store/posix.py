@@ -15,6 +15,7 @@ from storekit.diskspace import free_bytes
 from storekit.durable import fsync_dir, remove_tombstone, tombstone
 from storekit.errors import PathEscapeError, StorekitError, UnreachableError, storage_error
 from storekit.paths import clean_rel, resolves_outside
+from storekit.rootprobe import guard_root
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
 from storekit.store.probe import posix_capabilities
 from storekit.store.scan import ScanEntry, scan_tree
@@ -64,6 +65,7 @@ class PosixStore(Store):
         return self.full(rel)
 
     def probe(self) -> None:
+        guard_root(self.root, self.name)  # first, on a shared mount: a stalled MDS must not hang us
         parent = os.path.dirname(self.root)
         if not os.path.isdir(self.root) and not os.path.isdir(parent):
             raise UnreachableError(

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 from storekit.diskspace import free_bytes, nearest_existing
+from storekit.fsfeatures import CEPHFS_TYPES
 from storekit.mounts import mount_of
 from storekit.store.base import XATTR_PREFIX, Capabilities
 
@@ -33,7 +34,7 @@ def posix_capabilities(root: str) -> Capabilities:
         posix_modes=True,
         free_space=free_bytes(where) is not None,
         user_metadata=has_user_xattrs(where),
-        striping=lfs_works(where, fs_type),
+        striping=lfs_works(where, fs_type) or fs_type in CEPHFS_TYPES,
     )
 
 

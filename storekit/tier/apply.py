@@ -20,6 +20,7 @@ from storekit.config import SiteConfig
 from storekit.errors import ExitCode, NotFoundError, StorekitError, storage_error
 from storekit.layout.spec import load_layout
 from storekit.lease import Lease
+from storekit.rootprobe import guard_root
 from storekit.store import Store, open_store
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import fingerprint_of
@@ -118,6 +119,11 @@ def apply_plan(
 ) -> list[UnitResult]:
     """Every unit of the plan in order; a failed unit does not stop the others."""
     stores = {name: open_store(site.tier(name)) for name in _tiers(plan)}
+    # a shared tier (source or destination) whose metadata server stalls is exit 5, not a hang
+    for name in sorted({t for u in plan.units for t in (u.src_tier, u.dst_tier)}):
+        root = site.tier(name).local_root
+        if root is not None:
+            guard_root(root, name)
     results: list[UnitResult] = []
     with _drain_lock(plan, stores):
         for unit in plan.units:

@@ -1,4 +1,5 @@
-"""The store conformance suite: every test here runs against a local directory AND the real Ceph RGW.
+"""The store conformance suite: every test here runs against a local directory, the real Ceph RGW
+and a directory on the real CephFS (a shared file system as cluster nodes mount it).
 
 Like fsspec's abstract tests, a test is written once against the `store` fixture, which is parametrised
 over the backends; `store_pair` gives (source, destination) pairs across backends for copies. A third
@@ -20,9 +21,14 @@ import pytest
 
 from storekit.config import TierConfig
 from storekit.store import S3Store, Store, open_store, s3_filesystem
-from tests.conftest import IN_CI, s3_options
+from tests.conftest import IN_CI, TwoMounts, s3_options
 
-BACKENDS = ["local", "noxattr", pytest.param("s3", marks=pytest.mark.ceph)]
+BACKENDS = [
+    "local",
+    "noxattr",
+    pytest.param("s3", marks=pytest.mark.ceph),
+    pytest.param("cephfs", marks=pytest.mark.cephfs),
+]
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +56,13 @@ def noxattr_store(ramfs: Path) -> Store:
 def kept(store: Store, meta: dict[str, str]) -> dict[str, str]:
     """The metadata a test may pass: all of it where the store keeps metadata, none where it cannot."""
     return meta if store.capabilities.user_metadata else {}
+
+
+@pytest.fixture
+def cephfs_store(cephfs: TwoMounts) -> Store:
+    store = open_store(TierConfig(name="cephfs", url=(cephfs.one / "storage").as_uri(), role="plain"))
+    store.makedirs("")
+    return store
 
 
 @pytest.fixture(scope="session")

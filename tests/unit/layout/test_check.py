@@ -203,6 +203,7 @@ def test_every_rule_is_documented() -> None:
         "ttl-expired",
         "mode",
         "quota",
+        "fs-settings",
         "symlink-escape",
         "incomplete-checkpoint",
         "bad-pointer",
