@@ -81,8 +81,11 @@ def _modules_for(args: Sequence[str]) -> Sequence[str] | None:
     """The one module `args` invoke, or None (help, a typo, completion): the whole tree then."""
     if "_STOREKIT_COMPLETE" in os.environ:
         return None
-    at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
-    if at is None or args[at] not in NOUNS or {"-h", "--help"} & set(args[:at]):
+    at = 0
+    while at < len(args) and args[at].startswith("-"):  # common options before the noun
+        common = _common_option(args[at])
+        at += 2 if common is not None and common[1] else 1
+    if at >= len(args) or args[at] not in NOUNS or {"-h", "--help"} & set(args[:at]):
         return None
     return (NOUNS[args[at]],)
 
@@ -134,6 +137,49 @@ def _refuse_url_credentials(args: list[str]) -> None:
             refuse_url_credentials(url, "command line")
 
 
+# options every command takes, accepted before the subcommand too (`storekit --config F tier --drain`,
+# as git/kubectl/rclone users type): option -> takes a value
+COMMON_OPTIONS = {"--config": True, "-c": True, "--json": False, "--quiet": False, "-q": False}
+
+
+def _common_option(arg: str) -> tuple[str, bool] | None:
+    """(name, takes_value_in_next_arg) when `arg` is a common option (`--config=F` carries its value)."""
+    name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+    if name not in COMMON_OPTIONS:
+        return None
+    return name, COMMON_OPTIONS[name] and "=" not in arg
+
+
+def hoist_common_options(command: click.Command, args: Sequence[str]) -> list[str]:
+    """`args` with common options typed before the command that takes them moved to just after it.
+
+    Walks the command words (`layout`, `check`); a common option met on the way, which the group it
+    follows does not take, moves behind the last word. What follows the last word is left as typed.
+    """
+    args = list(args)
+    hoisted: list[str] = []
+    at = 0
+    cmd = command
+    while at < len(args):
+        arg = args[at]
+        common = _common_option(arg)
+        if common is not None and not _takes(cmd, common[0]):
+            n = 2 if common[1] else 1
+            hoisted += args[at : at + n]
+            del args[at : at + n]
+            continue
+        if isinstance(cmd, click.Group) and arg in cmd.commands:
+            cmd = cmd.commands[arg]
+            at += 1
+            continue
+        break
+    return args[:at] + hoisted + args[at:]
+
+
+def _takes(cmd: click.Command, option: str) -> bool:
+    return any(option in p.opts for p in cmd.params)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     json_mode = "--json" in args
@@ -141,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     modules = _modules_for(args)
     command = get_command(build_app() if modules is None else build_app(modules))
+    args = hoist_common_options(command, args)
     try:
         _refuse_url_credentials(args)
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)

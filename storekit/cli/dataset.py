@@ -331,4 +331,5 @@ def blend_command(
         "dataset blend",
         {"format": fmt, "text": text, "splits": split_lists(prefixes), "output": output},
         human,
+        answer=not output,  # with -o FILE the file is the answer; --quiet prints nothing
     )

@@ -21,6 +21,22 @@ if TYPE_CHECKING:  # rich loads on first human output: --json and --quiet runs n
     from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
+# commands whose stdout is what was asked for (a path for `$(...)`, a listing): printed with --quiet too;
+# every other command's report is left out with --quiet (cron mails whatever reaches stdout)
+ANSWERS = frozenset(
+    {
+        "ckpt latest",
+        "ckpt list",
+        "dataset list",
+        "dataset info",
+        "dataset inspect",
+        "dataset blend",
+        "layout show",
+        "config show",
+        "jobs status",
+        "version",
+    }
+)
 _emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
 
 
@@ -98,13 +114,22 @@ class Output:
 
         return Console(highlight=False, soft_wrap=True)
 
-    def result(self, command: str, data: Mapping[str, Any], human: Callable[[Console], None]) -> None:
+    def result(
+        self,
+        command: str,
+        data: Mapping[str, Any],
+        human: Callable[[Console], None],
+        *,
+        answer: bool | None = None,
+    ) -> None:
+        """The command's result on stdout. `answer`: the human rendering is what was asked for, so
+        --quiet prints it too (default: whether `command` is one of ANSWERS)."""
         _emitted["result"] = True
         if self.json_mode:
             doc = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **data}
             sys.stdout.write(dumps(doc) + "\n")
             sys.stdout.flush()
-        else:
+        elif not self.quiet or (command in ANSWERS if answer is None else answer):
             human(self.out)
 
     def info(self, message: str) -> None:
@@ -112,7 +137,9 @@ class Output:
             self.err.print(message, markup=False)
 
     def warn(self, message: str) -> None:
-        self.err.print(f"warning: {message}", style="yellow", markup=False)
+        """A warning on stderr; --quiet leaves only errors there."""
+        if not self.quiet:
+            self.err.print(f"warning: {message}", style="yellow", markup=False)
 
     @contextmanager
     def progress(
