@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
 
-from storekit.cli.output import Output
-from storekit.config import SiteConfig, load_config
+from storekit.cli.output import Output, set_config_source
+from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
 from storekit.errors import EXIT_CODE_TABLE, ExitCode
 from storekit.store import Store, open_store
 
@@ -46,7 +47,8 @@ ConfigOpt = Annotated[
         "-c",
         metavar="FILE",
         help="Site config (storekit.toml). Default: $STOREKIT_CONFIG, then ./storekit.toml, "
-        "then the embedded default (one local tier at ./storage).",
+        "$XDG_CONFIG_HOME/storekit/storekit.toml, /etc/storekit.toml, then the embedded default "
+        "(one local tier at ./storage).",
     ),
 ]
 TierOpt = Annotated[
@@ -64,7 +66,24 @@ def make_output(json_mode: bool, quiet: bool) -> Output:
 
 
 def site_config(config: str | None) -> SiteConfig:
-    return load_config(config)
+    cfg = load_config(config)
+    set_config_source(cfg.source)
+    if cfg.source == EMBEDDED_SOURCE and not _interactive():
+        # cron or a batch job started from the wrong directory would otherwise look at ./storage, green
+        searched = ", ".join(str(p) for p in config_search_path())
+        root = cfg.tiers["local"].local_root
+        sys.stderr.write(
+            f"warning: no config file found (--config, ${ENV_CONFIG}, {searched}); "
+            f"using the embedded default: one tier at {root}\n"
+        )
+    return cfg
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
 
 
 def tier_store(config: SiteConfig, tier: str | None, *, probe: bool = True) -> Store:

@@ -20,13 +20,14 @@ from storekit.cli.common import (
     site_config,
     tier_store,
 )
+from storekit.cli.output import config_source
 from storekit.config import SiteConfig, mask_url
 from storekit.errors import ExitCode, NotFoundError, StorekitError, UnreachableError
 from storekit.layout.check import RULES, CheckReport, check_layout
 from storekit.layout.clean import CleanPlan
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
-from storekit.layout.status import TierStatus, prometheus_text, tier_status
+from storekit.layout.status import TierStatus, prometheus_text, root_missing, tier_status
 from storekit.metrics import write_textfile
 from storekit.store import S3Store, Store, open_store
 from storekit.units import format_bytes, format_duration
@@ -109,7 +110,13 @@ def _probe_for_init(store: Store) -> None:
             raise  # a missing S3 bucket is created by init; anything else is an error
 
 
+def _config_line(c: Console) -> None:
+    """The header line saying which config the report is of (cron mail from a wrong cwd shows it)."""
+    c.print(f"config: {config_source()}", markup=False, soft_wrap=True)
+
+
 def _render_plan(c: Console, plan: LayoutPlan, dry_run: bool) -> None:
+    _config_line(c)
     verb = "would apply" if dry_run else "applied"
     if not plan.actions:
         c.print(f"tier {plan.tier} ({plan.url}) already matches layout {plan.layout}: nothing to do")
@@ -159,6 +166,11 @@ def check(
         try:
             store = tier_store(cfg, name)
             spec = load_layout(layout or store.tier.layout)
+            missing = root_missing(store)
+            if missing is not None:  # down, as status and its metrics say: not "nothing to check"
+                raise UnreachableError(
+                    missing, hint=f"is it mounted? a new tier is created by: {_init_command(cfg, name)}"
+                )
             reports.append(check_layout(spec, store))
         except (UnreachableError, NotFoundError) as exc:
             # one tier down must not hide the others: report it as a row, fail after all were checked
@@ -203,6 +215,7 @@ def _combined(failures: list[StorekitError]) -> StorekitError:
 
 
 def _render_check(c: Console, reports: list[CheckReport]) -> None:
+    _config_line(c)
     for r in reports:
         if r.error is not None:
             c.print(f"tier {r.tier} ({r.url}): NOT CHECKED: {r.error}", markup=False)
@@ -262,6 +275,7 @@ def clean(
 
 
 def _render_clean(c: Console, plan: CleanPlan, dry_run: bool) -> None:
+    _config_line(c)
     verb = "would delete" if dry_run else "deleted"
     deletes = [e for e in plan.entries if e.action == "delete"]
     c.print(
@@ -397,6 +411,7 @@ def status(
 
 
 def _render_status(c: Console, statuses: list[TierStatus]) -> None:
+    _config_line(c)
     for st in statuses:
         if not st.reachable:
             c.print(f"tier {st.tier} ({st.url}): UNREACHABLE: {st.error}")

@@ -38,6 +38,7 @@ ANSWERS = frozenset(
     }
 )
 _emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
+_config: dict[str, str | None] = {"source": None}  # the site config this run loaded, for every result
 
 
 def result_emitted() -> bool:
@@ -47,6 +48,16 @@ def result_emitted() -> bool:
 def reset_emitted() -> None:
     """Start of a command: nothing on stdout yet (matters when main() runs twice in one process)."""
     _emitted["result"] = False
+    _config["source"] = None
+
+
+def set_config_source(source: str) -> None:
+    """The config file this run uses (or the embedded default): every --json result names it."""
+    _config["source"] = source
+
+
+def config_source() -> str | None:
+    return _config["source"]
 
 
 def _json_default(obj: Any) -> Any:
@@ -127,6 +138,8 @@ class Output:
         _emitted["result"] = True
         if self.json_mode:
             doc = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **data}
+            if _config["source"] is not None:
+                doc.setdefault("config", _config["source"])
             sys.stdout.write(dumps(doc) + "\n")
             sys.stdout.flush()
         elif not self.quiet or (command in ANSWERS if answer is None else answer):
