@@ -22,7 +22,7 @@ from typer.main import get_command
 
 from storekit import __version__
 from storekit.cli.common import exit_codes, noun_app
-from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
+from storekit.cli.output import closing_warnings, dumps, error_document, reset_emitted, result_emitted
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.interrupts import interrupt_on
@@ -217,4 +217,8 @@ def main(argv: list[str] | None = None) -> None:
         # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGUSR1 above) that escapes a command
         # into a silent exit 130; say what happened, as for any other error
         _fail(Interrupted("interrupted", hint="rerun the same command to resume"), json_mode)
-    raise SystemExit(rv if isinstance(rv, int) else 0)
+    code = rv if isinstance(rv, int) else 0
+    if code == 0:
+        for message in closing_warnings():
+            sys.stderr.write(f"warning: {message}\n")
+    raise SystemExit(code)

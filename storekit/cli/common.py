@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from storekit.cli.output import Output, set_config_source
+from storekit.cli.output import Output, quiet_run, set_closing_warning, set_config_source
 from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
 from storekit.errors import EXIT_CODE_TABLE, ExitCode
 from storekit.store import Store, open_store
@@ -68,13 +68,15 @@ def make_output(json_mode: bool, quiet: bool) -> Output:
 def site_config(config: str | None) -> SiteConfig:
     cfg = load_config(config)
     set_config_source(cfg.source)
-    if cfg.source == EMBEDDED_SOURCE and not _interactive():
-        # cron or a batch job started from the wrong directory would otherwise look at ./storage, green
+    if cfg.source == EMBEDDED_SOURCE and not _interactive() and not quiet_run():
+        # cron or a batch job started from the wrong directory would otherwise report on ./storage
+        # unnoticed; said once the command succeeded (a failure says enough), never with --quiet
+        # (errors only: a missing ./storage is a down tier, exit 5)
         searched = ", ".join(str(p) for p in config_search_path())
         root = cfg.tiers["local"].local_root
-        sys.stderr.write(
-            f"warning: no config file found (--config, ${ENV_CONFIG}, {searched}); "
-            f"using the embedded default: one tier at {root}\n"
+        set_closing_warning(
+            f"no config file found (--config, ${ENV_CONFIG}, {searched}); "
+            f"used the embedded default: one tier at {root}"
         )
     return cfg
 

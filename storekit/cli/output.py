@@ -39,6 +39,8 @@ ANSWERS = frozenset(
 )
 _emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
 _config: dict[str, str | None] = {"source": None}  # the site config this run loaded, for every result
+_quiet = {"run": False}  # --quiet was given: stderr carries errors only
+_closing: list[str] = []  # warnings said at the end of a run that succeeded
 
 
 def result_emitted() -> bool:
@@ -49,6 +51,16 @@ def reset_emitted() -> None:
     """Start of a command: nothing on stdout yet (matters when main() runs twice in one process)."""
     _emitted["result"] = False
     _config["source"] = None
+    _quiet["run"] = False
+    _closing.clear()
+
+
+def set_closing_warning(message: str) -> None:
+    _closing.append(message)
+
+
+def closing_warnings() -> list[str]:
+    return list(_closing)
 
 
 def set_config_source(source: str) -> None:
@@ -58,6 +70,10 @@ def set_config_source(source: str) -> None:
 
 def config_source() -> str | None:
     return _config["source"]
+
+
+def quiet_run() -> bool:
+    return _quiet["run"]
 
 
 def _json_default(obj: Any) -> Any:
@@ -111,6 +127,7 @@ class Output:
     def __init__(self, *, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
+        _quiet["run"] = _quiet["run"] or quiet
         self._started = time.monotonic()
 
     @cached_property

@@ -282,6 +282,13 @@ def prepare_dataset_command(
             "(only one below datasets/ on a configured tier; nothing else is ever replaced).",
         ),
     ] = False,
+    allow_empty: Annotated[
+        bool,
+        typer.Option(
+            "--allow-empty",
+            help="Commit the dataset even when no document was kept (default: nothing is committed, exit 1).",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -321,6 +328,7 @@ def prepare_dataset_command(
         "on_error": on_error,
         "work_dir": work_dir,
         "task_bytes": task_size,
+        "allow_empty": allow_empty or None,
     }
     if pipeline is None and not inputs and not tokenizer:
         pipeline = SAMPLE_PIPELINE

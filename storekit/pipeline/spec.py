@@ -67,6 +67,7 @@ _KEYS: dict[str, tuple[str, str, str]] = {
     "on_error": ("run", "on_error", "--on-error"),
     "work_dir": ("run", "work_dir", "--work-dir"),
     "task_bytes": ("run", "task_size", "--task-size"),
+    "allow_empty": ("output", "allow_empty", "--allow-empty"),
 }
 _SIZE_FIELDS = ("shard_bytes", "max_doc_bytes", "task_bytes")
 
@@ -101,6 +102,7 @@ class PipelineSpec:
     on_error: str = "skip"
     work_dir: str | None = None
     task_bytes: int | None = None  # None: chosen from the corpus size
+    allow_empty: bool = False  # commit a dataset that kept no document (else: nothing committed, exit 1)
 
     @property
     def default_output(self) -> str:
@@ -127,6 +129,8 @@ class PipelineSpec:
             "shard_bytes": self.shard_bytes,
             "shard_tokens": self.shard_tokens,
             "on_error": self.on_error,
+            # only when set: every plan id made before this option existed stays the same
+            **({"allow_empty": True} if self.allow_empty else {}),
         }
 
 
@@ -230,7 +234,7 @@ def _check(name: str, value: Any, origin: str) -> Any:
         if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
             raise fail("expected a list of field names (or a,b,c on the command line)")
         return tuple(i.strip() for i in items if i.strip())
-    if name in ("eos", "bos", "dedup"):
+    if name in ("eos", "bos", "dedup", "allow_empty"):
         if not isinstance(value, bool):
             raise fail(f"expected true or false, got {value!r}")
         return value

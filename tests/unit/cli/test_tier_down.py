@@ -106,13 +106,19 @@ def test_no_config_outside_a_terminal_is_said_on_stderr(
     tmp_path: Path, sk: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    ran = sk(tmp_path, "status", "--json", "--quiet")  # the cron line, run from the wrong directory
-    assert ran.code == 5
+    quiet = sk(tmp_path, "status", "--quiet")  # the cron line, run from the wrong directory
+    assert (quiet.code, quiet.stdout) == (5, "")  # not green: ./storage is not there
+    assert quiet.stderr == (  # --quiet: the error only
+        f"error: 1 tier(s) unreachable: tier local: root {tmp_path}/storage does not exist (not mounted?)\n"
+    )
+    assert sk(tmp_path, "init", "--quiet").code == 0
+    ran = sk(tmp_path, "status", "--json")  # it succeeds: on the embedded default, which it says
+    assert ran.code == 0
     assert ran.json()["config"] == "<embedded default: ./storage>"
-    assert ran.stderr.splitlines()[0] == (
+    assert ran.stderr == (
         f"warning: no config file found (--config, $STOREKIT_CONFIG, storekit.toml, "
-        f"{tmp_path}/xdg/storekit/storekit.toml, /etc/storekit.toml); using the embedded default: "
-        f"one tier at {tmp_path}/storage"
+        f"{tmp_path}/xdg/storekit/storekit.toml, /etc/storekit.toml); used the embedded default: "
+        f"one tier at {tmp_path}/storage\n"
     )
     # $XDG_CONFIG_HOME/storekit/storekit.toml is found from any directory
     (tmp_path / "xdg/storekit").mkdir(parents=True)
