@@ -192,12 +192,10 @@ class BenchSpec:
 
 
 def parse_size(text: str, option: str) -> int:
-    """A size as fio reads it: a bare k/M/G/T suffix is binary."""
+    """A size of an option: storekit's one size grammar (units.parse_size), as fio reads it."""
     value = text.strip()
     if value.startswith("-"):
         raise UsageError(f"{option} {text!r}: sizes cannot be negative")
-    if re.fullmatch(r"[0-9.]+\s*[kKmMgGtTpP]", value):
-        value += "i"
     try:
         return _parse_size_units(value)
     except ValueError as exc:

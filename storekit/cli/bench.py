@@ -27,7 +27,7 @@ from storekit.config import refuse_url_credentials
 from storekit.errors import ExitCode, UsageError
 from storekit.places import resolve_place, tier_place
 from storekit.store import S3Store
-from storekit.units import format_bytes
+from storekit.units import SIZE_HELP, format_bytes
 
 if TYPE_CHECKING:
     from storekit.bench.cluster.launch import SlurmOptions
@@ -181,14 +181,18 @@ def io(
         str,
         typer.Option(
             "--size",
+            metavar="SIZE",
             help=(
                 "Bytes per phase: the shard and token data sets, and the checkpoint sample all ranks "
-                "write together."
+                f"write together. {SIZE_HELP}"
             ),
         ),
     ] = DEFAULTS["size"],
     file_size: Annotated[
-        str, typer.Option("--file-size", help="Size of each shard file (shards, tokens).")
+        str,
+        typer.Option(
+            "--file-size", metavar="SIZE", help=f"Size of each shard file (shards, tokens). {SIZE_HELP}"
+        ),
     ] = DEFAULTS["file_size"],
     workers: Annotated[
         str, typer.Option("--workers", "-w", help="Worker processes; a list sweeps, e.g. 1,2,4,8.")
@@ -198,9 +202,10 @@ def io(
         typer.Option(
             "--block-size",
             "-b",
+            metavar="SIZE[,SIZE...]",
             help=(
                 "I/O size per request (S3: part/read size); a list sweeps, e.g. 1M,4M. Multiples of "
-                "4k with O_DIRECT."
+                f"4K with O_DIRECT. {SIZE_HELP}"
             ),
         ),
     ] = DEFAULTS["block_size"],
@@ -286,7 +291,9 @@ def io(
     small_file_size: Annotated[
         str,
         typer.Option(
-            "--small-file-size", help="meta: bytes written to each small file (0 = empty, as mdtest)."
+            "--small-file-size",
+            metavar="SIZE",
+            help=f"meta: bytes written to each small file (0 = empty, as mdtest). {SIZE_HELP}",
         ),
     ] = DEFAULTS["small_file_size"],
     seed: Annotated[

@@ -38,6 +38,7 @@ from storekit.cli.prepare_slurm import (
 )
 from storekit.errors import ExitCode, UsageError
 from storekit.exits import skip_teardown
+from storekit.units import SIZE_HELP
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -190,7 +191,11 @@ def prepare_dataset_command(
     ] = None,
     shard_size: Annotated[
         str | None,
-        typer.Option("--shard-size", metavar="SIZE", help="Target .bin size per shard, e.g. 1GiB (default)."),
+        typer.Option(
+            "--shard-size",
+            metavar="SIZE",
+            help=f"Target .bin size per shard, e.g. 1G (default: 1GiB). {SIZE_HELP}",
+        ),
     ] = None,
     shard_tokens: Annotated[
         int | None,
@@ -216,7 +221,7 @@ def prepare_dataset_command(
         typer.Option(
             "--max-doc-bytes",
             metavar="SIZE",
-            help="Refuse single documents above this size (bad input). Default: 64MiB.",
+            help=f"Refuse single documents above this size (bad input). Default: 64MiB. {SIZE_HELP}",
         ),
     ] = None,
     holdout: Annotated[
@@ -258,7 +263,7 @@ def prepare_dataset_command(
         typer.Option(
             "--task-size",
             metavar="SIZE",
-            help="Input bytes per task. Default: chosen from the corpus size (1-64 MiB).",
+            help=f"Input bytes per task. Default: chosen from the corpus size (1-64 MiB). {SIZE_HELP}",
         ),
     ] = None,
     executor: ExecutorOpt = "local",
