@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from storekit.cli.common import (
@@ -417,7 +418,7 @@ def _render_status(c: Console, statuses: list[TierStatus]) -> None:
             c.print(f"tier {st.tier} ({st.url}): UNREACHABLE: {st.error}")
             continue
         free = "unknown" if st.free_bytes is None else format_bytes(st.free_bytes)
-        table = Table(title=f"tier {st.tier} [{st.role}] {st.url}, free {free}")
+        table = Table(title=escape(f"tier {st.tier} [{st.role}] {st.url}, free {free}"))
         for col in ("area", "bytes", "files", "dirs", "free", "quota"):
             table.add_column(col, justify="right" if col != "area" else "left")
         for a in st.areas:

@@ -6,13 +6,14 @@ Results go to stdout: a human rendering, or with `--json` exactly one JSON docum
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from storekit.cli.progress import PlainProgress, ProgressState, fit, interval_from_env, progress_parts
 
@@ -84,6 +85,32 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+_UNBOUNDED = 10_000  # columns when stdout is not a terminal: wider than any name storekit prints
+
+
+class _PlainLines(io.TextIOBase):
+    """sys.stdout (looked up on each write) with the spaces at the end of every line removed."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        if lines:
+            sys.stdout.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            sys.stdout.write(self._pending.rstrip(" "))
+            self._pending = ""
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def dumps(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, default=_json_default, ensure_ascii=False, indent=2)
 
@@ -140,7 +167,17 @@ class Output:
     def out(self) -> Console:
         from rich.console import Console
 
-        return Console(highlight=False, soft_wrap=True)
+        if sys.stdout.isatty():
+            return Console(highlight=False, soft_wrap=True)
+        # a pipe, a file, cron mail: nothing cut or folded at 80 columns, no padding at line ends, so
+        # `| grep`, `| cut` and `| tee` see whole names
+        return Console(
+            file=cast("IO[str]", _PlainLines()),
+            width=_UNBOUNDED,
+            highlight=False,
+            soft_wrap=True,
+            color_system=None,
+        )
 
     def result(
         self,

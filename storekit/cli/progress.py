@@ -9,6 +9,7 @@ seconds (default 30) and once at the end, as rclone's `--stats` does.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -89,13 +90,34 @@ def progress_parts(state: ProgressState, now: float, *, bar: bool) -> list[str]:
     return parts
 
 
+_CLOCK = re.compile(r"^\d+:\d\d:\d\d$")
+
+
+def _drop_order(parts: list[str]) -> list[int]:
+    """Which fields go first when the line is too wide: the docs/tokens rates, the elapsed clock, the
+    byte rate, the bar, the amount done. The description, the percentage and the ETA stay."""
+    rates = [i for i in range(len(parts) - 1, 0, -1) if parts[i].endswith("/s")]
+    byte_rate = [i for i in rates if parts[i].endswith("B/s")]
+    clock = [i for i in range(1, len(parts)) if _CLOCK.match(parts[i])]
+    bar = [i for i in range(1, len(parts)) if parts[i][:1] in ("━", "╺")]
+    kept = {0} | {i for i, p in enumerate(parts) if p.endswith("%") or p.startswith("eta ")}
+    order = [i for i in rates if i not in byte_rate] + clock + byte_rate + bar
+    return order + [i for i in range(len(parts) - 1, 0, -1) if i not in kept and i not in order]
+
+
 def fit(parts: list[str], width: int) -> str:
-    """Join as many parts as fit in `width` columns (the description is cut if it alone does not)."""
-    line = parts[0][:width]
-    for part in parts[1:]:
-        if len(line) + 2 + len(part) > width:
+    """Join the fields that fit in `width` columns, dropping the least useful first (the description
+    is cut if it alone does not fit)."""
+    keep = list(range(len(parts)))
+    for i in _drop_order(parts):
+        if sum(len(parts[k]) for k in keep) + 2 * (len(keep) - 1) <= width:
             break
-        line += "  " + part
+        keep.remove(i)
+    line = parts[0][:width]
+    for k in keep[1:]:
+        if len(line) + 2 + len(parts[k]) > width:
+            break
+        line += "  " + parts[k]
     return line
 
 
