@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click.ClickException as exc:
-        exc.show()
+        # one line, as every other error (Click's own is a usage block, a blank line and the error)
+        hint = _usage_hint(exc)
+        sys.stderr.write(f"error: {exc.format_message()}\n" + (f"hint: see {hint}\n" if hint else ""))
         code = ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
         if json_mode and not result_emitted():
             # a `| jq` pipeline still gets its one document, saying what was wrong

@@ -94,6 +94,8 @@ def status_command(
 
     out = make_output(json_out, quiet)
     site = site_config(config)
+    if tier is not None:
+        site.tier(tier)  # an unknown --tier is an error (exit 3), not "no jobs"
     from storekit.slurm.status import refine
 
     statuses = [job_status(JobDir(p)) for p in find_job_dirs(target, site, tier, work_dir)]
