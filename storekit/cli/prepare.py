@@ -378,7 +378,8 @@ def _name_from_input(ref: str) -> str:
     for ch in "*?[":
         base = base.split(ch)[0]
     base = base.split(".")[0].strip("-_.") or Path(ref.rstrip("/")).parent.name
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-_.") or "dataset"
+    # lowercase: the layout's dataset names are (MyCorpus.jsonl -> mycorpus)
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in base.lower()).strip("-_.") or "dataset"
 
 
 class _progress:

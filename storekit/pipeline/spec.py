@@ -37,6 +37,10 @@ DEFAULT_SHARD_BYTES = 1 << 30
 DEFAULT_MAX_DOC_BYTES = 64 << 20
 CLI_SOURCE = "<command line>"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# the dataset and version levels of the llm-cluster layout (datasets/<kind>/<name>/<version>)
+_LAYOUT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_LAYOUT_VERSION = re.compile(r"v[0-9]+([._][0-9]+)*|[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_BARE_VERSION = re.compile(r"[0-9]+([._][0-9]+)*")
 
 # field -> (toml table, toml key, flag): error messages name the key a user actually wrote
 _KEYS: dict[str, tuple[str, str, str]] = {
@@ -269,12 +273,29 @@ def _check(name: str, value: Any, origin: str) -> Any:
         raise fail(f"expected one of {', '.join(choices)}, got {value!r}")
     if name in ("name", "version") and not _NAME_RE.match(value):
         raise fail(f"{value!r} is not a valid {name}: use letters, digits, '.', '_' and '-'")
+    if name == "version" and _BARE_VERSION.fullmatch(value):
+        return f"v{value}"  # `--version 2` is v2: the layout names versions v1, v2, ... or dates
     if name == "text_key" and not value:
         raise fail("must not be empty")
     return value
 
 
 def _check_relations(spec: PipelineSpec, origin: Mapping[str, str]) -> None:
+    if spec.output is None:  # datasets/<kind>/<name>/<version>: names the layout check accepts
+        for field_name, rule, wanted in (
+            (
+                "name",
+                _LAYOUT_NAME,
+                "lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
+            ),
+            ("version", _LAYOUT_VERSION, "v1, v2, v1.1, ... or a date such as 2026-01-31"),
+        ):
+            value = getattr(spec, field_name)
+            if not rule.fullmatch(value):
+                file, key = where(origin.get(field_name, spec.source), field_name)
+                raise ConfigError(
+                    file, key, f"{value!r} would fail `storekit layout check` (misnamed); expected {wanted}"
+                )
     if spec.min_chars is not None and spec.max_chars is not None and spec.min_chars > spec.max_chars:
         file, key = where(origin.get("min_chars", spec.source), "min_chars")
         raise ConfigError(file, key, f"min_chars {spec.min_chars} is larger than max_chars {spec.max_chars}")
