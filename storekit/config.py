@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -25,6 +25,7 @@ ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
 DEFAULT_LAYOUT = "llm-cluster"
 ENV_CONFIG = "STOREKIT_CONFIG"
+ENV_TIER = "STOREKIT_TIER"  # the tier commands act on when --tier is not given (instead of default_tier)
 SYSTEM_CONFIG = Path("/etc/storekit.toml")
 EMBEDDED_SOURCE = "<embedded default: ./storage>"
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -168,8 +169,18 @@ def find_config_file(explicit: str | None) -> Path | None:
 def load_config(explicit: str | None = None) -> SiteConfig:
     path = find_config_file(explicit)
     if path is None:
-        return embedded_default()
-    return parse_config(path.read_bytes(), source=str(path), base_dir=path.resolve().parent)
+        site = embedded_default()
+    else:
+        site = parse_config(path.read_bytes(), source=str(path), base_dir=path.resolve().parent)
+    chosen = os.environ.get(ENV_TIER)
+    if chosen:
+        if chosen not in site.tiers:
+            raise NotFoundError(
+                f"${ENV_TIER}={chosen} names no tier in {site.source}",
+                hint=f"known tiers: {', '.join(sorted(site.tiers))}; unset it to use default_tier",
+            )
+        site = replace(site, default_tier=chosen)
+    return site
 
 
 def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:

@@ -23,6 +23,7 @@ from typer.main import get_command
 from storekit import __version__
 from storekit.cli.common import exit_codes, noun_app
 from storekit.cli.output import closing_warnings, dumps, error_document, reset_emitted, result_emitted
+from storekit.cli.progress import interval_from_env
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.interrupts import interrupt_on
@@ -39,6 +40,7 @@ NOUNS = {
     "bench": "bench",
     "jobs": "jobs",
     "config": "config",
+    "version": "version",
 }
 
 
@@ -140,6 +142,14 @@ def _refuse_url_credentials(args: list[str]) -> None:
 # options every command takes, accepted before the subcommand too (`storekit --config F tier --drain`,
 # as git/kubectl/rclone users type): option -> takes a value
 COMMON_OPTIONS = {"--config": True, "-c": True, "--json": False, "--quiet": False, "-q": False}
+# switches main() takes itself, wherever they are typed before `--`: no command has its own
+GLOBAL_SWITCHES = ("-v", "--verbose", "--no-color")
+
+
+def _take_switches(args: list[str]) -> tuple[list[str], set[str]]:
+    end = args.index("--") if "--" in args else len(args)
+    taken = {a for a in args[:end] if a in GLOBAL_SWITCHES}
+    return [a for a in args[:end] if a not in GLOBAL_SWITCHES] + args[end:], taken
 
 
 def _common_option(arg: str) -> tuple[str, bool] | None:
@@ -182,6 +192,12 @@ def _takes(cmd: click.Command, option: str) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    args, switches = _take_switches(list(args))
+    verbose = bool({"-v", "--verbose"} & switches)
+    if "--no-color" in switches:
+        os.environ["NO_COLOR"] = "1"  # rich and every child process honour it
+    if "--version" in args and not any(a in NOUNS for a in args[: args.index("--version")]):
+        args = ["version"] + [a for a in args if a != "--version"]  # `--version --json` too
     json_mode = "--json" in args
     reset_emitted()
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
@@ -190,8 +206,11 @@ def main(argv: list[str] | None = None) -> None:
     args = hoist_common_options(command, args)
     try:
         _refuse_url_credentials(args)
+        interval_from_env()  # a bad $STOREKIT_PROGRESS_INTERVAL is refused before anything runs
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)
     except StorekitError as exc:
+        if verbose:  # where it was raised, for a bug report; the one-line error still ends the output
+            sys.stderr.write(redact_urls("".join(traceback.format_exception(exc))))
         _fail(exc, json_mode)
     except click.exceptions.Exit as exc:
         raise SystemExit(exc.exit_code) from None

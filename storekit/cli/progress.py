@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
+from storekit.errors import UsageError
 from storekit.units import format_bytes
 
 DEFAULT_INTERVAL_S = 30.0
@@ -24,12 +25,18 @@ BAR_WIDTH = 20
 
 
 def interval_from_env() -> float:
-    raw = os.environ.get(INTERVAL_ENV, "")
+    """$STOREKIT_PROGRESS_INTERVAL in seconds (unset or empty: 30); anything else is a usage error,
+    not a silent 30."""
+    raw = os.environ.get(INTERVAL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_INTERVAL_S
     try:
         value = float(raw)
     except ValueError:
-        return DEFAULT_INTERVAL_S
-    return value if value > 0 else DEFAULT_INTERVAL_S
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"${INTERVAL_ENV}={raw!r}: expected seconds above 0, e.g. 10 or 0.5")
+    return value
 
 
 @dataclass
