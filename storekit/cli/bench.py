@@ -178,16 +178,18 @@ def io(
         ),
     ] = None,
     size: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--size",
             metavar="SIZE",
             help=(
                 "Bytes per phase: the shard and token data sets, and the checkpoint sample all ranks "
-                f"write together. {SIZE_HELP}"
+                "write together. Default: 256MiB, raised to one --file-size file per shards worker. "
+                f"{SIZE_HELP}"
             ),
+            show_default=False,
         ),
-    ] = DEFAULTS["size"],
+    ] = None,
     file_size: Annotated[
         str,
         typer.Option(
