@@ -5,7 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
+import click
+import click._textwrap
 import typer
+from typer.core import TyperArgument
 
 from storekit.cli.output import Output, quiet_run, set_closing_warning, set_config_source
 from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
@@ -14,6 +17,30 @@ from storekit.store import Store, open_store
 
 # Plain Click help, not rich panels: rich reads `[plot]` as markup and cuts option names at 80 columns.
 HELP_SETTINGS: dict[str, object] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Wrapper(click._textwrap.TextWrapper):
+    """Help is wrapped between words only: `llm-cluster` and `--shard-size` are never split at a hyphen
+    (click.formatting.wrap_text takes its wrapper from click._textwrap on each call)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["break_on_hyphens"] = False
+        super().__init__(*args, **kwargs)
+
+
+click._textwrap.TextWrapper = _Wrapper  # type: ignore[misc]
+
+_argument_init = TyperArgument.__init__
+
+
+def _keep_argument_help(self: TyperArgument, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+    """Typer stores an argument's help before click.Argument's __init__, which (click >= 8.2) resets
+    it: help showed `PATH  [required]` and nothing else. Set it again once the argument is made."""
+    _argument_init(self, *args, help=help, **kwargs)
+    self.help = help
+
+
+TyperArgument.__init__ = _keep_argument_help  # type: ignore[method-assign]
 
 
 def noun_app(name: str | None, help_text: str, **extra: Any) -> typer.Typer:
@@ -54,6 +81,10 @@ ConfigOpt = Annotated[
 TierOpt = Annotated[
     str | None,
     typer.Option("--tier", "-t", metavar="NAME", help="Tier to act on. Default: the config's default_tier."),
+]
+EveryTierOpt = Annotated[
+    str | None,
+    typer.Option("--tier", "-t", metavar="NAME", help="Only this tier. Default: every tier in the config."),
 ]
 DryRunOpt = Annotated[
     bool,

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from storekit.cli.common import (
     ConfigOpt,
+    EveryTierOpt,
     JsonOpt,
     QuietOpt,
-    TierOpt,
     exit_codes,
     make_output,
     noun_app,
@@ -48,9 +48,9 @@ def _selected(cfg: SiteConfig, tier: str | None) -> list[TierConfig]:
     return [cfg.tier(tier)] if tier else list(cfg.tiers.values())
 
 
-@config_app.command("show", epilog=exit_codes(ExitCode.USAGE))
+@config_app.command("show", epilog=exit_codes(ExitCode.USAGE, ExitCode.NOT_FOUND))
 def show(
-    tier: TierOpt = None,
+    tier: EveryTierOpt = None,
     json: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -91,7 +91,7 @@ def _render_show(c: Console, source: str, default: str, tiers: list[dict[str, An
     "check", epilog=exit_codes(ExitCode.ERROR, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.RETRYABLE)
 )
 def check(
-    tier: TierOpt = None,
+    tier: EveryTierOpt = None,
     json: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,

@@ -12,6 +12,7 @@ from rich.table import Table
 from storekit.cli.common import (
     ConfigOpt,
     DryRunOpt,
+    EveryTierOpt,
     JsonOpt,
     QuietOpt,
     TierOpt,
@@ -52,7 +53,7 @@ E = ExitCode
 
 def register(app: typer.Typer) -> None:
     app.command("init", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(init)
-    app.command("status", epilog=exit_codes(E.ERROR, E.USAGE, E.RETRYABLE))(status)
+    app.command("status", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(status)
     app.add_typer(layout_app, name="layout")
 
 
@@ -146,7 +147,10 @@ def check(
     Rules: missing-area, unknown-entry, misnamed (runs, steps, dataset kinds and versions), unexpected-file,
     incomplete (half-written leftovers: temp or partial names), missing-manifest (uncommitted checkpoint
     steps and dataset versions), ttl-expired (scratch), mode (wrong area modes; anything group/world-
-    writable in read-only areas), quota, symlink-escape. Read-only: it changes nothing.
+    writable in read-only areas), quota, symlink-escape, incomplete-checkpoint (a writer did not
+    finish it), bad-pointer (a tracker or latest naming a missing or incomplete unit), ambiguous-checkpoint
+    (the markers of two writers), bad-stub (an unreadable *.storekit-stub), stub-beside-unit (an
+    interrupted recall). `storekit layout show` describes each. Read-only: it changes nothing.
 
     Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached (every other tier
     is still checked and reported; the unreachable one is a row with its error).
@@ -359,10 +363,14 @@ def _render_spec(c: Console, spec: LayoutSpec) -> None:
         rules += [f"{lv.name} committed by {lv.committed_by}" for lv in a.levels if lv.committed_by]
         table.add_row(a.name, f"{a.mode:04o}", levels, ", ".join(rules), a.description)
     c.print(table)
+    c.print("rules of `storekit layout check`:", markup=False)
+    width = max(len(rule) for rule in RULES)
+    for rule, meaning in RULES.items():
+        c.print(f"  {rule:<{width}}  {meaning}", markup=False)
 
 
 def status(
-    tier: TierOpt = None,
+    tier: EveryTierOpt = None,
     layout: LayoutOpt = None,
     prometheus: Annotated[
         str | None,
