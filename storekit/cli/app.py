@@ -21,7 +21,7 @@ import typer
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli.common import exit_codes, noun_app
+from storekit.cli.common import exit_codes, noun_app, tidy_options
 from storekit.cli.output import closing_warnings, dumps, error_document, reset_emitted, result_emitted
 from storekit.cli.progress import interval_from_env
 from storekit.config import redact_urls, refuse_url_credentials
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     reset_emitted()
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     modules = _modules_for(args)
-    command = get_command(build_app() if modules is None else build_app(modules))
+    command = tidy_options(get_command(build_app() if modules is None else build_app(modules)))
     args = hoist_common_options(command, args)
     try:
         _refuse_url_credentials(args)

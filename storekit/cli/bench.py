@@ -352,14 +352,31 @@ def io(
         typer.Option("--nodes", "-N", help="slurm: nodes to run on (default: the allocation's)."),
     ] = None,
     partition: Annotated[
-        str | None, typer.Option("--partition", help="slurm, outside an allocation: partition.")
+        str | None,
+        typer.Option(
+            "--partition",
+            "--slurm-partition",
+            metavar="NAME",
+            help="slurm, outside an allocation: partition.",
+        ),
     ] = None,
     time_limit: Annotated[
         str | None,
-        typer.Option("--time-limit", help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00."),
+        typer.Option(
+            "--time-limit",
+            "--slurm-time",
+            metavar="TIME",
+            help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00.",
+        ),
     ] = None,
     account: Annotated[
-        str | None, typer.Option("--account", help="slurm, outside an allocation: account to charge.")
+        str | None,
+        typer.Option(
+            "--account",
+            "--slurm-account",
+            metavar="NAME",
+            help="slurm, outside an allocation: account to charge.",
+        ),
     ] = None,
     coordinator_address: Annotated[
         str | None,

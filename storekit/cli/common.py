@@ -43,6 +43,31 @@ def _keep_argument_help(self: TyperArgument, *args: Any, help: str | None = None
 TyperArgument.__init__ = _keep_argument_help  # type: ignore[method-assign]
 
 
+_METAVARS = {"INTEGER": "N", "FLOAT": "NUM"}
+
+
+def tidy_options(command: click.Command) -> click.Command:
+    """One convention for every option of the tree: a metavar that says what to give (N, NUM, or the
+    option's own last word, never Click's TEXT/INTEGER/FLOAT), and a default said once (an option
+    whose help states its default shows no second `[default: ...]`)."""
+    ctx = click.Context(command)
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        if param.help and "Default" in param.help:
+            param.show_default = False
+        if param.is_flag or param.metavar is not None:
+            continue
+        shown = param.type.get_metavar(param, ctx) or param.type.name.upper()
+        if shown in _METAVARS or shown == "TEXT":
+            long = max(param.opts, key=len).lstrip("-")
+            param.metavar = _METAVARS.get(shown) or long.split("-")[-1].upper()
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            tidy_options(sub)
+    return command
+
+
 def noun_app(name: str | None, help_text: str, **extra: Any) -> typer.Typer:
     """A command group (`layout`, `dataset`, ..., the root) with the help and typo handling all share."""
     return typer.Typer(

@@ -182,13 +182,15 @@ def inspect_command(
         str | None,
         typer.Option("--shard", metavar="NAME", help="Shard to read, e.g. train-00001. Default: the first."),
     ] = None,
-    docs: Annotated[int, typer.Option("--docs", "-n", metavar="N", help="Documents to decode.")] = 3,
+    docs: Annotated[int, typer.Option("--docs", metavar="N", help="Documents to decode.")] = 3,
     start: Annotated[
         int, typer.Option("--start", metavar="I", help="First document (0-based) in the shard.")
     ] = 0,
     max_chars: Annotated[
         int,
-        typer.Option("--max-chars", metavar="N", help="Cut each decoded text after N characters (0: never)."),
+        typer.Option(
+            "--show-chars", metavar="N", help="Show the first N characters of each document (0: all of it)."
+        ),
     ] = 2000,
     tokenizer: Annotated[
         str | None,
@@ -214,7 +216,7 @@ def inspect_command(
     Examples:
       storekit dataset inspect datasets/code/sample/v1
       storekit dataset inspect datasets/code/sample/v1 --shard train-00001 \\
-          --start 10 -n 1 --json
+          --start 10 --docs 1 --json
     """
     from storekit.pipeline.catalog import pick_shard, read_documents
     from storekit.pipeline.location import resolve_location
