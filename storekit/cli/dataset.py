@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -279,8 +280,15 @@ def blend_command(
         ),
     ] = "args",
     output: Annotated[
-        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write it to FILE (atomically).")
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write it to FILE (atomically; an existing FILE needs --force).",
+        ),
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --output FILE.")] = False,
     tier: TierOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -312,10 +320,16 @@ def blend_command(
 
     out = make_output(json_out, quiet)
     site = site_config(config)
+    if output and os.path.lexists(output) and not force:
+        raise UsageError(f"{output} exists; give --force to replace it", hint="or choose another -o FILE")
     inputs = []
+    seen: dict[str, str] = {}
     for ref in datasets:
         where, weight = parse_weighted(ref)
         location = resolve_location(where, site, tier)
+        if location.display in seen:  # its shards twice: a weight the user did not mean
+            raise UsageError(f"{ref} and {seen[location.display]} name the same dataset ({location.display})")
+        seen[location.display] = ref
         manifest = load_dataset_manifest(location)
         inputs.append(BlendInput(location.local_path() or location.display, manifest, weight))
     prefixes = blend_prefixes(inputs)
@@ -325,7 +339,8 @@ def blend_command(
 
     def human(console: Console) -> None:
         if output:
-            console.print(f"wrote {output} ({fmt}, {len(prefixes)} shards)", markup=False)
+            shards = f"{len(prefixes)} shard{'' if len(prefixes) == 1 else 's'}"
+            console.print(f"wrote {output} ({fmt}, {shards})", markup=False)
         else:
             console.print(text, markup=False, soft_wrap=True)
 

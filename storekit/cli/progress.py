@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from storekit.errors import UsageError
-from storekit.units import format_bytes
+from storekit.units import format_bytes, rate_unit
 
 DEFAULT_INTERVAL_S = 30.0
 INTERVAL_ENV = "STOREKIT_PROGRESS_INTERVAL"
@@ -84,8 +84,9 @@ def progress_parts(state: ProgressState, now: float, *, bar: bool) -> list[str]:
     if state.transfer:
         done = format_bytes(int(state.completed))
         parts.append(f"{done}/{format_bytes(int(state.total))}" if state.total else done)
-        if elapsed > 0:
-            parts.append(f"{format_bytes(int(state.completed / elapsed))}/s")
+        if elapsed > 0:  # decimal, as the summaries and fio/IOR report rates
+            unit, scale = rate_unit(state.completed / elapsed)
+            parts.append(f"{state.completed / elapsed / scale:.1f} {unit}")
     else:
         total = f"/{state.total:.0f}" if state.total else ""
         parts.append(f"{state.completed:.0f}{total} {state.unit}")

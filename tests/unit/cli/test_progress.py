@@ -50,7 +50,7 @@ def test_plain_lines_come_at_a_steady_interval_and_at_the_end() -> None:
         "0:00:30",
     ]
     assert lines[1] == (
-        "progress: tokenizing 1234 tasks,  20%, 10.0 GiB/50.0 GiB, 1.0 GiB/s, 100.0 docs/s, 50.0k tok/s, "
+        "progress: tokenizing 1234 tasks,  20%, 10.0 GiB/50.0 GiB, 1.1 GB/s, 100.0 docs/s, 50.0k tok/s, "
         "0:00:10, eta 0:00:40"
     )
 
