@@ -74,3 +74,20 @@ def test_one_repeat_shows_no_spread(tmp_path: Path, sk: Callable[..., Ran]) -> N
     assert " 1 repeat " in ran.stdout
     rows = [line.split() for line in ran.stdout.splitlines() if line.startswith("shards ")]
     assert rows and all(row[6] == "-" for row in rows)  # pattern, w=1, bs=1M, phase, rate, unit, spread
+
+
+def test_config_show_lines_up_and_shows_transfer_and_policies(tmp_path: Path, sk: Callable[..., Ran]) -> None:
+    (tmp_path / "storekit.toml").write_text(
+        '[tiers.a]\nurl = "./a"\n[tiers.long-name]\nurl = "./a-much-longer-directory"\nrole = "archive"\n'
+        "[tiers.long-name.transfer]\nthreads = 8\n"
+        '[policies.old-runs]\naction = "archive"\nolder_than = "30d"\nkeep_last = 2\n'
+    )
+    ran = sk(tmp_path, "config", "show")
+    assert ran.code == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    tiers = [line for line in lines if "layout=" in line]
+    assert len({line.index("layout=") for line in tiers}) == 1  # one column
+    assert tiers[1].endswith("layout=llm-cluster  transfer.threads=8")
+    assert "policies:" in lines and any(line.split()[:2] == ["old-runs", "archive"] for line in lines)
+    doc = sk(tmp_path, "config", "show", "--json").json()
+    assert doc["tiers"][1]["transfer"] == {"threads": 8} and doc["policies"][0]["keep_last"] == 2
