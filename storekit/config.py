@@ -1,8 +1,9 @@
 """Site config (`storekit.toml`): named tiers, each an fsspec URL plus options and a role.
 
-Found via `--config`, then `$STOREKIT_CONFIG`, then `./storekit.toml`; with none of those, one local
-tier named `local` rooted at `./storage` is the embedded default, so every command works on a fresh
-machine with no file at all.
+Found via `--config`, then `$STOREKIT_CONFIG`, then `./storekit.toml`, then
+`$XDG_CONFIG_HOME/storekit/storekit.toml` (~/.config when unset), then `/etc/storekit.toml`; with none
+of those, one local tier named `local` rooted at `./storage` is the embedded default, so every command
+works on a fresh machine with no file at all.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -24,6 +25,9 @@ ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
 DEFAULT_LAYOUT = "llm-cluster"
 ENV_CONFIG = "STOREKIT_CONFIG"
+ENV_TIER = "STOREKIT_TIER"  # the tier commands act on when --tier is not given (instead of default_tier)
+SYSTEM_CONFIG = Path("/etc/storekit.toml")
+EMBEDDED_SOURCE = "<embedded default: ./storage>"
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _NAME_RULE = "tier names start with a letter and use letters, digits, '-', '_'"
 _SECRET_RE = re.compile(r"(key|secret|token|password|passwd|credential)", re.IGNORECASE)
@@ -38,6 +42,9 @@ class TierConfig:
     layout: str = DEFAULT_LAYOUT
     # [tiers.NAME.transfer], checked: threads, max_in_flight (bytes), bandwidth (bytes/s), retry_budget (s)
     transfer: Mapping[str, float] = field(default_factory=dict)
+    # what a file:// tier's root must be mounted from (/proc/self/mountinfo): else the tier is down
+    mount_type: str | None = None
+    mount_source: str | None = None
 
     @property
     def scheme(self) -> str:
@@ -131,7 +138,17 @@ def refuse_url_credentials(url: str, where: str) -> None:
 def embedded_default(cwd: Path | None = None) -> SiteConfig:
     root = (cwd or Path.cwd()) / "storage"
     tier = TierConfig(name="local", url=root.resolve().as_uri(), role="plain")
-    return SiteConfig(source="<embedded default: ./storage>", tiers={"local": tier}, default_tier="local")
+    return SiteConfig(source=EMBEDDED_SOURCE, tiers={"local": tier}, default_tier="local")
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "storekit" / "storekit.toml"
+
+
+def config_search_path() -> list[Path]:
+    """Where a config is looked for after --config and $STOREKIT_CONFIG, first found wins."""
+    return [Path("storekit.toml"), user_config_path(), SYSTEM_CONFIG]
 
 
 def find_config_file(explicit: str | None) -> Path | None:
@@ -146,15 +163,24 @@ def find_config_file(explicit: str | None) -> Path | None:
         if not path.is_file():
             raise NotFoundError(f"config file {env} (from ${ENV_CONFIG}) does not exist")
         return path
-    local = Path("storekit.toml")
-    return local if local.is_file() else None
+    return next((p for p in config_search_path() if p.is_file()), None)
 
 
 def load_config(explicit: str | None = None) -> SiteConfig:
     path = find_config_file(explicit)
     if path is None:
-        return embedded_default()
-    return parse_config(path.read_bytes(), source=str(path), base_dir=path.resolve().parent)
+        site = embedded_default()
+    else:
+        site = parse_config(path.read_bytes(), source=str(path), base_dir=path.resolve().parent)
+    chosen = os.environ.get(ENV_TIER)
+    if chosen:
+        if chosen not in site.tiers:
+            raise NotFoundError(
+                f"${ENV_TIER}={chosen} names no tier in {site.source}",
+                hint=f"known tiers: {', '.join(sorted(site.tiers))}; unset it to use default_tier",
+            )
+        site = replace(site, default_tier=chosen)
+    return site
 
 
 def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
@@ -181,7 +207,7 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         name,
         body,
         source,
-        {"url", "role", "options", "layout", "transfer"},
+        {"url", "role", "options", "layout", "transfer", "mount_type", "mount_source"},
         _NAME_RE,
         _NAME_RULE,
         " with at least `url`",
@@ -197,6 +223,11 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
     normalised = normalise_url(url, source, f"{key}.url", base_dir)
     if urlsplit(normalised).scheme == "s3":
         _check_s3_options(options, source, f"{key}.options")
+    mount = {
+        m: get_str(body, m, source, f"{key}.{m}", default="") or None for m in ("mount_type", "mount_source")
+    }
+    if any(mount.values()) and urlsplit(normalised).scheme != "file":
+        raise ConfigError(source, f"{key}.mount_type", "only a file:// tier is mounted; remove it")
     return TierConfig(
         name=name,
         url=normalised,
@@ -204,6 +235,8 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         options=options,
         layout=tier_layout,
         transfer=_parse_transfer(body.get("transfer", {}), source, key),
+        mount_type=mount["mount_type"],
+        mount_source=mount["mount_source"],
     )
 
 

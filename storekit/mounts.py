@@ -85,3 +85,26 @@ def mount_of(path: str, mountinfo: str = MOUNTINFO) -> dict[str, Any] | None:
     """The mount holding `path`, as the dict capabilities and bench results record."""
     mount = deepest_mount(path, mount_table(mountinfo))
     return mount.to_dict() if mount is not None else None
+
+
+def mount_mismatch(
+    path: str, fs_type: str | None, source: str | None, mountinfo: str = MOUNTINFO
+) -> str | None:
+    """Why `path` is not on a mount of type `fs_type` from `source` (None: it is, or nothing was asked).
+
+    An unmounted Lustre or NFS mount point is a directory of the root file system: writing there
+    fills the wrong disk and reading it shows an empty tier, so the tier counts as down.
+    """
+    if not fs_type and not source:
+        return None
+    table = mount_table(mountinfo)
+    if not table:
+        return f"cannot read {mountinfo} to check that {path} is mounted"
+    mount = deepest_mount(path, table)
+    if mount is None:
+        return f"{path} is on no mount listed in {mountinfo}"
+    if fs_type and mount.fs_type != fs_type:
+        return f"{path} is on {mount.point} ({mount.fs_type} from {mount.source}), not a {fs_type} mount"
+    if source and mount.source != source:
+        return f"{path} is on {mount.point} mounted from {mount.source}, not from {source}"
+    return None

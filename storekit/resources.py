@@ -32,6 +32,13 @@ def resolve_declarative(kind: str, name_or_path: str) -> Path:
     if candidate.suffix == ".toml" or os.sep in name_or_path:
         if candidate.is_file():
             return candidate
+        if not candidate.is_absolute() and candidate.parts[0] == kind:
+            # `layouts/llm-cluster.toml` as the README writes it, typed outside the source checkout:
+            # the bundled file of that name
+            for d in search_dirs(kind):
+                bundled = d.joinpath(*candidate.parts[1:])
+                if bundled.is_file():
+                    return bundled
         raise NotFoundError(f"{kind[:-1]} file {name_or_path} does not exist")
     for d in search_dirs(kind):
         path = d / f"{name_or_path}.toml"

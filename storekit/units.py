@@ -1,40 +1,23 @@
-"""Sizes and durations as people write them: `4MiB`, `1.5 TB`, `512`, `14d`, `90s`."""
+"""Sizes and durations as people write them: `4MiB`, `4M`, `1.5 TB`, `512`, `14d`, `90s`."""
 
 from __future__ import annotations
 
 import re
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "p": 1000**5,
-    "pb": 1000**5,
-    "ki": 1024,
-    "kib": 1024,
-    "mi": 1024**2,
-    "mib": 1024**2,
-    "gi": 1024**3,
-    "gib": 1024**3,
-    "ti": 1024**4,
-    "tib": 1024**4,
-    "pi": 1024**5,
-    "pib": 1024**5,
-}
+# one grammar for every size storekit reads (options, config, pipeline and layout files), as coreutils
+# and fio read them: K M G T P and KiB MiB GiB TiB PiB are powers of 1024, KB MB GB TB PB powers of 1000
+_SIZE_UNITS = {"": 1, "b": 1}
+for _n, _letter in enumerate("kmgtp", start=1):
+    _SIZE_UNITS[_letter] = _SIZE_UNITS[_letter + "i"] = _SIZE_UNITS[_letter + "ib"] = 1024**_n
+    _SIZE_UNITS[_letter + "b"] = 1000**_n
+SIZE_HELP = "K M G T P and KiB..PiB = 1024^n; KB MB GB TB PB = 1000^n."
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*$")
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from `4MiB`, `1GB`, `1.5T`, `512`; ValueError with the accepted forms otherwise."""
+    """Bytes from `4MiB` or `4M` (4·2^20), `1GB` (10^9), `1.5T`, `512`; ValueError otherwise."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"size {text} is negative")
@@ -42,7 +25,7 @@ def parse_size(text: str | int) -> int:
     match = _SIZE_RE.match(str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
-        raise ValueError(f"{text!r} is not a size; expected e.g. 512, 4KiB, 16MiB, 1GB, 2TiB")
+        raise ValueError(f"{text!r} is not a size; expected e.g. 512, 4K, 16MiB, 1GB, 2T ({SIZE_HELP})")
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 

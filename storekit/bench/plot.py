@@ -38,6 +38,19 @@ def human_param(key: str, value: Any) -> str:
     return f"{SHORT.get(key, key)}={text}"
 
 
+def figure_unit(doc: dict[str, Any]) -> tuple[str, float]:
+    """The one bytes/s unit of a whole figure: the one its largest data rate is shown in."""
+    values: list[float] = []
+    for point in doc["results"]:
+        for ph in point["phases"]:
+            if not _is_data(ph):
+                continue
+            values += [v for v in (ph["summary"]["bandwidth_bytes_per_s"]["max"],) if v]
+            values += [r["bytes_per_s"] for rep in ph["repeats"][:1] for r in rep.get("series") or []]
+            values += [r["bandwidth_bytes_per_s"] for r in ph.get("nodes", [])]
+    return _rate_unit(values)
+
+
 def _rate_unit(values: list[float]) -> tuple[str, float]:
     """One unit for a whole axis: the one its largest value is shown in."""
     return rate_unit(max(values, default=0.0))
@@ -100,9 +113,16 @@ def sweep_panels(doc: dict[str, Any]) -> list[tuple[str, str, bool, list[Series]
     return panels
 
 
-def _draw_sweep(ax: Any, title: str, axis: str, data: bool, lines: list[Series]) -> None:
+def _draw_sweep(
+    ax: Any,
+    title: str,
+    axis: str,
+    data: bool,
+    lines: list[Series],
+    unit_scale: tuple[str, float] | None = None,
+) -> None:
     values = [p[3] for line in lines for p in line.points]
-    unit, scale = _rate_unit(values) if data else ("op/s", 1.0)
+    unit, scale = (unit_scale or _rate_unit(values)) if data else ("op/s", 1.0)
     xs_all: set[float] = set()
     for line in lines:
         pts = sorted(line.points)
@@ -145,13 +165,18 @@ def _draw_meta_bars(ax: Any, doc: dict[str, Any]) -> bool:
     ax.set_xticks([j + width * (len(points) - 1) / 2 for j in range(len(phases))])
     ax.set_xticklabels(phases)
     ax.set_ylabel("op/s (median)")
+    shown = [r for p in points for ph in p["phases"] if (r := ph["summary"]["ops_per_s"]["median"])]
+    if shown and max(shown) >= 100 * min(shown):
+        ax.set_yscale("log")  # a delete at ~200 op/s beside a stat at ~100k op/s stays visible
     ax.set_title("meta: small-file operations")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     return True
 
 
-def _draw_series(ax: Any, pattern: str, doc: dict[str, Any]) -> bool:
+def _draw_series(
+    ax: Any, pattern: str, doc: dict[str, Any], unit_scale: tuple[str, float] | None = None
+) -> bool:
     """One line per point and phase over the phase's own duration (its own bucket size)."""
     drawn, values, buckets = [], [], set()
     for point in doc["results"]:
@@ -169,7 +194,7 @@ def _draw_series(ax: Any, pattern: str, doc: dict[str, Any]) -> bool:
             values += [r["bytes_per_s"] for r in rows]
     if not drawn:
         return False
-    unit, scale = _rate_unit(values)
+    unit, scale = unit_scale or _rate_unit(values)
     for label, rows in drawn:
         xs = [r["t_s"] for r in rows]
         ys = [r["bytes_per_s"] / scale for r in rows]
@@ -199,11 +224,11 @@ def node_bars(doc: dict[str, Any]) -> tuple[list[str], dict[str, list[float]]]:
     return labels, dict(per_node)
 
 
-def _draw_nodes(ax: Any, doc: dict[str, Any]) -> bool:
+def _draw_nodes(ax: Any, doc: dict[str, Any], unit_scale: tuple[str, float] | None = None) -> bool:
     labels, per_node = node_bars(doc)
     if not labels:
         return False
-    unit, scale = _rate_unit([v for values in per_node.values() for v in values])
+    unit, scale = unit_scale or _rate_unit([v for values in per_node.values() for v in values])
     width = 0.8 / len(per_node)
     for i, (node, values) in enumerate(sorted(per_node.items())):
         ax.bar([j + i * width for j in range(len(values))], [v / scale for v in values], width, label=node)
@@ -231,15 +256,16 @@ def render_png(doc: dict[str, Any]) -> bytes:
     fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.3 * rows), squeeze=False)
     flat = [ax for row in axes for ax in row]
     used = 0
+    unit = figure_unit(doc)  # every panel of bytes/s in one unit: GB/s beside MB/s misleads
     for title, axis, data, lines in sweeps:
-        _draw_sweep(flat[used], title, axis, data, lines)
+        _draw_sweep(flat[used], title, axis, data, lines, unit)
         used += 1
     if has_meta and _draw_meta_bars(flat[used], doc):
         used += 1
     for pattern in patterns:
-        if _draw_series(flat[used], pattern, doc):
+        if _draw_series(flat[used], pattern, doc, unit):
             used += 1
-    if has_nodes and _draw_nodes(flat[used], doc):
+    if has_nodes and _draw_nodes(flat[used], doc, unit):
         used += 1
     for ax in flat[used:]:
         ax.set_visible(False)

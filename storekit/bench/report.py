@@ -46,6 +46,7 @@ def build_document(plan: BenchPlan, run: dict[str, Any], verdict: dict[str, Any]
 
 
 _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99_9": 0.999}
+DATA_OPS = ("write", "read", "randread")  # phases that move data (the others are metadata operations)
 
 
 def prometheus_text(doc: dict[str, Any]) -> str:
@@ -56,28 +57,33 @@ def prometheus_text(doc: dict[str, Any]) -> str:
         m.gauge(prefix + name, help_text, labels, value)
 
     base = {"target": doc["environment"]["target"], "config_hash": doc["config_hash"]}
+    # one label set per family: every point carries every parameter label ("" where it has none),
+    # as Prometheus wants within a metric (shards rows have block_size, meta rows dirs, ...)
+    params = sorted({key for point in doc["results"] for key in point["params"]})
     for point in doc["results"]:
         for ph in point["phases"]:
             s = ph["summary"]
-            labels = {**base, "pattern": point["pattern"], "phase": ph["phase"], **point["params"]}
-            gauge(
-                "bandwidth_bytes_per_second",
-                "Median bandwidth over repeats: bytes/(last finish - first start).",
-                labels,
-                s["bandwidth_bytes_per_s"]["median"],
-            )
-            gauge(
-                "bandwidth_spread_ratio",
-                "(max - min) / median bandwidth over repeats.",
-                labels,
-                s["bandwidth_bytes_per_s"]["spread"],
-            )
-            gauge(
-                "stonewall_bandwidth_bytes_per_second",
-                "Median bandwidth while all workers were active.",
-                labels,
-                s["stonewall_bandwidth_bytes_per_s"]["median"],
-            )
+            point_params = {key: point["params"].get(key, "") for key in params}
+            labels = {**base, "pattern": point["pattern"], "phase": ph["phase"], **point_params}
+            if ph["op"] in DATA_OPS:  # a stat, create or delete moves no data: no bandwidth, not 0
+                gauge(
+                    "bandwidth_bytes_per_second",
+                    "Median bandwidth over repeats: bytes/(last finish - first start).",
+                    labels,
+                    s["bandwidth_bytes_per_s"]["median"],
+                )
+                gauge(
+                    "bandwidth_spread_ratio",
+                    "(max - min) / median bandwidth over repeats.",
+                    labels,
+                    s["bandwidth_bytes_per_s"]["spread"],
+                )
+                gauge(
+                    "stonewall_bandwidth_bytes_per_second",
+                    "Median bandwidth while all workers were active.",
+                    labels,
+                    s["stonewall_bandwidth_bytes_per_s"]["median"],
+                )
             gauge(
                 "ops_per_second",
                 "Median operations per second over repeats.",
@@ -136,7 +142,23 @@ def prometheus_text(doc: dict[str, Any]) -> str:
     if verdict.get("pass") is not None:
         gauge("verdict_pass", "1 when every threshold was met.", base, 1 if verdict["pass"] else 0)
     gauge("duration_seconds", "Wall time of the whole benchmark run.", base, doc["duration_s"])
+    finished = _epoch(doc.get("finished_at"))
+    gauge("last_run_timestamp_seconds", "When this benchmark run finished (Unix time).", base, finished)
     return m.render()
+
+
+def _epoch(stamp: Any) -> float | None:
+    """An ISO 8601 time (or Unix seconds) as Unix seconds; None when there is none."""
+    if isinstance(stamp, int | float):
+        return float(stamp)
+    if not isinstance(stamp, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return round(datetime.fromisoformat(stamp).timestamp(), 3)
+    except ValueError:
+        return None
 
 
 def write_atomic(path: str, data: bytes) -> None:

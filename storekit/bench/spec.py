@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from storekit.errors import UsageError
@@ -192,12 +192,10 @@ class BenchSpec:
 
 
 def parse_size(text: str, option: str) -> int:
-    """A size as fio reads it: a bare k/M/G/T suffix is binary."""
+    """A size of an option: storekit's one size grammar (units.parse_size), as fio reads it."""
     value = text.strip()
     if value.startswith("-"):
         raise UsageError(f"{option} {text!r}: sizes cannot be negative")
-    if re.fullmatch(r"[0-9.]+\s*[kKmMgGtTpP]", value):
-        value += "i"
     try:
         return _parse_size_units(value)
     except ValueError as exc:
@@ -321,6 +319,9 @@ def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
     if unknown:
         raise TypeError(f"unknown bench options: {', '.join(sorted(unknown))}")
     o = {**DEFAULTS, **options}
+    auto_size = o["size"] is None  # not given: the default, raised to one --file-size file per worker
+    if auto_size:
+        o["size"] = DEFAULTS["size"]
     pattern = str(o["pattern"]).strip()
     patterns = PATTERNS if pattern == "all" else tuple(p.strip() for p in pattern.split(",") if p.strip())
     try:
@@ -357,4 +358,7 @@ def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
         target_checkpoint_s=float(o["target_checkpoint_s"]),
         nodes=int(o["nodes"]),
     )
+    needed = max(spec.workers) * spec.nodes * spec.file_size
+    if auto_size and "shards" in spec.patterns and spec.file_size > 0 and spec.size < needed:
+        spec = replace(spec, size=needed)  # `--workers 1,4,16` runs as typed, as fio's numjobs would
     return validate(spec)

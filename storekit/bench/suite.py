@@ -290,6 +290,15 @@ class Suite:
         """A phase whose last seconds run far slower than its first: throttling, or a cache running out."""
         for r in results:
             full = [row["bytes_per_s"] for row in r.series[:-1]]  # the last bucket is partial
+            if r.worker_results:
+                # only while every worker runs: once the first is done, fewer workers move less, and
+                # that ramp-down at the end of every phase is not a fall in throughput
+                active_s = (min(w.end_ns for w in r.worker_results) - r.first_start_ns) / 1e9
+                full = full[: max(int(active_s / r.series_bucket_s), 0)]
+            while full and full[-1] == 0:
+                # a write phase ends in fsync and close, which move no new bytes: buckets of 0 B/s at
+                # its end are that flush, not a fall in throughput (a throttled device still moves some)
+                full.pop()
             if len(full) >= THROTTLE_MIN_BUCKETS and max(full[:2]) > 0:
                 start, end = max(full[:2]), min(full[-2:])
                 if end < THROTTLE_DROP * start:

@@ -21,8 +21,9 @@ import typer
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli.common import exit_codes, noun_app
-from storekit.cli.output import dumps, error_document, reset_emitted, result_emitted
+from storekit.cli.common import exit_codes, noun_app, tidy_options
+from storekit.cli.output import closing_warnings, dumps, error_document, reset_emitted, result_emitted
+from storekit.cli.progress import interval_from_env
 from storekit.config import redact_urls, refuse_url_credentials
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.interrupts import interrupt_on
@@ -39,6 +40,7 @@ NOUNS = {
     "bench": "bench",
     "jobs": "jobs",
     "config": "config",
+    "version": "version",
 }
 
 
@@ -81,8 +83,11 @@ def _modules_for(args: Sequence[str]) -> Sequence[str] | None:
     """The one module `args` invoke, or None (help, a typo, completion): the whole tree then."""
     if "_STOREKIT_COMPLETE" in os.environ:
         return None
-    at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
-    if at is None or args[at] not in NOUNS or {"-h", "--help"} & set(args[:at]):
+    at = 0
+    while at < len(args) and args[at].startswith("-"):  # common options before the noun
+        common = _common_option(args[at])
+        at += 2 if common is not None and common[1] else 1
+    if at >= len(args) or args[at] not in NOUNS or {"-h", "--help"} & set(args[:at]):
         return None
     return (NOUNS[args[at]],)
 
@@ -134,22 +139,85 @@ def _refuse_url_credentials(args: list[str]) -> None:
             refuse_url_credentials(url, "command line")
 
 
+# options every command takes, accepted before the subcommand too (`storekit --config F tier --drain`,
+# as git/kubectl/rclone users type): option -> takes a value
+COMMON_OPTIONS = {"--config": True, "-c": True, "--json": False, "--quiet": False, "-q": False}
+# switches main() takes itself, wherever they are typed before `--`: no command has its own
+GLOBAL_SWITCHES = ("-v", "--verbose", "--no-color")
+
+
+def _take_switches(args: list[str]) -> tuple[list[str], set[str]]:
+    end = args.index("--") if "--" in args else len(args)
+    taken = {a for a in args[:end] if a in GLOBAL_SWITCHES}
+    return [a for a in args[:end] if a not in GLOBAL_SWITCHES] + args[end:], taken
+
+
+def _common_option(arg: str) -> tuple[str, bool] | None:
+    """(name, takes_value_in_next_arg) when `arg` is a common option (`--config=F` carries its value)."""
+    name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+    if name not in COMMON_OPTIONS:
+        return None
+    return name, COMMON_OPTIONS[name] and "=" not in arg
+
+
+def hoist_common_options(command: click.Command, args: Sequence[str]) -> list[str]:
+    """`args` with common options typed before the command that takes them moved to just after it.
+
+    Walks the command words (`layout`, `check`); a common option met on the way, which the group it
+    follows does not take, moves behind the last word. What follows the last word is left as typed.
+    """
+    args = list(args)
+    hoisted: list[str] = []
+    at = 0
+    cmd = command
+    while at < len(args):
+        arg = args[at]
+        common = _common_option(arg)
+        if common is not None and not _takes(cmd, common[0]):
+            n = 2 if common[1] else 1
+            hoisted += args[at : at + n]
+            del args[at : at + n]
+            continue
+        if isinstance(cmd, click.Group) and arg in cmd.commands:
+            cmd = cmd.commands[arg]
+            at += 1
+            continue
+        break
+    return args[:at] + hoisted + args[at:]
+
+
+def _takes(cmd: click.Command, option: str) -> bool:
+    return any(option in p.opts for p in cmd.params)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    args, switches = _take_switches(list(args))
+    verbose = bool({"-v", "--verbose"} & switches)
+    if "--no-color" in switches:
+        os.environ["NO_COLOR"] = "1"  # rich and every child process honour it
+    if "--version" in args and not any(a in NOUNS for a in args[: args.index("--version")]):
+        args = ["version"] + [a for a in args if a != "--version"]  # `--version --json` too
     json_mode = "--json" in args
     reset_emitted()
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     modules = _modules_for(args)
-    command = get_command(build_app() if modules is None else build_app(modules))
+    command = tidy_options(get_command(build_app() if modules is None else build_app(modules)))
+    args = hoist_common_options(command, args)
     try:
         _refuse_url_credentials(args)
+        interval_from_env()  # a bad $STOREKIT_PROGRESS_INTERVAL is refused before anything runs
         rv = command.main(args=args, prog_name="storekit", standalone_mode=False)
     except StorekitError as exc:
+        if verbose:  # where it was raised, for a bug report; the one-line error still ends the output
+            sys.stderr.write(redact_urls("".join(traceback.format_exception(exc))))
         _fail(exc, json_mode)
     except click.exceptions.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click.ClickException as exc:
-        exc.show()
+        # one line, as every other error (Click's own is a usage block, a blank line and the error)
+        hint = _usage_hint(exc)
+        sys.stderr.write(f"error: {exc.format_message()}\n" + (f"hint: see {hint}\n" if hint else ""))
         code = ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
         if json_mode and not result_emitted():
             # a `| jq` pipeline still gets its one document, saying what was wrong
@@ -170,4 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGUSR1 above) that escapes a command
         # into a silent exit 130; say what happened, as for any other error
         _fail(Interrupted("interrupted", hint="rerun the same command to resume"), json_mode)
-    raise SystemExit(rv if isinstance(rv, int) else 0)
+    code = rv if isinstance(rv, int) else 0
+    if code == 0:
+        for message in closing_warnings():
+            sys.stderr.write(f"warning: {message}\n")
+    raise SystemExit(code)

@@ -27,7 +27,7 @@ from storekit.config import refuse_url_credentials
 from storekit.errors import ExitCode, UsageError
 from storekit.places import resolve_place, tier_place
 from storekit.store import S3Store
-from storekit.units import format_bytes
+from storekit.units import SIZE_HELP, format_bytes
 
 if TYPE_CHECKING:
     from storekit.bench.cluster.launch import SlurmOptions
@@ -187,17 +187,23 @@ def io(
         ),
     ] = None,
     size: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--size",
+            metavar="SIZE",
             help=(
                 "Bytes per phase: the shard and token data sets, and the checkpoint sample all ranks "
-                "write together."
+                "write together. Default: 256MiB, raised to one --file-size file per shards worker. "
+                f"{SIZE_HELP}"
             ),
+            show_default=False,
         ),
-    ] = DEFAULTS["size"],
+    ] = None,
     file_size: Annotated[
-        str, typer.Option("--file-size", help="Size of each shard file (shards, tokens).")
+        str,
+        typer.Option(
+            "--file-size", metavar="SIZE", help=f"Size of each shard file (shards, tokens). {SIZE_HELP}"
+        ),
     ] = DEFAULTS["file_size"],
     workers: Annotated[
         str, typer.Option("--workers", "-w", help="Worker processes; a list sweeps, e.g. 1,2,4,8.")
@@ -207,9 +213,10 @@ def io(
         typer.Option(
             "--block-size",
             "-b",
+            metavar="SIZE[,SIZE...]",
             help=(
                 "I/O size per request (S3: part/read size); a list sweeps, e.g. 1M,4M. Multiples of "
-                "4k with O_DIRECT."
+                f"4K with O_DIRECT. {SIZE_HELP}"
             ),
         ),
     ] = DEFAULTS["block_size"],
@@ -295,7 +302,9 @@ def io(
     small_file_size: Annotated[
         str,
         typer.Option(
-            "--small-file-size", help="meta: bytes written to each small file (0 = empty, as mdtest)."
+            "--small-file-size",
+            metavar="SIZE",
+            help=f"meta: bytes written to each small file (0 = empty, as mdtest). {SIZE_HELP}",
         ),
     ] = DEFAULTS["small_file_size"],
     seed: Annotated[
@@ -352,14 +361,31 @@ def io(
         typer.Option("--nodes", "-N", help="slurm: nodes to run on (default: the allocation's)."),
     ] = None,
     partition: Annotated[
-        str | None, typer.Option("--partition", help="slurm, outside an allocation: partition.")
+        str | None,
+        typer.Option(
+            "--partition",
+            "--slurm-partition",
+            metavar="NAME",
+            help="slurm, outside an allocation: partition.",
+        ),
     ] = None,
     time_limit: Annotated[
         str | None,
-        typer.Option("--time-limit", help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00."),
+        typer.Option(
+            "--time-limit",
+            "--slurm-time",
+            metavar="TIME",
+            help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00.",
+        ),
     ] = None,
     account: Annotated[
-        str | None, typer.Option("--account", help="slurm, outside an allocation: account to charge.")
+        str | None,
+        typer.Option(
+            "--account",
+            "--slurm-account",
+            metavar="NAME",
+            help="slurm, outside an allocation: account to charge.",
+        ),
     ] = None,
     coordinator_address: Annotated[
         str | None,

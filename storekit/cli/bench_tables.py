@@ -41,7 +41,7 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
     drop = doc["honesty"].get("drop_caches", {})
     console.print(f"[bold]storekit bench io[/bold]  {env['target']}  {where}")
     console.print(
-        f"run {doc['run_id']}  config {doc['config_hash']}  {doc['parameters']['repeat']} repeats "
+        f"run {doc['run_id']}  config {doc['config_hash']}  {_repeats(doc['parameters']['repeat'])} "
         f"(median, spread = (max-min)/median)  direct: {str(direct.get('effective', False)).lower()}"
         + (f" ({direct['reason']})" if direct.get("reason") else "")
         + (f"  caches dropped: {str(drop.get('done')).lower()}" if drop else "")
@@ -71,7 +71,9 @@ def render_human(console: Console, doc: dict[str, Any]) -> None:
             main = s["bandwidth_bytes_per_s"] if data else s["ops_per_s"]
             wall = s["stonewall_bandwidth_bytes_per_s"] if data else s["stonewall_ops_per_s"]
             fmt = rate if data else (lambda v: "-" if v is None else f"{count(v)} op/s")
-            spread = "-" if main["spread"] is None else f"{main['spread']:.0%}"
+            # one repeat has no spread to speak of: "-", not a reassuring 0%
+            one = doc.get("parameters", {}).get("repeat", 2) <= 1
+            spread = "-" if main["spread"] is None or one else f"{main['spread']:.0%}"
             if main.get("modes"):
                 spread += " (modes)"
                 groups = ", ".join(f"{fmt(m['median'])} x{m['count']}" for m in main["modes"])
@@ -137,3 +139,7 @@ def _render_nodes(console: Console, doc: dict[str, Any]) -> None:
                               main, count(row["ops_per_s"]), ms(row["p99_ms"]))  # fmt: skip
     console.print("per node (median over repeats):")
     console.print(table)
+
+
+def _repeats(n: int) -> str:
+    return f"{n} repeat{'' if n == 1 else 's'}"

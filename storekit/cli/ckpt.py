@@ -200,7 +200,8 @@ def list_command(
     }
 
     def human(console: Console) -> None:
-        console.print(f"{place.store.display_url}/{place.run}  ({len(scan.units)} checkpoints)")
+        n = len(scan.units)
+        console.print(f"{place.store.display_url}/{place.run}  ({n} checkpoint{'' if n == 1 else 's'})")
         console.print(f"{'STEP':>9} {'NAME':<22} {'WRITER':<10} {'STATE':<11} {'SIZE':>9} {'FILES':>5} AGE")
         for u in scan.units:
             step = "-" if u.step is None else str(u.step)

@@ -2,17 +2,70 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
+import click
+import click._textwrap
 import typer
+from typer.core import TyperArgument
 
-from storekit.cli.output import Output
-from storekit.config import SiteConfig, load_config
+from storekit.cli.output import Output, quiet_run, set_closing_warning, set_config_source
+from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
 from storekit.errors import EXIT_CODE_TABLE, ExitCode
 from storekit.store import Store, open_store
 
 # Plain Click help, not rich panels: rich reads `[plot]` as markup and cuts option names at 80 columns.
 HELP_SETTINGS: dict[str, object] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _Wrapper(click._textwrap.TextWrapper):
+    """Help is wrapped between words only: `llm-cluster` and `--shard-size` are never split at a hyphen
+    (click.formatting.wrap_text takes its wrapper from click._textwrap on each call)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["break_on_hyphens"] = False
+        super().__init__(*args, **kwargs)
+
+
+click._textwrap.TextWrapper = _Wrapper  # type: ignore[misc]
+
+_argument_init = TyperArgument.__init__
+
+
+def _keep_argument_help(self: TyperArgument, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+    """Typer stores an argument's help before click.Argument's __init__, which (click >= 8.2) resets
+    it: help showed `PATH  [required]` and nothing else. Set it again once the argument is made."""
+    _argument_init(self, *args, help=help, **kwargs)
+    self.help = help
+
+
+TyperArgument.__init__ = _keep_argument_help  # type: ignore[method-assign]
+
+
+_METAVARS = {"INTEGER": "N", "FLOAT": "NUM"}
+
+
+def tidy_options(command: click.Command) -> click.Command:
+    """One convention for every option of the tree: a metavar that says what to give (N, NUM, or the
+    option's own last word, never Click's TEXT/INTEGER/FLOAT), and a default said once (an option
+    whose help states its default shows no second `[default: ...]`)."""
+    ctx = click.Context(command)
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        if param.help and "Default" in param.help:
+            param.show_default = False
+        if param.is_flag or param.metavar is not None:
+            continue
+        shown = param.type.get_metavar(param, ctx) or param.type.name.upper()
+        if shown in _METAVARS or shown == "TEXT":
+            long = max(param.opts, key=len).lstrip("-")
+            param.metavar = _METAVARS.get(shown) or long.split("-")[-1].upper()
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            tidy_options(sub)
+    return command
 
 
 def noun_app(name: str | None, help_text: str, **extra: Any) -> typer.Typer:
@@ -46,12 +99,17 @@ ConfigOpt = Annotated[
         "-c",
         metavar="FILE",
         help="Site config (storekit.toml). Default: $STOREKIT_CONFIG, then ./storekit.toml, "
-        "then the embedded default (one local tier at ./storage).",
+        "$XDG_CONFIG_HOME/storekit/storekit.toml, /etc/storekit.toml, then the embedded default "
+        "(one local tier at ./storage).",
     ),
 ]
 TierOpt = Annotated[
     str | None,
     typer.Option("--tier", "-t", metavar="NAME", help="Tier to act on. Default: the config's default_tier."),
+]
+EveryTierOpt = Annotated[
+    str | None,
+    typer.Option("--tier", "-t", metavar="NAME", help="Only this tier. Default: every tier in the config."),
 ]
 DryRunOpt = Annotated[
     bool,
@@ -64,7 +122,26 @@ def make_output(json_mode: bool, quiet: bool) -> Output:
 
 
 def site_config(config: str | None) -> SiteConfig:
-    return load_config(config)
+    cfg = load_config(config)
+    set_config_source(cfg.source)
+    if cfg.source == EMBEDDED_SOURCE and not _interactive() and not quiet_run():
+        # cron or a batch job started from the wrong directory would otherwise report on ./storage
+        # unnoticed; said once the command succeeded (a failure says enough), never with --quiet
+        # (errors only: a missing ./storage is a down tier, exit 5)
+        searched = ", ".join(str(p) for p in config_search_path())
+        root = cfg.tiers["local"].local_root
+        set_closing_warning(
+            f"no config file found (--config, ${ENV_CONFIG}, {searched}); "
+            f"used the embedded default: one tier at {root}"
+        )
+    return cfg
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
 
 
 def tier_store(config: SiteConfig, tier: str | None, *, probe: bool = True) -> Store:

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from storekit.cli.common import (
     ConfigOpt,
+    EveryTierOpt,
     JsonOpt,
     QuietOpt,
-    TierOpt,
     exit_codes,
     make_output,
     noun_app,
@@ -41,6 +41,9 @@ def _tier_doc(cfg: SiteConfig, tier: TierConfig) -> dict[str, Any]:
         "layout": tier.layout,
         "default": tier.name == cfg.default_tier,
         "options": tier.display_options(),
+        "transfer": dict(tier.transfer),
+        "mount_type": tier.mount_type,
+        "mount_source": tier.mount_source,
     }
 
 
@@ -48,9 +51,9 @@ def _selected(cfg: SiteConfig, tier: str | None) -> list[TierConfig]:
     return [cfg.tier(tier)] if tier else list(cfg.tiers.values())
 
 
-@config_app.command("show", epilog=exit_codes(ExitCode.USAGE))
+@config_app.command("show", epilog=exit_codes(ExitCode.USAGE, ExitCode.NOT_FOUND))
 def show(
-    tier: TierOpt = None,
+    tier: EveryTierOpt = None,
     json: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -70,28 +73,46 @@ def show(
     out = make_output(json, quiet)
     cfg = site_config(config)
     tiers = [_tier_doc(cfg, t) for t in _selected(cfg, tier)]
+    policies = [p.to_dict() for p in cfg.policies.values()]
     out.result(
         "config show",
-        {"source": cfg.source, "default_tier": cfg.default_tier, "tiers": tiers},
-        lambda c: _render_show(c, cfg.source, cfg.default_tier, tiers),
+        {"source": cfg.source, "default_tier": cfg.default_tier, "tiers": tiers, "policies": policies},
+        lambda c: _render_show(c, cfg.source, cfg.default_tier, tiers, policies),
     )
 
 
-def _render_show(c: Console, source: str, default: str, tiers: list[dict[str, Any]]) -> None:
-    # plain lines, not a table: URLs must never be cut short, also when piped or in a narrow terminal
+def _render_show(
+    c: Console, source: str, default: str, tiers: list[dict[str, Any]], policies: list[dict[str, Any]]
+) -> None:
+    # plain lines, not a table: URLs must never be cut short, also when piped or in a narrow terminal;
+    # columns padded to their widest entry so they line up
     c.print(f"tiers from {source} (default: {default})", markup=False)
-    width = max(len(t["name"]) for t in tiers)
+    name_w = max(len(t["name"]) for t in tiers)
+    url_w = max(len(t["url"]) for t in tiers)
     for t in tiers:
-        options = " ".join(f"{k}={v}" for k, v in t["options"].items())
-        line = f"  {t['name']:<{width}}  {t['role']:<8}  {t['url']}  layout={t['layout']}  {options}"
+        extra = [f"{k}={v}" for k, v in t["options"].items()]
+        extra += [f"transfer.{k}={v:g}" for k, v in t["transfer"].items()]
+        extra += [f"{k}={t[k]}" for k in ("mount_type", "mount_source") if t[k]]
+        head = f"  {t['name']:<{name_w}}  {t['role']:<8}  {t['url']:<{url_w}}"
+        line = f"{head}  layout={t['layout']}  {' '.join(extra)}"
         c.print(line.rstrip(), markup=False)
+    if policies:
+        c.print("policies:", markup=False)
+        width = max(len(p["name"]) for p in policies)
+        for p in policies:
+            rules = " ".join(
+                f"{k}={v}"
+                for k, v in p.items()
+                if k not in ("name", "source", "action") and v not in (None, [], "")
+            )
+            c.print(f"  {p['name']:<{width}}  {p['action']:<7}  {rules}".rstrip(), markup=False)
 
 
 @config_app.command(
     "check", epilog=exit_codes(ExitCode.ERROR, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.RETRYABLE)
 )
 def check(
-    tier: TierOpt = None,
+    tier: EveryTierOpt = None,
     json: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,

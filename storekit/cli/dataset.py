@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -215,13 +216,15 @@ def inspect_command(
         str | None,
         typer.Option("--shard", metavar="NAME", help="Shard to read, e.g. train-00001. Default: the first."),
     ] = None,
-    docs: Annotated[int, typer.Option("--docs", "-n", metavar="N", help="Documents to decode.")] = 3,
+    docs: Annotated[int, typer.Option("--docs", metavar="N", help="Documents to decode.")] = 3,
     start: Annotated[
         int, typer.Option("--start", metavar="I", help="First document (0-based) in the shard.")
     ] = 0,
     max_chars: Annotated[
         int,
-        typer.Option("--max-chars", metavar="N", help="Cut each decoded text after N characters (0: never)."),
+        typer.Option(
+            "--show-chars", metavar="N", help="Show the first N characters of each document (0: all of it)."
+        ),
     ] = 2000,
     tokenizer: Annotated[
         str | None,
@@ -247,7 +250,7 @@ def inspect_command(
     Examples:
       storekit dataset inspect datasets/code/sample/v1
       storekit dataset inspect datasets/code/sample/v1 --shard train-00001 \\
-          --start 10 -n 1 --json
+          --start 10 --docs 1 --json
     """
     from storekit.pipeline.catalog import pick_shard, read_documents
     from storekit.pipeline.location import resolve_location
@@ -312,8 +315,15 @@ def blend_command(
         ),
     ] = "args",
     output: Annotated[
-        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write it to FILE (atomically).")
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write it to FILE (atomically; an existing FILE needs --force).",
+        ),
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --output FILE.")] = False,
     tier: TierOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -345,10 +355,16 @@ def blend_command(
 
     out = make_output(json_out, quiet)
     site = site_config(config)
+    if output and os.path.lexists(output) and not force:
+        raise UsageError(f"{output} exists; give --force to replace it", hint="or choose another -o FILE")
     inputs = []
+    seen: dict[str, str] = {}
     for ref in datasets:
         where, weight = parse_weighted(ref)
         location = resolve_location(where, site, tier)
+        if location.display in seen:  # its shards twice: a weight the user did not mean
+            raise UsageError(f"{ref} and {seen[location.display]} name the same dataset ({location.display})")
+        seen[location.display] = ref
         manifest = load_dataset_manifest(location)
         inputs.append(BlendInput(location.local_path() or location.display, manifest, weight))
     prefixes = blend_prefixes(inputs)
@@ -358,7 +374,8 @@ def blend_command(
 
     def human(console: Console) -> None:
         if output:
-            console.print(f"wrote {output} ({fmt}, {len(prefixes)} shards)", markup=False)
+            shards = f"{len(prefixes)} shard{'' if len(prefixes) == 1 else 's'}"
+            console.print(f"wrote {output} ({fmt}, {shards})", markup=False)
         else:
             console.print(text, markup=False, soft_wrap=True)
 
@@ -366,4 +383,5 @@ def blend_command(
         "dataset blend",
         {"format": fmt, "text": text, "splits": split_lists(prefixes), "output": output},
         human,
+        answer=not output,  # with -o FILE the file is the answer; --quiet prints nothing
     )

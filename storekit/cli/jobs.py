@@ -71,8 +71,8 @@ def register(app: typer.Typer) -> None:
         status_command
     )
     run_codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.MISMATCH, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
-    jobs_app.command("run-task", hidden=True, epilog=run_codes)(run_task_command)
-    jobs_app.command("finalize", hidden=True, epilog=run_codes)(finalize_command)
+    jobs_app.command("run-task", epilog=run_codes)(run_task_command)
+    jobs_app.command("finalize", epilog=run_codes)(finalize_command)
     jobs_app.command("run-element", hidden=True, epilog=run_codes)(run_element_command)
     jobs_app.command("rerun", help=RERUN_HELP, epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(
         rerun_command
@@ -94,6 +94,8 @@ def status_command(
 
     out = make_output(json_out, quiet)
     site = site_config(config)
+    if tier is not None:
+        site.tier(tier)  # an unknown --tier is an error (exit 3), not "no jobs"
     from storekit.slurm.status import refine
 
     statuses = [job_status(JobDir(p)) for p in find_job_dirs(target, site, tier, work_dir)]

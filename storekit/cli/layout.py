@@ -6,11 +6,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from storekit.cli.common import (
     ConfigOpt,
     DryRunOpt,
+    EveryTierOpt,
     JsonOpt,
     QuietOpt,
     TierOpt,
@@ -20,13 +22,14 @@ from storekit.cli.common import (
     site_config,
     tier_store,
 )
+from storekit.cli.output import config_source
 from storekit.config import SiteConfig, mask_url
 from storekit.errors import ExitCode, NotFoundError, StorekitError, UnreachableError
 from storekit.layout.check import RULES, CheckReport, check_layout
 from storekit.layout.clean import CleanPlan
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
-from storekit.layout.status import AreaUsage, TierStatus, prometheus_text, tier_status
+from storekit.layout.status import AreaUsage, TierStatus, prometheus_text, root_missing, tier_status
 from storekit.metrics import write_textfile
 from storekit.store import S3Store, Store, open_store
 from storekit.units import format_bytes, format_duration
@@ -50,7 +53,7 @@ E = ExitCode
 
 def register(app: typer.Typer) -> None:
     app.command("init", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(init)
-    app.command("status", epilog=exit_codes(E.ERROR, E.USAGE, E.RETRYABLE))(status)
+    app.command("status", epilog=exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE))(status)
     app.add_typer(layout_app, name="layout")
 
 
@@ -109,7 +112,13 @@ def _probe_for_init(store: Store) -> None:
             raise  # a missing S3 bucket is created by init; anything else is an error
 
 
+def _config_line(c: Console) -> None:
+    """The header line saying which config the report is of (cron mail from a wrong cwd shows it)."""
+    c.print(f"config: {config_source()}", markup=False, soft_wrap=True)
+
+
 def _render_plan(c: Console, plan: LayoutPlan, dry_run: bool) -> None:
+    _config_line(c)
     verb = "would apply" if dry_run else "applied"
     if not plan.actions:
         c.print(f"tier {plan.tier} ({plan.url}) already matches layout {plan.layout}: nothing to do")
@@ -138,7 +147,10 @@ def check(
     Rules: missing-area, unknown-entry, misnamed (runs, steps, dataset kinds and versions), unexpected-file,
     incomplete (half-written leftovers: temp or partial names), missing-manifest (uncommitted checkpoint
     steps and dataset versions), ttl-expired (scratch), mode (wrong area modes; anything group/world-
-    writable in read-only areas), quota, symlink-escape. Read-only: it changes nothing.
+    writable in read-only areas), quota, symlink-escape, incomplete-checkpoint (a writer did not
+    finish it), bad-pointer (a tracker or latest naming a missing or incomplete unit), ambiguous-checkpoint
+    (the markers of two writers), bad-stub (an unreadable *.storekit-stub), stub-beside-unit (an
+    interrupted recall). `storekit layout show` describes each. Read-only: it changes nothing.
 
     Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached (every other tier
     is still checked and reported; the unreachable one is a row with its error).
@@ -159,6 +171,11 @@ def check(
         try:
             store = tier_store(cfg, name)
             spec = load_layout(layout or store.tier.layout)
+            missing = root_missing(store)
+            if missing is not None:  # down, as status and its metrics say: not "nothing to check"
+                raise UnreachableError(
+                    missing, hint=f"is it mounted? a new tier is created by: {_init_command(cfg, name)}"
+                )
             reports.append(check_layout(spec, store))
         except (UnreachableError, NotFoundError) as exc:
             # one tier down must not hide the others: report it as a row, fail after all were checked
@@ -203,6 +220,7 @@ def _combined(failures: list[StorekitError]) -> StorekitError:
 
 
 def _render_check(c: Console, reports: list[CheckReport]) -> None:
+    _config_line(c)
     for r in reports:
         if r.error is not None:
             c.print(f"tier {r.tier} ({r.url}): NOT CHECKED: {r.error}", markup=False)
@@ -262,6 +280,7 @@ def clean(
 
 
 def _render_clean(c: Console, plan: CleanPlan, dry_run: bool) -> None:
+    _config_line(c)
     verb = "would delete" if dry_run else "deleted"
     deletes = [e for e in plan.entries if e.action == "delete"]
     c.print(
@@ -344,10 +363,14 @@ def _render_spec(c: Console, spec: LayoutSpec) -> None:
         rules += [f"{lv.name} committed by {lv.committed_by}" for lv in a.levels if lv.committed_by]
         table.add_row(a.name, f"{a.mode:04o}", levels, ", ".join(rules), a.description)
     c.print(table)
+    c.print("rules of `storekit layout check`:", markup=False)
+    width = max(len(rule) for rule in RULES)
+    for rule, meaning in RULES.items():
+        c.print(f"  {rule:<{width}}  {meaning}", markup=False)
 
 
 def status(
-    tier: TierOpt = None,
+    tier: EveryTierOpt = None,
     layout: LayoutOpt = None,
     prometheus: Annotated[
         str | None,
@@ -407,12 +430,13 @@ def _quota_cell(a: AreaUsage) -> str:
 
 
 def _render_status(c: Console, statuses: list[TierStatus]) -> None:
+    _config_line(c)
     for st in statuses:
         if not st.reachable:
             c.print(f"tier {st.tier} ({st.url}): UNREACHABLE: {st.error}")
             continue
         free = "unknown" if st.free_bytes is None else format_bytes(st.free_bytes)
-        table = Table(title=f"tier {st.tier} [{st.role}] {st.url}, free {free}")
+        table = Table(title=escape(f"tier {st.tier} [{st.role}] {st.url}, free {free}"))
         for col in ("area", "bytes", "files", "dirs", "free", "quota"):
             table.add_column(col, justify="right" if col != "area" else "left")
         for a in st.areas:

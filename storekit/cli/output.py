@@ -6,13 +6,14 @@ Results go to stdout: a human rendering, or with `--json` exactly one JSON docum
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from storekit.cli.progress import PlainProgress, ProgressState, fit, interval_from_env, progress_parts
 
@@ -21,7 +22,26 @@ if TYPE_CHECKING:  # rich loads on first human output: --json and --quiet runs n
     from rich.text import Text
 
 JSON_SCHEMA_VERSION = 1
+# commands whose stdout is what was asked for (a path for `$(...)`, a listing): printed with --quiet too;
+# every other command's report is left out with --quiet (cron mails whatever reaches stdout)
+ANSWERS = frozenset(
+    {
+        "ckpt latest",
+        "ckpt list",
+        "dataset list",
+        "dataset info",
+        "dataset inspect",
+        "dataset blend",
+        "layout show",
+        "config show",
+        "jobs status",
+        "version",
+    }
+)
 _emitted = {"result": False}  # stdout carries exactly one JSON document: a result or an error
+_config: dict[str, str | None] = {"source": None}  # the site config this run loaded, for every result
+_quiet = {"run": False}  # --quiet was given: stderr carries errors only
+_closing: list[str] = []  # warnings said at the end of a run that succeeded
 
 
 def result_emitted() -> bool:
@@ -31,6 +51,30 @@ def result_emitted() -> bool:
 def reset_emitted() -> None:
     """Start of a command: nothing on stdout yet (matters when main() runs twice in one process)."""
     _emitted["result"] = False
+    _config["source"] = None
+    _quiet["run"] = False
+    _closing.clear()
+
+
+def set_closing_warning(message: str) -> None:
+    _closing.append(message)
+
+
+def closing_warnings() -> list[str]:
+    return list(_closing)
+
+
+def set_config_source(source: str) -> None:
+    """The config file this run uses (or the embedded default): every --json result names it."""
+    _config["source"] = source
+
+
+def config_source() -> str | None:
+    return _config["source"]
+
+
+def quiet_run() -> bool:
+    return _quiet["run"]
 
 
 def _json_default(obj: Any) -> Any:
@@ -39,6 +83,32 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, set | frozenset | tuple):
         return list(obj)
     return str(obj)
+
+
+_UNBOUNDED = 10_000  # columns when stdout is not a terminal: wider than any name storekit prints
+
+
+class _PlainLines(io.TextIOBase):
+    """sys.stdout (looked up on each write) with the spaces at the end of every line removed."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        if lines:
+            sys.stdout.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            sys.stdout.write(self._pending.rstrip(" "))
+            self._pending = ""
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 def dumps(doc: Mapping[str, Any]) -> str:
@@ -84,6 +154,7 @@ class Output:
     def __init__(self, *, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
+        _quiet["run"] = _quiet["run"] or quiet
         self._started = time.monotonic()
 
     @cached_property
@@ -96,15 +167,36 @@ class Output:
     def out(self) -> Console:
         from rich.console import Console
 
-        return Console(highlight=False, soft_wrap=True)
+        if sys.stdout.isatty():
+            return Console(highlight=False, soft_wrap=True)
+        # a pipe, a file, cron mail: nothing cut or folded at 80 columns, no padding at line ends, so
+        # `| grep`, `| cut` and `| tee` see whole names
+        return Console(
+            file=cast("IO[str]", _PlainLines()),
+            width=_UNBOUNDED,
+            highlight=False,
+            soft_wrap=True,
+            color_system=None,
+        )
 
-    def result(self, command: str, data: Mapping[str, Any], human: Callable[[Console], None]) -> None:
+    def result(
+        self,
+        command: str,
+        data: Mapping[str, Any],
+        human: Callable[[Console], None],
+        *,
+        answer: bool | None = None,
+    ) -> None:
+        """The command's result on stdout. `answer`: the human rendering is what was asked for, so
+        --quiet prints it too (default: whether `command` is one of ANSWERS)."""
         _emitted["result"] = True
         if self.json_mode:
             doc = {"schema_version": JSON_SCHEMA_VERSION, "command": command, **data}
+            if _config["source"] is not None:
+                doc.setdefault("config", _config["source"])
             sys.stdout.write(dumps(doc) + "\n")
             sys.stdout.flush()
-        else:
+        elif not self.quiet or (command in ANSWERS if answer is None else answer):
             human(self.out)
 
     def info(self, message: str) -> None:
@@ -112,7 +204,9 @@ class Output:
             self.err.print(message, markup=False)
 
     def warn(self, message: str) -> None:
-        self.err.print(f"warning: {message}", style="yellow", markup=False)
+        """A warning on stderr; --quiet leaves only errors there."""
+        if not self.quiet:
+            self.err.print(f"warning: {message}", style="yellow", markup=False)
 
     @contextmanager
     def progress(

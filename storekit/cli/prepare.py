@@ -38,6 +38,7 @@ from storekit.cli.prepare_slurm import (
 )
 from storekit.errors import ExitCode, UsageError
 from storekit.exits import skip_teardown
+from storekit.units import SIZE_HELP
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -190,7 +191,11 @@ def prepare_dataset_command(
     ] = None,
     shard_size: Annotated[
         str | None,
-        typer.Option("--shard-size", metavar="SIZE", help="Target .bin size per shard, e.g. 1GiB (default)."),
+        typer.Option(
+            "--shard-size",
+            metavar="SIZE",
+            help=f"Target .bin size per shard, e.g. 1G (default: 1GiB). {SIZE_HELP}",
+        ),
     ] = None,
     shard_tokens: Annotated[
         int | None,
@@ -216,7 +221,7 @@ def prepare_dataset_command(
         typer.Option(
             "--max-doc-bytes",
             metavar="SIZE",
-            help="Refuse single documents above this size (bad input). Default: 64MiB.",
+            help=f"Refuse single documents above this size (bad input). Default: 64MiB. {SIZE_HELP}",
         ),
     ] = None,
     holdout: Annotated[
@@ -258,7 +263,7 @@ def prepare_dataset_command(
         typer.Option(
             "--task-size",
             metavar="SIZE",
-            help="Input bytes per task. Default: chosen from the corpus size (1-64 MiB).",
+            help=f"Input bytes per task. Default: chosen from the corpus size (1-64 MiB). {SIZE_HELP}",
         ),
     ] = None,
     executor: ExecutorOpt = "local",
@@ -280,6 +285,13 @@ def prepare_dataset_command(
             "--force",
             help="Rebuild even if the dataset exists; replace a different committed dataset "
             "(only one below datasets/ on a configured tier; nothing else is ever replaced).",
+        ),
+    ] = False,
+    allow_empty: Annotated[
+        bool,
+        typer.Option(
+            "--allow-empty",
+            help="Commit the dataset even when no document was kept (default: nothing is committed, exit 1).",
         ),
     ] = False,
     dry_run: DryRunOpt = False,
@@ -321,6 +333,7 @@ def prepare_dataset_command(
         "on_error": on_error,
         "work_dir": work_dir,
         "task_bytes": task_size,
+        "allow_empty": allow_empty or None,
     }
     if pipeline is None and not inputs and not tokenizer:
         pipeline = SAMPLE_PIPELINE
@@ -365,7 +378,8 @@ def _name_from_input(ref: str) -> str:
     for ch in "*?[":
         base = base.split(ch)[0]
     base = base.split(".")[0].strip("-_.") or Path(ref.rstrip("/")).parent.name
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-_.") or "dataset"
+    # lowercase: the layout's dataset names are (MyCorpus.jsonl -> mycorpus)
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in base.lower()).strip("-_.") or "dataset"
 
 
 class _progress:

@@ -9,13 +9,15 @@ seconds (default 30) and once at the end, as rclone's `--stats` does.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
-from storekit.units import format_bytes
+from storekit.errors import UsageError
+from storekit.units import format_bytes, rate_unit
 
 DEFAULT_INTERVAL_S = 30.0
 INTERVAL_ENV = "STOREKIT_PROGRESS_INTERVAL"
@@ -23,12 +25,18 @@ BAR_WIDTH = 20
 
 
 def interval_from_env() -> float:
-    raw = os.environ.get(INTERVAL_ENV, "")
+    """$STOREKIT_PROGRESS_INTERVAL in seconds (unset or empty: 30); anything else is a usage error,
+    not a silent 30."""
+    raw = os.environ.get(INTERVAL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_INTERVAL_S
     try:
         value = float(raw)
     except ValueError:
-        return DEFAULT_INTERVAL_S
-    return value if value > 0 else DEFAULT_INTERVAL_S
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"${INTERVAL_ENV}={raw!r}: expected seconds above 0, e.g. 10 or 0.5")
+    return value
 
 
 @dataclass
@@ -76,8 +84,9 @@ def progress_parts(state: ProgressState, now: float, *, bar: bool) -> list[str]:
     if state.transfer:
         done = format_bytes(int(state.completed))
         parts.append(f"{done}/{format_bytes(int(state.total))}" if state.total else done)
-        if elapsed > 0:
-            parts.append(f"{format_bytes(int(state.completed / elapsed))}/s")
+        if elapsed > 0:  # decimal, as the summaries and fio/IOR report rates
+            unit, scale = rate_unit(state.completed / elapsed)
+            parts.append(f"{state.completed / elapsed / scale:.1f} {unit}")
     else:
         total = f"/{state.total:.0f}" if state.total else ""
         parts.append(f"{state.completed:.0f}{total} {state.unit}")
@@ -89,13 +98,34 @@ def progress_parts(state: ProgressState, now: float, *, bar: bool) -> list[str]:
     return parts
 
 
+_CLOCK = re.compile(r"^\d+:\d\d:\d\d$")
+
+
+def _drop_order(parts: list[str]) -> list[int]:
+    """Which fields go first when the line is too wide: the docs/tokens rates, the elapsed clock, the
+    byte rate, the bar, the amount done. The description, the percentage and the ETA stay."""
+    rates = [i for i in range(len(parts) - 1, 0, -1) if parts[i].endswith("/s")]
+    byte_rate = [i for i in rates if parts[i].endswith("B/s")]
+    clock = [i for i in range(1, len(parts)) if _CLOCK.match(parts[i])]
+    bar = [i for i in range(1, len(parts)) if parts[i][:1] in ("━", "╺")]
+    kept = {0} | {i for i, p in enumerate(parts) if p.endswith("%") or p.startswith("eta ")}
+    order = [i for i in rates if i not in byte_rate] + clock + byte_rate + bar
+    return order + [i for i in range(len(parts) - 1, 0, -1) if i not in kept and i not in order]
+
+
 def fit(parts: list[str], width: int) -> str:
-    """Join as many parts as fit in `width` columns (the description is cut if it alone does not)."""
-    line = parts[0][:width]
-    for part in parts[1:]:
-        if len(line) + 2 + len(part) > width:
+    """Join the fields that fit in `width` columns, dropping the least useful first (the description
+    is cut if it alone does not fit)."""
+    keep = list(range(len(parts)))
+    for i in _drop_order(parts):
+        if sum(len(parts[k]) for k in keep) + 2 * (len(keep) - 1) <= width:
             break
-        line += "  " + part
+        keep.remove(i)
+    line = parts[0][:width]
+    for k in keep[1:]:
+        if len(line) + 2 + len(parts[k]) > width:
+            break
+        line += "  " + parts[k]
     return line
 
 

@@ -224,6 +224,8 @@ def _tier(
     if apply is not None and plan_out is not None:
         raise UsageError("--apply carries out a plan file; --plan-out makes one: give one of them")
     site = site_config(config)
+    if tier is not None:
+        site.tier(tier)  # an unknown --tier is named as given (exit 3), not as a policy key
     if apply is not None:
         _apply_file(out, site, apply, dry_run)
         return

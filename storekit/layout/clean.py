@@ -113,6 +113,13 @@ def _newest_and_bytes(
     return newest, total
 
 
+def one_line(text: str) -> str:
+    """A client's multi-line error as one line: its last line, the conclusion (squeue prints its
+    DNS/config attempts first and `fatal: ...` last)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
 def plan_clean(
     spec: LayoutSpec, store: Store, *, now: float | None = None, jobs: JobQuery = slurm_jobs
 ) -> CleanPlan:
@@ -127,7 +134,7 @@ def plan_clean(
         plan.slurm = "not found" if known is None else "asked"
         unreachable: str | None = None
     except SlurmUnreachable as exc:
-        known, unreachable = None, str(exc)
+        known, unreachable = None, one_line(str(exc))
         plan.slurm = f"unreachable: {unreachable}"
     for area in spec.areas:
         if area.ttl_seconds is None or not store.exists(area.name):

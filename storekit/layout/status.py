@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 
 from storekit.diskspace import free_bytes
-from storekit.errors import StorekitError
+from storekit.errors import StorekitError, UnreachableError
 from storekit.fsfeatures import FsBackend
 from storekit.layout import fsapply
 from storekit.layout.spec import LayoutSpec
@@ -51,6 +52,9 @@ def tier_status(spec: LayoutSpec, store: Store) -> TierStatus:
     status = TierStatus(tier=store.name, url=store.display_url, role=store.tier.role, reachable=True)
     try:
         store.probe()
+        down = root_missing(store)
+        if down is not None:
+            raise UnreachableError(down)
         status.free_bytes = store.free_space()
         top = {e.name: e for e in store.list("")} if store.exists("") else {}
         usage = {
@@ -100,6 +104,15 @@ def _fs_usage(store: Store, backend: FsBackend, target: AreaUsage) -> bool:
     target.bytes, target.files, target.dirs = totals.bytes, totals.files, totals.dirs
     target.usage_source = backend.fs
     return True
+
+
+def root_missing(store: Store) -> str | None:
+    """Why a file:// tier whose root does not exist is down (an unmounted mount point's directory is
+    gone too; `storekit init` creates a new tier's root)."""
+    root = store.tier.local_root
+    if root is None or os.path.isdir(root):
+        return None
+    return f"tier {store.name}: root {root} does not exist (not mounted?)"
 
 
 def _area_free(store: Store, area: str) -> int | None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from storekit import faults
-from storekit.errors import NoSpaceError, storage_errors
+from storekit.errors import InputError, NoSpaceError, storage_errors
 from storekit.lease import Lease
 from storekit.manifest import Manifest, ManifestFile, write_manifest
 from storekit.pipeline.commit import Staging
@@ -54,6 +54,8 @@ def finalize(
     try:
         with _os_errors(location):
             shards = _write_shards(plan, work, staging, drops, on_shard)
+            if not any(s.documents for s in shards) and not plan.options.get("allow_empty"):
+                raise _nothing_kept(location, summaries, drops.count if drops else 0)
             manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
             faults.point("finalize.before-manifest")
             write_manifest(staging.store, staging.rel, manifest)
@@ -62,6 +64,32 @@ def finalize(
         staging.abort()
         raise
     return manifest
+
+
+def _nothing_kept(
+    location: DatasetLocation, summaries: Sequence[dict[str, Any]], cross_dups: int
+) -> InputError:
+    """No document was kept (a typo'd --text-key, an empty input): publishing an empty dataset with
+    exit 0 would hide it, so nothing is committed and the biggest reason is named."""
+    stats = _stats(summaries, [], cross_dups, 0)
+    reasons = {n.replace("_", " "): c for n, c in stats["errors"].items()}
+    reasons["duplicate"] = stats["docs_duplicate"]
+    reasons["shorter than min_chars"] = stats["filtered"]["too_short"]
+    reasons["longer than max_chars"] = stats["filtered"]["too_long"]
+    read = stats["docs_read"]
+    top = max(reasons.items(), key=lambda kv: kv[1])
+    if read == 0 or top[1] == 0:
+        why = "the input holds no documents"
+    else:
+        why = f"{top[1]} of {read} skipped as {top[0]}"
+        example = next((e for e in stats["error_examples"] if e["reason"].replace("_", " ") == top[0]), None)
+        if example is not None:
+            why += f" (first: {example['where']}: {example['detail']})"
+    return InputError(
+        f"{location.display}: no document was kept, nothing committed: {why}",
+        hint="fix the input or options (--text-key, --min-chars, ...) and rerun; "
+        "--allow-empty commits it anyway",
+    )
 
 
 def _os_errors(location: DatasetLocation) -> contextlib.AbstractContextManager[None]:

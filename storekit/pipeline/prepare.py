@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storekit import faults
 from storekit.background import Background
@@ -36,6 +36,9 @@ from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
 from storekit.pipeline.workdir import WorkDir
 from storekit.units import format_bytes as format_size
+
+if TYPE_CHECKING:
+    from storekit.store import Store
 
 
 @dataclass
@@ -142,6 +145,7 @@ def prepare_dataset(
     if existing is not None and not force:
         return _unchanged(outcome, existing, work)
     check_space(plan, location, work)
+    make_scratch_area(location.store, work.path)
     with output_lease(location, work) as lease:
         # under the lease: what a killed run left is settled, and the place is looked at again
         settle_leftovers(location)
@@ -155,6 +159,24 @@ def prepare_dataset(
             faults.point("prepare.committed")
             work.remove()
     return outcome
+
+
+def make_scratch_area(store: Store, work_path: Path) -> None:
+    """A work dir in a tier's scratch/ that does not exist yet: scratch/ is made as the tier's layout
+    wants it (1777 in llm-cluster: every user's jobs write there), not with this process's umask, so
+    what prepare creates passes `storekit layout check`."""
+    scratch = store.local_path("scratch")
+    if scratch is None or work_path.parent != Path(scratch) or os.path.isdir(scratch):
+        return
+    from storekit.layout.spec import load_layout
+
+    area = next((a for a in load_layout(store.tier.layout).areas if a.name == "scratch"), None)
+    os.makedirs(os.path.dirname(scratch), exist_ok=True)
+    try:
+        os.mkdir(scratch, 0o700)  # opened up below, once it is a directory we made
+    except FileExistsError:
+        return  # another run made it first
+    os.chmod(scratch, area.mode if area is not None else 0o1777)
 
 
 def _if_present(work: WorkDir) -> WorkDir | None:

@@ -37,6 +37,10 @@ DEFAULT_SHARD_BYTES = 1 << 30
 DEFAULT_MAX_DOC_BYTES = 64 << 20
 CLI_SOURCE = "<command line>"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# the dataset and version levels of the llm-cluster layout (datasets/<kind>/<name>/<version>)
+_LAYOUT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_LAYOUT_VERSION = re.compile(r"v[0-9]+([._][0-9]+)*|[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_BARE_VERSION = re.compile(r"[0-9]+([._][0-9]+)*")
 
 # field -> (toml table, toml key, flag): error messages name the key a user actually wrote
 _KEYS: dict[str, tuple[str, str, str]] = {
@@ -67,6 +71,7 @@ _KEYS: dict[str, tuple[str, str, str]] = {
     "on_error": ("run", "on_error", "--on-error"),
     "work_dir": ("run", "work_dir", "--work-dir"),
     "task_bytes": ("run", "task_size", "--task-size"),
+    "allow_empty": ("output", "allow_empty", "--allow-empty"),
 }
 _SIZE_FIELDS = ("shard_bytes", "max_doc_bytes", "task_bytes")
 
@@ -101,6 +106,7 @@ class PipelineSpec:
     on_error: str = "skip"
     work_dir: str | None = None
     task_bytes: int | None = None  # None: chosen from the corpus size
+    allow_empty: bool = False  # commit a dataset that kept no document (else: nothing committed, exit 1)
 
     @property
     def default_output(self) -> str:
@@ -127,6 +133,8 @@ class PipelineSpec:
             "shard_bytes": self.shard_bytes,
             "shard_tokens": self.shard_tokens,
             "on_error": self.on_error,
+            # only when set: every plan id made before this option existed stays the same
+            **({"allow_empty": True} if self.allow_empty else {}),
         }
 
 
@@ -230,7 +238,7 @@ def _check(name: str, value: Any, origin: str) -> Any:
         if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
             raise fail("expected a list of field names (or a,b,c on the command line)")
         return tuple(i.strip() for i in items if i.strip())
-    if name in ("eos", "bos", "dedup"):
+    if name in ("eos", "bos", "dedup", "allow_empty"):
         if not isinstance(value, bool):
             raise fail(f"expected true or false, got {value!r}")
         return value
@@ -265,12 +273,29 @@ def _check(name: str, value: Any, origin: str) -> Any:
         raise fail(f"expected one of {', '.join(choices)}, got {value!r}")
     if name in ("name", "version") and not _NAME_RE.match(value):
         raise fail(f"{value!r} is not a valid {name}: use letters, digits, '.', '_' and '-'")
+    if name == "version" and _BARE_VERSION.fullmatch(value):
+        return f"v{value}"  # `--version 2` is v2: the layout names versions v1, v2, ... or dates
     if name == "text_key" and not value:
         raise fail("must not be empty")
     return value
 
 
 def _check_relations(spec: PipelineSpec, origin: Mapping[str, str]) -> None:
+    if spec.output is None:  # datasets/<kind>/<name>/<version>: names the layout check accepts
+        for field_name, rule, wanted in (
+            (
+                "name",
+                _LAYOUT_NAME,
+                "lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
+            ),
+            ("version", _LAYOUT_VERSION, "v1, v2, v1.1, ... or a date such as 2026-01-31"),
+        ):
+            value = getattr(spec, field_name)
+            if not rule.fullmatch(value):
+                file, key = where(origin.get(field_name, spec.source), field_name)
+                raise ConfigError(
+                    file, key, f"{value!r} would fail `storekit layout check` (misnamed); expected {wanted}"
+                )
     if spec.min_chars is not None and spec.max_chars is not None and spec.min_chars > spec.max_chars:
         file, key = where(origin.get("min_chars", spec.source), "min_chars")
         raise ConfigError(file, key, f"min_chars {spec.min_chars} is larger than max_chars {spec.max_chars}")

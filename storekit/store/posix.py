@@ -14,6 +14,7 @@ from storekit.config import TierConfig
 from storekit.diskspace import free_bytes
 from storekit.durable import fsync_dir, remove_tombstone, tombstone
 from storekit.errors import PathEscapeError, StorekitError, UnreachableError, storage_error
+from storekit.mounts import mount_mismatch
 from storekit.paths import clean_rel, resolves_outside
 from storekit.rootprobe import guard_root
 from storekit.store.base import XATTR_PREFIX, Capabilities, Entry, Store, check_metadata, temp_name
@@ -71,6 +72,12 @@ class PosixStore(Store):
             raise UnreachableError(
                 f"tier {self.name}: {self.display_url} is not reachable ({parent} does not exist)",
                 hint="is the filesystem mounted?",
+            )
+        wrong = mount_mismatch(self.root, self.tier.mount_type, self.tier.mount_source)
+        if wrong is not None:
+            raise UnreachableError(
+                f"tier {self.name} is down: {wrong}",
+                hint=f"is it mounted? (mount_type/mount_source of [tiers.{self.name}] say what it must be)",
             )
 
     def _entry(self, full: str, st: os.stat_result, is_link: bool) -> Entry:

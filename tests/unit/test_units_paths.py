@@ -20,7 +20,12 @@ from storekit.units import format_bytes, parse_duration, parse_size, rate_unit
         ("16 MiB", 16 << 20),
         ("1GB", 10**9),
         ("1.5TiB", int(1.5 * 2**40)),
-        ("2g", 2 * 10**9),
+        ("2g", 2 * 2**30),  # K M G T P alone: powers of 1024, as coreutils and fio read them
+        ("2G", 2 * 2**30),
+        ("4k", 4096),
+        ("3KB", 3000),
+        ("1P", 2**50),
+        ("1PB", 10**15),
         (7, 7),
     ],
 )

@@ -50,6 +50,9 @@ def test_show_embedded_default(tmp_path: Path) -> None:
             "layout": "llm-cluster",
             "default": True,
             "options": {},
+            "transfer": {},
+            "mount_type": None,
+            "mount_source": None,
         }
     ]
 

@@ -123,7 +123,7 @@ def test_json_usage_error_is_still_one_json_document(args: tuple[str, ...]) -> N
     assert proc.returncode == 2
     doc = json.loads(proc.stdout)
     assert doc["schema_version"] == 1 and doc["error"]["exit_code"] == 2 and doc["error"]["message"]
-    assert "Error: " in proc.stderr  # the human message stays on stderr
+    assert proc.stderr.startswith("error: ")  # the human message stays on stderr, one line
 
 
 def test_print_schema_json_is_json() -> None:

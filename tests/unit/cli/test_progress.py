@@ -50,7 +50,7 @@ def test_plain_lines_come_at_a_steady_interval_and_at_the_end() -> None:
         "0:00:30",
     ]
     assert lines[1] == (
-        "progress: tokenizing 1234 tasks,  20%, 10.0 GiB/50.0 GiB, 1.0 GiB/s, 100.0 docs/s, 50.0k tok/s, "
+        "progress: tokenizing 1234 tasks,  20%, 10.0 GiB/50.0 GiB, 1.1 GB/s, 100.0 docs/s, 50.0k tok/s, "
         "0:00:10, eta 0:00:40"
     )
 
@@ -74,9 +74,12 @@ def test_the_terminal_bar_stays_on_one_line_at_80_columns() -> None:
     state.advance(13 * 2**30, {"docs": 123_456_789, "tokens": 9_876_543_210})
     console.print(_LiveLine(state, console))
     (line,) = buffer.getvalue().splitlines()
-    assert len(line) <= 80 and line.startswith("tokenizing 1234 tasks  ━") and "%" in line
-    # every field, in priority order, until the width is used up
+    assert len(line) <= 80 and line.startswith("tokenizing 1234 tasks  ") and "%" in line
+    assert re.search(r"  eta \d+:\d\d:\d\d$", line), line  # the README promises an ETA, at 80 columns too
+    # every field while they fit; the rates, the clock and the bar go before the percentage and the ETA
     parts = progress_parts(state, 50.0, bar=True)
-    assert fit(parts, 500) == "  ".join(parts)
-    assert fit(parts, 45) == "  ".join(parts[:2])
+    assert parts[-1].startswith("eta ") and fit(parts, 500) == "  ".join(parts)
+    at80 = fit(parts, 79)
+    assert at80.endswith(parts[-1]) and f" {parts[2]}  {parts[3]}  " in at80  # percent, bytes, eta
+    assert fit(parts, 45) == "  ".join([parts[0], parts[2], parts[-1]])
     assert fit(["a very long description indeed"], 10) == "a very lon"

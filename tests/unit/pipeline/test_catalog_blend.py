@@ -55,7 +55,7 @@ def test_list_shows_every_dataset_with_its_state(
 def test_inspect_decodes_documents_back_to_their_text(two: tuple[Path, Path, Any], capsys: Any) -> None:
     web, _, records = two
     res = run_cli(
-        ["dataset", "inspect", "datasets/text/web/v1", "-n", "2", "--max-chars", "0", "--json"], capsys
+        ["dataset", "inspect", "datasets/text/web/v1", "--docs", "2", "--show-chars", "0", "--json"], capsys
     )
     assert res.code == 0, res.stderr
     docs = res.json()["documents"]
