@@ -58,7 +58,9 @@ class PrepareJob:
 
 def load(path: Path, site: SiteConfig | None) -> PrepareJob:
     """The job of an existing work dir (what `storekit jobs run-task` runs): its plan, read only."""
-    work = WorkDir(path)
+    from storekit.pipeline.prepare import tier_anchor  # prepare imports this module
+
+    work = WorkDir(path, anchor=tier_anchor(path, site or load_config(None)))
     return PrepareJob(read_plan(work), work, site)
 
 

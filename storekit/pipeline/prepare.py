@@ -35,6 +35,7 @@ from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
 from storekit.pipeline.workdir import WorkDir
+from storekit.trusted_dirs import anchor_for
 from storekit.units import format_bytes as format_size
 
 
@@ -80,7 +81,13 @@ def draft_plan(
     )
     sources = discover_sources(spec.inputs, forced_format=spec.input_format, text_key=spec.text_key, fs=fs)
     plan = plan_tasks(spec, sources, tokenizer)
-    return plan, location, WorkDir(work_dir_for(spec, site, location, plan))
+    path = work_dir_for(spec, site, location, plan)
+    return plan, location, WorkDir(path, anchor=tier_anchor(path, site))
+
+
+def tier_anchor(path: Path, site: SiteConfig) -> Path | None:
+    """What a work dir's parents are checked up to: its tier's root, else $HOME (trusted_dirs)."""
+    return anchor_for(path, [t.local_root for t in site.tiers.values() if t.local_root])
 
 
 def with_engine(spec: PipelineSpec, plan: PrepPlan, fs: InputFS) -> tuple[PrepPlan, dict[str, float]]:
