@@ -4,6 +4,7 @@ at fault points (storekit.faults), never by timing."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,3 +77,57 @@ def test_a_work_dir_swapped_while_tasks_run_is_never_published(here: Path, capsy
     assert "was replaced while this run used it: nothing was published" in res.stderr
     assert not (here / FINAL).exists()
     assert not list((here / FINAL).parent.glob(".v1.storekit-tmp-*"))
+
+
+# -- item 2: a planted "old copy" of a replace, or a planted final dataset ----------------------
+def _poisoned_copy(capsys: Any, here: Path, dest: Path) -> None:
+    """rtuser's dataset with the very plan id root's run will have (the plan id ignores the output
+    path), one extra file listed with its right digest: it verifies, and it is not root's."""
+    made = here / "made" / "v1"
+    assert run_cli([*BASE, "-o", str(made)], capsys).code == 0
+    out = here / FINAL.parent
+    out.mkdir(parents=True)
+    out.chmod(0o1777)  # a shared output parent, sticky like /tmp
+
+    def plant() -> None:
+        shutil.copytree(made, dest)
+        (dest / "poison.txt").write_bytes(b"rtuser was here\n")
+        doc = json.loads((dest / "manifest.json").read_bytes())
+        doc["files"].append({"path": "poison.txt", "size": 16, "xxh3_128": xxh3(b"rtuser was here\n")})
+        (dest / "manifest.json").write_text(json.dumps(doc))
+
+    as_neighbour(plant)
+    assert dest.stat().st_uid == NEIGHBOUR_UID
+
+
+def xxh3(data: bytes) -> str:
+    import xxhash
+
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def test_a_planted_old_copy_of_a_replace_is_never_put_in_place(here: Path, capsys: Any) -> None:
+    planted = here / FINAL.parent / ".v1.storekit-tmp-old-deadbeef"
+    _poisoned_copy(capsys, here, planted)
+    res = run_cli(BASE, capsys)
+    assert res.code == 0, res.stderr
+    assert res.json()["status"] == "prepared"  # built, not "already prepared" from rtuser's copy
+    final = here / FINAL
+    assert final.stat().st_uid == 0 and (final / "manifest.json").stat().st_uid == 0
+    assert not (final / "poison.txt").exists()
+    assert (planted / "poison.txt").exists()  # not ours: neither adopted nor removed
+    assert verify(capsys).code == 0
+
+
+def test_a_planted_final_dataset_of_another_user_is_not_adopted(here: Path, capsys: Any) -> None:
+    _poisoned_copy(capsys, here, here / FINAL)
+    before = (here / FINAL / "manifest.json").read_bytes()
+    res = run_cli(BASE, capsys)
+    assert res.code == 1, res.stderr
+    err = res.json()["error"]["message"]
+    assert f"owned by uid {NEIGHBOUR_UID}, not by you (uid 0) or root" in err
+    assert "neither adopts nor replaces it" in err
+    assert (here / FINAL / "manifest.json").read_bytes() == before
+    forced = run_cli([*BASE, "--force"], capsys)  # nor does --force replace another user's data
+    assert forced.code == 1, forced.stderr
+    assert (here / FINAL / "manifest.json").read_bytes() == before
