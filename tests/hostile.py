@@ -49,3 +49,16 @@ def shared_base() -> Iterator[Path]:
         yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A run directory (cwd) both users reach, with a 1777 `shared/` in it like /tmp."""
+    need_root()
+    for base in shared_base():
+        monkeypatch.chdir(base)
+        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
+        monkeypatch.delenv("STOREKIT_FAULTS", raising=False)
+        (base / "shared").mkdir()
+        (base / "shared").chmod(0o1777)
+        yield base
