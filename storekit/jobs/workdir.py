@@ -102,10 +102,12 @@ class Submission:
 
 
 class JobDir:
-    def __init__(self, path: Path, *, anchor: Path | None = None) -> None:
-        """`anchor`: the trusted directory above it (its tier's root; None: $HOME or `/`)."""
+    def __init__(self, path: Path, *, anchor: Path | None = None, owner: int | None = None) -> None:
+        """`anchor`: the trusted directory above it (its tier's root; None: $HOME or `/`); `owner`:
+        whose private dir it must be (default: the running user's; root reclaiming: the owner's)."""
         self.path = path
         self.anchor = anchor
+        self.owner = owner
         self.pin: DirPin | None = None  # what `path` was when this run first made or checked it
         self.tasks = path / "tasks"
         self.failed = path / "failed"
@@ -341,7 +343,7 @@ class JobDir:
             lease.release()
 
     def _make_private(self) -> None:
-        make_private_dir(self.path, self.anchor)
+        make_private_dir(self.path, self.anchor, self.owner)
         if self.pin is None:
             self.pin = DirPin.take(self.path)
         else:
@@ -391,24 +393,27 @@ def part_digest(path: Path) -> FileDigest:
     return hash_local(path)
 
 
-def make_private_dir(path: Path, anchor: Path | None = None) -> None:
+def make_private_dir(path: Path, anchor: Path | None = None, owner: int | None = None) -> None:
     """Create `path` 0700 if missing; refuse one that someone else could have planted or can change,
     or whose parents let someone else swap it (below `anchor`, see storekit.trusted_dirs)."""
     check_ancestors(path, anchor, "work dir")
     path.parent.mkdir(parents=True, exist_ok=True)
     check_ancestors(path, anchor, "work dir")  # what mkdir made is ours; what was there is checked
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    check_private(path)
+    if owner is None:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    check_private(path, owner)
 
 
-def check_private(path: Path) -> None:
-    """Raise unless `path` is a real directory of the running user that only it may write to."""
+def check_private(path: Path, owner: int | None = None) -> None:
+    """Raise unless `path` is a real directory of the running user (or of `owner`, which only root
+    passes) that only it may write to."""
     st = os.lstat(path)
     problem = None
+    uid = os.geteuid() if owner is None else owner
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         problem = "is not a directory (a symlink or a file)"
-    elif st.st_uid != os.geteuid():
+    elif st.st_uid != uid:
         problem = f"is owned by uid {st.st_uid}, not by the user running storekit (uid {os.geteuid()})"
     elif st.st_mode & 0o022:
         problem = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
