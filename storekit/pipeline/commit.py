@@ -25,7 +25,7 @@ from pathlib import Path
 import xxhash
 
 from storekit import faults
-from storekit.durable import TMP_MARK, write_file_atomic
+from storekit.durable import TMP_MARK, TOMBSTONE_MARK, exchange, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
 from storekit.jobs.workdir import check_private
 from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
@@ -145,14 +145,18 @@ def settle_leftovers(location: DatasetLocation) -> None:
     store = location.store
     prefix = f".{location.name}{TMP_MARK}"
     try:
+        # a temp sibling, or the tombstone of one whose removal was stopped (`..v1.storekit-tmp-*`)
         leftovers = [
             e
             for e in store.list(location.parent)
-            if e.name.startswith(prefix) and foreign_owner(location, e.path) is None
+            if (e.name.startswith(prefix) or (e.name.startswith("." + prefix) and TOMBSTONE_MARK in e.name))
+            and foreign_owner(location, e.path) is None
         ]
     except NotFoundError:
         return
-    olds = sorted(e.path for e in leftovers if e.name.startswith(prefix + _OLD))
+    olds = sorted(
+        e.path for e in leftovers if e.name.startswith(prefix + _OLD) and TOMBSTONE_MARK not in e.name
+    )
     restored = None
     if olds and not store.exists(location.rel):
         restored = olds[-1]
@@ -228,6 +232,8 @@ class Staging:
         if self.store.exists(final):
             # checked before the run; look again in case another run committed there meanwhile
             check_existing(self.location, plan_id, force=self.force, work=None)
+            if self._exchange(final):
+                return
             old_name = f".{self.location.name}{TMP_MARK}{_OLD}{uuid.uuid4().hex[:8]}"
             self.old = join_rel(self.location.parent, old_name)
             self.store.rename(final, self.old)
@@ -235,8 +241,31 @@ class Staging:
         self.store.rename(self.rel, final)
         self.committed = True
         faults.point("commit.renamed")
+        self._drop_old()
+
+    def _exchange(self, final: str) -> bool:
+        """A replace in one step where the file system can: the new copy takes the final name and
+        the old one the staging name at once, so the dataset path is never empty (a kill leaves
+        the new dataset, and its old copy for the next run to remove). False: not done, nothing moved."""
+        staging, target = self.store.local_path(self.rel), self.store.local_path(final)
+        if staging is None or target is None:
+            return False
+        try:
+            exchange(staging, target)
+        except OSError:
+            return False  # ENOSYS, EINVAL (NFS, old kernels): the journaled two renames instead
+        self.committed, self.old = True, self.rel
+        faults.point("commit.exchanged")
+        faults.point("commit.renamed")
+        self._drop_old()
+        return True
+
+    def _drop_old(self) -> None:
+        """After the commit: the old copy goes, best effort. The new dataset is in place, so a
+        failure here (a full disk, a kill) is not the run's failure; the next run removes it."""
         if self.old:
-            self.store.delete(self.old, recursive=True)
+            with contextlib.suppress(StorekitError, OSError):
+                self.store.delete(self.old, recursive=True)
 
     def abort(self) -> None:
         """After a failure or a stop: the old copy goes back if it was moved, the staging dir goes."""

@@ -147,6 +147,8 @@ def prepare_dataset(
     if dry_run:
         return outcome
     if existing is not None and not force:
+        with contextlib.suppress(StorekitError, OSError), output_lease(location, work):
+            settle_leftovers(location)  # what a run stopped after its commit left (best effort)
         return _unchanged(outcome, existing, work)
     check_space(plan, location, work)
     with output_lease(location, work) as lease:
@@ -160,8 +162,15 @@ def prepare_dataset(
             _run(plan, work, location, spec, fs, force, progress, outcome, started, lease, executor)
             outcome.timings.update(plan_timings)
             faults.point("prepare.committed")
-            work.remove()
+            remove_after_commit(work)
     return outcome
+
+
+def remove_after_commit(work: WorkDir) -> None:
+    """The dataset is committed: a failure removing the work dir (a full disk) is not the run's
+    failure; what is left is a tombstone or the dir, which the next run or `layout clean` removes."""
+    with contextlib.suppress(StorekitError, OSError):
+        work.remove()
 
 
 def _if_present(work: WorkDir) -> WorkDir | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from storekit import faults
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_storekit
 from tests.hostile import NEIGHBOUR_UID, as_neighbour, need_root, shared_base
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
@@ -131,3 +132,47 @@ def test_a_planted_final_dataset_of_another_user_is_not_adopted(here: Path, caps
     forced = run_cli([*BASE, "--force"], capsys)  # nor does --force replace another user's data
     assert forced.code == 1, forced.stderr
     assert (here / FINAL / "manifest.json").read_bytes() == before
+
+
+# -- item 7: a replace never leaves the path empty, and what a stop leaves is settled -------------
+def _prepared_other(capsys: Any, here: Path) -> bytes:
+    res = run_cli([*BASE, "--min-chars", "3"], capsys)
+    assert res.code == 0, res.stderr
+    return (here / FINAL / "manifest.json").read_bytes()
+
+
+def test_a_full_disk_removing_the_old_copy_after_the_commit_is_not_a_failure(here: Path, capsys: Any) -> None:
+    _prepared_other(capsys, here)
+    committed: list[bool] = []
+
+    def full() -> None:
+        if committed:  # only once the new copy is in place: removing the old one, or the work dir
+            raise OSError(28, "No space left on device (injected)")
+
+    with faults.at("commit.renamed", lambda: committed.append(True)), faults.at("durable.tombstoned", full):
+        res = run_cli([*BASE, "--force"], capsys)
+    assert res.code == 0, res.stderr  # was 6 "no space" for a dataset that was committed
+    new = json.loads((here / FINAL / "manifest.json").read_bytes())
+    assert new["plan_id"] == res.json()["plan"]["plan_id"]
+    assert verify(capsys).code == 0
+    left = list((here / FINAL.parent).glob("..v1.storekit-tmp-*.storekit-deleting-*"))
+    assert left  # the old copy's tombstone: `..v1` did not match settle_leftovers' prefix
+    again = run_cli(BASE, capsys)
+    assert again.code == 0 and again.json()["status"] == "unchanged"
+    assert not list((here / FINAL.parent).glob(".*.storekit-*")), "the next run settles it"
+
+
+def test_a_kill_where_the_old_copy_was_moved_never_leaves_the_dataset_path_empty(
+    here: Path, capsys: Any
+) -> None:
+    old = _prepared_other(capsys, here)
+    faults_env = {"STOREKIT_FAULTS": "commit.old-moved=kill,commit.exchanged=kill"}
+    killed = run_storekit([*BASE, "--force"], cwd=here, env=faults_env)
+    assert killed.code == -signal.SIGKILL
+    manifest = (here / FINAL / "manifest.json").read_bytes()  # was missing until the next run
+    assert manifest != old and verify(capsys).code == 0
+    (moved,) = (here / FINAL.parent).glob(".v1.storekit-tmp-*")  # the old copy, under the staging name
+    assert (moved / "manifest.json").read_bytes() == old
+    again = run_cli([*BASE, "--force"], capsys)
+    assert again.code == 0, again.stderr
+    assert not list((here / FINAL.parent).glob(".v1.storekit-tmp-*"))
