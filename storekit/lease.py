@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.durable import TMP_MARK, fsync_dir, remove_write_temps, write_file_atomic
-from storekit.errors import BusyError
+from storekit.errors import BusyError, PermissionDeniedError
 from storekit.liveness import process_alive, process_start
 
 LEASE_NAME = ".storekit-lease"
@@ -273,6 +273,12 @@ def break_stale(stale: LeaseInfo) -> bool:
         os.rename(stale.path, tomb)
     except FileNotFoundError:
         return False
+    except PermissionError:  # another user's lease in a sticky directory: only they (or root) may
+        raise PermissionDeniedError(
+            f"{stale.path}: a stale lease of user {stale.user} ({stale.describe()}, no longer running) "
+            "that you may not remove",
+            hint=f"ask {stale.user} or an administrator to remove it, then rerun",
+        ) from None
     moved = read_lease(tomb)
     try:
         if moved is not None and moved.token != stale.token:

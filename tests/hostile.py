@@ -62,3 +62,19 @@ def shared_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         (base / "shared").mkdir()
         (base / "shared").chmod(0o1777)
         yield base
+
+
+def neighbour_cli(args: list[str], out: Path) -> tuple[int, str, str]:
+    """`storekit ARGS` run as the neighbour (in this cwd, in a forked child); (code, stdout, stderr).
+    `out`: a file the child may write, that carries the result back."""
+    import json
+
+    from tests.conftest import run_cli
+
+    def run() -> None:
+        ran = run_cli(args)
+        out.write_text(json.dumps([ran.code, ran.stdout, ran.stderr]))
+
+    as_neighbour(run)
+    code, stdout, stderr = json.loads(out.read_text())
+    return int(code), str(stdout), str(stderr)
