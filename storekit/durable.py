@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -72,6 +73,27 @@ def _unlink_entries(directory: str | os.PathLike[str], matches: Callable[[str], 
             if matches(entry):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(directory, entry))
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def exchange(a: str, b: str) -> None:
+    """Swap two existing paths in one step (Linux renameat2 RENAME_EXCHANGE): neither name is ever
+    missing. OSError when the kernel, the C library or the file system cannot (then nothing moved)."""
+    import ctypes
+
+    faults.point("durable.exchange")
+    libc = ctypes.CDLL(None, use_errno=True)
+    func = getattr(libc, "renameat2", None)
+    if func is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not in this C library")
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), a, None, b)
+    fsync_dir(os.path.dirname(os.path.abspath(b)))
 
 
 TOMBSTONE_MARK = ".storekit-deleting-"  # a directory being deleted; never a real name (layout check knows)

@@ -102,6 +102,25 @@ class InputError(StorekitError):
     exit_code = ExitCode.ERROR
 
 
+class NotRegularFileError(InputError):
+    """A FIFO, a device, a socket or a directory where storekit reads a file: refused, never opened
+    for reading (a FIFO would block, /dev/zero never end)."""
+
+
+def not_regular(path: str, mode: int) -> NotRegularFileError:
+    import stat
+
+    kinds = [
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ]
+    kind = next((name for test, name in kinds if test(mode)), "not a file")
+    return NotRegularFileError(f"{path}: not a regular file ({kind}); storekit reads regular files only")
+
+
 class Interrupted(StorekitError):
     exit_code = ExitCode.INTERRUPTED
 

@@ -8,6 +8,10 @@ thread pushes forward. Whether a lease still binds:
     same host    its process is alive (same pid, same start time); the expiry is not used
     other host   its expiry is in the future (a host that died lets its leases lapse)
 
+A lease also records the holder's boot id and PID namespace: on the same host, another boot means
+the holder is gone; another PID namespace (a container, with its own pid 1) means its pid cannot be
+judged here, so it binds until its expiry, like a lease of another host.
+
 A lease that no longer binds is stale and may be broken: renamed to a tombstone, checked, removed.
 
 Names, so that `layout check` and cleaners can tell what a lease covers:
@@ -33,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from storekit.durable import TMP_MARK, fsync_dir, remove_write_temps, write_file_atomic
-from storekit.errors import BusyError
-from storekit.liveness import process_alive, process_start
+from storekit.errors import BusyError, PermissionDeniedError
+from storekit.liveness import boot_id, pid_namespace, process_alive, process_start
 
 LEASE_NAME = ".storekit-lease"
 DEFAULT_TTL = 300.0  # seconds a lease of a process on another host binds without a heartbeat
@@ -66,11 +70,17 @@ class LeaseInfo:
     acquired: float
     expires: float
     purpose: str
+    where: tuple[str | None, str | None] = (None, None)  # the holder's boot id and PID namespace
 
     def binds(self, now: float | None = None) -> bool:
         """True while the holder may still be working (see the module docstring for the rule)."""
         if self.host == socket.gethostname():
-            return process_alive(self.pid, self.pid_start)
+            boot, namespace = self.where
+            if boot is not None and boot_id() not in (None, boot):
+                return False  # this host booted since: every process of that boot is gone
+            if namespace is None or pid_namespace() in (None, namespace):
+                return process_alive(self.pid, self.pid_start)
+            # another PID namespace on this host (a container): its pid means nothing here
         return (time.time() if now is None else now) < self.expires
 
     def describe(self) -> str:
@@ -98,6 +108,7 @@ def read_lease(path: Path) -> LeaseInfo | None:
             acquired=float(doc["acquired"]),
             expires=float(doc["expires"]),
             purpose=str(doc.get("purpose", "")),
+            where=(_opt_str(doc.get("boot_id")), _opt_str(doc.get("pid_ns"))),
         )
     except (ValueError, KeyError, TypeError):
         return LeaseInfo(path, "", "?", -1, "?", -1, None, mtime, mtime + DEFAULT_TTL, "damaged lease file")
@@ -152,6 +163,8 @@ class Lease:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "pid_start": process_start(os.getpid()),
+            "boot_id": boot_id(),
+            "pid_ns": pid_namespace(),
             "acquired": self.acquired,
             "expires": time.time() + self.ttl,
         }
@@ -273,6 +286,12 @@ def break_stale(stale: LeaseInfo) -> bool:
         os.rename(stale.path, tomb)
     except FileNotFoundError:
         return False
+    except PermissionError:  # another user's lease in a sticky directory: only they (or root) may
+        raise PermissionDeniedError(
+            f"{stale.path}: a stale lease of user {stale.user} ({stale.describe()}, no longer running) "
+            "that you may not remove",
+            hint=f"ask {stale.user} or an administrator to remove it, then rerun",
+        ) from None
     moved = read_lease(tomb)
     try:
         if moved is not None and moved.token != stale.token:
@@ -283,6 +302,10 @@ def break_stale(stale: LeaseInfo) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tomb)
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _user_name(uid: int) -> str:

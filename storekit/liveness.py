@@ -22,6 +22,15 @@ def boot_id() -> str | None:
         return None
 
 
+def pid_namespace() -> str | None:
+    """This process's PID namespace (the inode of /proc/self/ns/pid): a pid means something only
+    inside the namespace it was read in (a container on the same host has its own pid 1)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
+
+
 def process_start(pid: int) -> str | None:
     """When the process started, in clock ticks after boot (tells a reused pid from the one recorded);
     None when it is gone or /proc does not say."""

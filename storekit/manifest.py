@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storekit import __version__
-from storekit.errors import InputError, MismatchError, NotFoundError, PathEscapeError
+from storekit.errors import InputError, MismatchError, NotFoundError, NotRegularFileError, PathEscapeError
 from storekit.ops import FileDigest, hash_file
 from storekit.paths import clean_rel, join_rel
 from storekit.store import Store
@@ -52,16 +52,28 @@ class Manifest:
         return sum(f.size for f in self.files)
 
 
+MAX_DEPTH = 64  # storekit's own manifests nest about 5 deep; a deeper one is not ours (a recursion bomb)
+
+
 def parse_manifest(data: bytes, *, source: str) -> Manifest:
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{source}: not a valid manifest (JSON error: {exc})") from None
+    except RecursionError:
+        doc = None  # nested past Python's limit: caught by the depth check below
+    if doc is None or _depth(doc) > MAX_DEPTH:
+        raise InputError(f"{source}: not a valid manifest (nested deeper than {MAX_DEPTH} levels)")
     if not isinstance(doc, dict):
         raise InputError(f"{source}: not a valid manifest (expected a JSON object)")
     for key in ("schema_version", "kind", "files"):
         if key not in doc:
             raise InputError(f"{source}: not a valid manifest (missing key {key!r})")
+    if type(doc["schema_version"]) is not int or doc["schema_version"] != MANIFEST_SCHEMA:
+        raise InputError(
+            f"{source}: schema_version {doc['schema_version']!r} is not one this storekit reads "
+            f"({MANIFEST_SCHEMA})"
+        )
     if not isinstance(doc["files"], list):
         raise InputError(f"{source}: not a valid manifest (files is not a list)")
     files = []
@@ -81,6 +93,19 @@ def parse_manifest(data: bytes, *, source: str) -> Manifest:
         body=body,
         storekit_version=str(doc.get("storekit_version", "?")),
     )
+
+
+def _depth(doc: Any) -> int:
+    """How deep lists and objects nest in `doc`, without recursion (stops past MAX_DEPTH)."""
+    deepest, todo = 0, [(doc, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                return level
+            todo.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def read_manifest(store: Store, directory: str) -> Manifest:
@@ -117,6 +142,9 @@ def verify_manifest(store: Store, directory: str, manifest: Manifest) -> list[Ve
             continue
         except PathEscapeError:
             problems.append(VerifyProblem(f.path, "a symlink that leaves the tier"))
+            continue
+        except NotRegularFileError as exc:  # a FIFO, a device, a directory: never read
+            problems.append(VerifyProblem(f.path, exc.message.rpartition(": ")[2]))
             continue
         if got.size != f.size:
             problems.append(VerifyProblem(f.path, f"size {got.size} != manifest {f.size}"))

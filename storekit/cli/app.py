@@ -25,7 +25,7 @@ from storekit.cli.common import exit_codes, noun_app, tidy_options
 from storekit.cli.output import closing_warnings, dumps, error_document, reset_emitted, result_emitted
 from storekit.cli.progress import interval_from_env
 from storekit.config import redact_urls, refuse_url_credentials
-from storekit.errors import ExitCode, Interrupted, StorekitError
+from storekit.errors import ExitCode, Interrupted, StorekitError, storage_error
 from storekit.interrupts import interrupt_on
 
 # the first word of a command line -> the storekit.cli module that registers it (root help order)
@@ -232,6 +232,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(ExitCode.INTERRUPTED) from None
     except BrokenPipeError:
         raise SystemExit(ExitCode.OK) from None
+    except OSError as exc:
+        # what the OS refused on a named path (another user's directory, a file where a directory
+        # belongs) is the user's situation, not a bug: one line naming the path
+        known = storage_error(exc, str(exc.filename)) if exc.filename else None
+        if known is None:
+            _crash(exc, json_mode)
+        _fail(known, json_mode)
     except Exception as exc:
         _crash(exc, json_mode)
     if rv == ExitCode.INTERRUPTED:

@@ -289,7 +289,7 @@ def _render_clean(c: Console, plan: CleanPlan, dry_run: bool) -> None:
         markup=False,
     )
     for e in plan.entries:
-        c.print(f"  {verb if e.action == 'delete' else 'keep':<12} {e.path}  {e.reason}", markup=False)
+        c.print(f"  {verb if e.action == 'delete' else e.action:<12} {e.path}  {e.reason}", markup=False)
 
 
 @layout_app.command("show", epilog=exit_codes(E.USAGE, E.NOT_FOUND))

@@ -49,13 +49,16 @@ def abandoned(path: Path, *, idle_for: float, now: float | None = None) -> bool:
     return not state.live and state.idle_seconds >= idle_for
 
 
-def reclaim(path: Path, *, idle_for: float, now: float | None = None) -> bool:
+def reclaim(path: Path, *, idle_for: float, now: float | None = None, anchor: Path | None = None) -> bool:
     """Remove an abandoned work dir (see `abandoned`), safely against a run starting meanwhile: its
     lease is taken first, idleness checked again under it, then the dir goes tombstone-first.
-    False when it is not abandoned or a run holds it; only the owner's (or root's) call succeeds."""
+    False when it is not abandoned or a run holds it; only the owner's (or root's) call succeeds.
+    `anchor`: the tier root its parents are trusted up to (storekit.trusted_dirs)."""
     if not abandoned(path, idle_for=idle_for, now=now):
         return False
-    work = JobDir(path)
+    # root reclaims any user's abandoned work dir: it is checked as that user's private dir
+    owner = os.lstat(path).st_uid if os.geteuid() == 0 else None
+    work = JobDir(path, anchor=anchor, owner=owner)
     try:
         with work.leased():
             if work_dir_state(path, now=now, own_lease=True).idle_seconds < idle_for:

@@ -45,6 +45,7 @@ from storekit.errors import MismatchError, NoSpaceError, NotFoundError, Storekit
 from storekit.lease import Lease, dir_lease_path
 from storekit.liveness import process_alive, process_start
 from storekit.ops import FileDigest, hash_local
+from storekit.trusted_dirs import DirPin, check_ancestors
 
 DONE = "done.json"
 PLAN = "plan.json"
@@ -101,8 +102,13 @@ class Submission:
 
 
 class JobDir:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, anchor: Path | None = None, owner: int | None = None) -> None:
+        """`anchor`: the trusted directory above it (its tier's root; None: $HOME or `/`); `owner`:
+        whose private dir it must be (default: the running user's; root reclaiming: the owner's)."""
         self.path = path
+        self.anchor = anchor
+        self.owner = owner
+        self.pin: DirPin | None = None  # what `path` was when this run first made or checked it
         self.tasks = path / "tasks"
         self.failed = path / "failed"
         # what names this run's temp dirs; forked workers keep their parent's, so a run (not a
@@ -313,7 +319,7 @@ class JobDir:
     # -- lifecycle -------------------------------------------------------------------------------
     def create(self) -> None:
         with io_errors(self.path):
-            make_private_dir(self.path)
+            self._make_private()
             self.tasks.mkdir(exist_ok=True)
             self.failed.mkdir(exist_ok=True)
 
@@ -328,13 +334,25 @@ class JobDir:
     def leased(self) -> Iterator[Lease]:
         """One submitting run per work dir at a time: the loser gets BusyError (exit 5)."""
         with io_errors(self.path):
-            make_private_dir(self.path)
+            self._make_private()
             lease = Lease(dir_lease_path(self.path), purpose=f"using the work dir {self.path}")
             lease.acquire()
         try:
             yield lease
         finally:
             lease.release()
+
+    def _make_private(self) -> None:
+        make_private_dir(self.path, self.anchor, self.owner)
+        if self.pin is None:
+            self.pin = DirPin.take(self.path)
+        else:
+            self.pin.check()
+
+    def check_pin(self) -> None:
+        """Before publishing what was read from it: the work dir is still the one this run made."""
+        if self.pin is not None:
+            self.pin.check()
 
     def remove(self) -> None:
         """Tombstone first: a stop during the delete leaves a tombstone, never a half-removed dir."""
@@ -375,21 +393,27 @@ def part_digest(path: Path) -> FileDigest:
     return hash_local(path)
 
 
-def make_private_dir(path: Path) -> None:
-    """Create `path` 0700 if missing; refuse one that someone else could have planted or can change."""
+def make_private_dir(path: Path, anchor: Path | None = None, owner: int | None = None) -> None:
+    """Create `path` 0700 if missing; refuse one that someone else could have planted or can change,
+    or whose parents let someone else swap it (below `anchor`, see storekit.trusted_dirs)."""
+    check_ancestors(path, anchor, "work dir")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    check_private(path)
+    check_ancestors(path, anchor, "work dir")  # what mkdir made is ours; what was there is checked
+    if owner is None:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    check_private(path, owner)
 
 
-def check_private(path: Path) -> None:
-    """Raise unless `path` is a real directory of the running user that only it may write to."""
+def check_private(path: Path, owner: int | None = None) -> None:
+    """Raise unless `path` is a real directory of the running user (or of `owner`, which only root
+    passes) that only it may write to."""
     st = os.lstat(path)
     problem = None
+    uid = os.geteuid() if owner is None else owner
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         problem = "is not a directory (a symlink or a file)"
-    elif st.st_uid != os.geteuid():
+    elif st.st_uid != uid:
         problem = f"is owned by uid {st.st_uid}, not by the user running storekit (uid {os.geteuid()})"
     elif st.st_mode & 0o022:
         problem = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -22,12 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from storekit.durable import is_tombstone, remove_tree
-from storekit.errors import UsageError, storage_errors
+from storekit.errors import NoSpaceError, StorekitError, UnreachableError, UsageError, storage_errors
 from storekit.jobs.reclaim import reclaim, work_dir_state
 from storekit.layout.spec import LayoutSpec
 from storekit.lease import dir_lease_path
 from storekit.paths import join_rel
-from storekit.store import Store
+from storekit.store import Entry, Store
 from storekit.units import format_duration
 
 _JOB_NAME = re.compile(r"^(?:job[-_]?)?(\d+)(?:_(\d+))?(?:$|[-_.])")
@@ -37,7 +38,7 @@ JobQuery = Callable[[], set[str] | None]  # ids of jobs Slurm knows; None when t
 @dataclass
 class CleanEntry:
     path: str  # tier-relative
-    action: str  # delete | keep
+    action: str  # delete | keep | skip (could not be looked at or removed: the reason says why)
     reason: str
     bytes: int = 0
     age_s: float | None = None
@@ -141,31 +142,50 @@ def plan_clean(
             continue
         for entry in store.list(area.name):
             rel = join_rel(area.name, entry.name)
-            is_dir = entry.is_dir and not entry.is_link
-            newest, size = _newest_and_bytes(store, rel, entry.mtime, is_dir, entry.size)
-            if is_tombstone(entry.name):
-                plan.entries.append(CleanEntry(rel, "delete", "left by an interrupted delete", size))
-                continue
-            age = now - newest
-            ids = job_ids_in_name(entry.name)
-            local = store.local_path(rel)
-            if is_dir and local is not None and dir_lease_path(Path(local)).exists():
-                plan.entries.append(_leased_entry(rel, Path(local), size, area.ttl_seconds, now))
-                continue
-            if age <= area.ttl_seconds:
-                reason = f"changed {format_duration(age)} ago; TTL is {format_duration(area.ttl_seconds)}"
-                plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
-            elif ids and unreachable is not None:
-                reason = f"named after Slurm job {ids[0]} and Slurm cannot be asked ({unreachable})"
-                plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
-            elif ids and known is not None and any(i in known for i in ids):
-                reason = f"Slurm job {ids[-1]} is still in the queue"
-                plan.entries.append(CleanEntry(rel, "keep", reason, size, round(age, 1)))
-            else:
-                # an abandoned prepare work dir is one case of this (nothing written for a TTL)
-                reason = f"unchanged for {format_duration(age)}; TTL is {format_duration(area.ttl_seconds)}"
-                plan.entries.append(CleanEntry(rel, "delete", reason, size, round(age, 1), newest))
+            try:
+                with storage_errors(f"{store.display_url}/{rel}"):
+                    planned = _plan_entry(store, entry, rel, area.ttl_seconds, now, known, unreachable)
+                plan.entries.append(planned)
+            except StorekitError as exc:  # one odd entry is reported and skipped, never stops the rest
+                _raise_if_storage_failed(exc)
+                plan.entries.append(CleanEntry(rel, "skip", f"skipped: {exc.message}"))
     return plan
+
+
+def _plan_entry(
+    store: Store,
+    entry: Entry,
+    rel: str,
+    ttl: float,
+    now: float,
+    known: set[str] | None,
+    unreachable: str | None,
+) -> CleanEntry:
+    is_dir = entry.is_dir and not entry.is_link
+    newest, size = _newest_and_bytes(store, rel, entry.mtime, is_dir, entry.size)
+    if is_tombstone(entry.name):
+        return CleanEntry(rel, "delete", "left by an interrupted delete", size)
+    age = now - newest
+    ids = job_ids_in_name(entry.name)
+    local = _local(store, rel)  # never resolved: a link out of the tier is an entry like any other
+    if is_dir and dir_lease_path(Path(local)).exists():
+        return _leased_entry(rel, Path(local), size, ttl, now)
+    if age <= ttl:
+        reason = f"changed {format_duration(age)} ago; TTL is {format_duration(ttl)}"
+        return CleanEntry(rel, "keep", reason, size, round(age, 1))
+    if ids and unreachable is not None:
+        reason = f"named after Slurm job {ids[0]} and Slurm cannot be asked ({unreachable})"
+        return CleanEntry(rel, "keep", reason, size, round(age, 1))
+    if ids and known is not None and any(i in known for i in ids):
+        return CleanEntry(rel, "keep", f"Slurm job {ids[-1]} is still in the queue", size, round(age, 1))
+    # an abandoned prepare work dir is one case of this (nothing written for a TTL)
+    reason = f"unchanged for {format_duration(age)}; TTL is {format_duration(ttl)}"
+    return CleanEntry(rel, "delete", reason, size, round(age, 1), newest)
+
+
+def _local(store: Store, rel: str) -> str:
+    """The entry's own path (its parents are the tier's areas): for lstat, rename, unlink only."""
+    return os.path.join(store.local_path("") or "", rel)
 
 
 def _leased_entry(rel: str, path: Path, size: int, ttl: float, now: float) -> CleanEntry:
@@ -183,26 +203,47 @@ def _leased_entry(rel: str, path: Path, size: int, ttl: float, now: float) -> Cl
 
 
 def apply_clean(plan: CleanPlan, store: Store) -> list[CleanEntry]:
-    """Delete what the plan says, except an entry written to since it was planned; returns the deleted."""
+    """Delete what the plan says, except an entry written to since it was planned; returns the
+    deleted. An entry that cannot be removed is marked "skip" with why, and the rest goes on."""
     deleted = []
+    anchor = Path(store.local_path("") or "/")
     for entry in plan.deletes:
-        path = store.local_path(entry.path)
-        if path is None or not os.path.lexists(path):
-            continue
-        if entry.leased and entry.ttl_s is not None:
-            # under its lease, idleness checked again, then tombstone-first (jobs.reclaim.reclaim)
-            if reclaim(Path(path), idle_for=entry.ttl_s):
+        try:
+            with storage_errors(f"cannot delete {store.display_url}/{entry.path}"):
+                removed = _apply_entry(entry, store, anchor)
+            if removed:
                 deleted.append(entry)
-            else:
-                entry.action, entry.reason = "keep", "a run took its lease since it was planned"
-            continue
-        if entry.newest is not None:
-            st = os.lstat(path)
-            newest, _ = _newest_and_bytes(store, entry.path, st.st_mtime, os.path.isdir(path), st.st_size)
-            if newest > entry.newest:
-                entry.action, entry.reason = "keep", "changed since it was planned"
-                continue
-        with storage_errors(f"cannot delete {plan.url}/{entry.path}"):
-            remove_tree(path)
-        deleted.append(entry)
+        except StorekitError as exc:
+            _raise_if_storage_failed(exc)
+            entry.action, entry.reason = "skip", f"skipped: {exc.message}"
     return deleted
+
+
+def _raise_if_storage_failed(exc: StorekitError) -> None:
+    """A full disk or an unreachable mount stops the clean-up (exit 6, 5); one entry that is not
+    ours to touch (someone else's, a link out of the tier, permission denied) does not."""
+    if isinstance(exc, NoSpaceError | UnreachableError):
+        raise exc
+
+
+def _apply_entry(entry: CleanEntry, store: Store, anchor: Path) -> bool:
+    path = _local(store, entry.path)
+    if not os.path.lexists(path):
+        return False
+    if entry.leased and entry.ttl_s is not None:
+        # under its lease, idleness checked again, then tombstone-first (jobs.reclaim.reclaim)
+        if reclaim(Path(path), idle_for=entry.ttl_s, anchor=anchor):
+            return True
+        entry.action, entry.reason = "keep", "a run took its lease since it was planned"
+        return False
+    if entry.newest is not None:
+        with storage_errors(f"{store.display_url}/{entry.path}"):
+            st = os.lstat(path)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            newest, _ = _newest_and_bytes(store, entry.path, st.st_mtime, is_dir, st.st_size)
+        if newest > entry.newest:
+            entry.action, entry.reason = "keep", "changed since it was planned"
+            return False
+    with storage_errors(f"cannot delete {store.display_url}/{entry.path}"):
+        remove_tree(path)
+    return True

@@ -1,13 +1,14 @@
 """`storekit init`: plan (pure, from spec + what exists) and apply (exactly that plan).
 
 Idempotent: a tier that already matches yields an empty plan. Nothing is ever deleted or moved;
-unknown entries are left for `layout check` to report. A root that exists, is not empty and holds none
-of the layout's areas is someone else's directory (a home, a shared 1777 dir): init refuses it, in a
-dry run too, unless `adopt` says to lay it out anyway.
+unknown entries are left for `layout check` to report. A root that another user owns, or that exists,
+is not empty and holds none of the layout's areas, is someone else's directory (a home, a shared 1777
+dir): init refuses it, in a dry run too, unless `adopt` says to lay it out anyway.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -56,11 +57,21 @@ _FILESYSTEM_ENTRIES = {"lost+found", ".snapshot", ".snapshots", ".zfs"}
 
 
 def refuse_foreign_root(spec: LayoutSpec, store: Store) -> None:
-    """Raise unless the root is missing, empty, or already holds at least one of the layout's areas."""
+    """Raise unless the root is missing, empty, or already holds at least one of the layout's areas;
+    and, unless missing, it is owned by the running user or root: init chmods it, and a directory of
+    someone else's with one area-named subdirectory (their `logs/`) is not a tier."""
     try:
         entries = [e for e in store.list("") if e.name not in _FILESYSTEM_ENTRIES]
     except NotFoundError:
         return
+    owner = _owner(store)
+    if owner is not None and owner not in (os.geteuid(), 0):
+        raise StorekitError(
+            f"{store.display_url} is owned by uid {owner}, not by you (uid {os.geteuid()}); init "
+            f"would change its mode to {_octal(spec.root_mode)} and add areas to it",
+            hint="run init as the directory's owner, or pass --adopt to lay out this one "
+            "(nothing in it is moved or deleted)",
+        )
     areas = {a.name for a in spec.areas}
     if not entries or any(e.is_dir and not e.is_link and e.name in areas for e in entries):
         return
@@ -73,6 +84,16 @@ def refuse_foreign_root(spec: LayoutSpec, store: Store) -> None:
         hint="point the tier at a new or empty directory, or pass --adopt to lay out this one "
         "(nothing in it is moved or deleted)",
     )
+
+
+def _owner(store: Store) -> int | None:
+    local = store.local_path("")
+    if local is None:
+        return None
+    try:
+        return os.stat(local).st_uid
+    except OSError:
+        return None
 
 
 def plan_init(spec: LayoutSpec, store: Store, *, adopt: bool = False) -> LayoutPlan:

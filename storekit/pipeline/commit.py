@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
 from pathlib import Path
 
 import xxhash
 
 from storekit import faults
-from storekit.durable import TMP_MARK, write_file_atomic
+from storekit.durable import TMP_MARK, TOMBSTONE_MARK, exchange, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
 from storekit.jobs.workdir import check_private
 from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
@@ -32,6 +33,7 @@ from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.workdir import WorkDir
+from storekit.trusted_dirs import anchor_for, check_ancestors
 
 _STAGING_RECORD = "finalize.json"
 _OLD = "old-"  # .<version>.storekit-tmp-old-*: the previous copy during a --force replace
@@ -62,6 +64,13 @@ def check_existing(
             f"{location.display} holds an unreadable manifest ({exc}); storekit never replaces it",
             hint="choose another --version or --output, or inspect it and remove it by hand",
         ) from None
+    foreign = foreign_owner(location)
+    if foreign is not None:
+        raise StorekitError(
+            f"{location.display} holds a dataset owned by uid {foreign}, not by you "
+            f"(uid {os.geteuid()}) or root: storekit neither adopts nor replaces it",
+            hint="choose another --version or --output; ask its owner if it should be shared",
+        )
     if manifest.kind != "dataset":
         raise StorekitError(
             f"{location.display} holds a {manifest.kind}, not a dataset; storekit never replaces it",
@@ -83,6 +92,23 @@ def check_existing(
     raise StorekitError(different, hint="give a new --version, or pass --force to replace it")
 
 
+def foreign_owner(location: DatasetLocation, rel: str | None = None) -> int | None:
+    """The uid of someone else (neither this user nor root) who owns the dataset directory at `rel`
+    (default: the location) or its manifest; None when it is ours to trust (or not local)."""
+    local = location.store.local_path(rel or location.rel)
+    if local is None:
+        return None
+    trusted = (os.geteuid(), 0)
+    for path in (local, os.path.join(local, "manifest.json")):
+        try:
+            uid = os.lstat(path).st_uid
+        except FileNotFoundError:
+            continue
+        if uid not in trusted:
+            return uid
+    return None
+
+
 def replaceable(location: DatasetLocation) -> bool:
     """Where `--force` may replace a committed dataset: below datasets/ on a configured tier."""
     return location.tier_name is not None and location.rel.startswith(f"{DATASETS_AREA}/")
@@ -93,6 +119,7 @@ def output_lease(location: DatasetLocation, work: WorkDir) -> Lease:
     no exclusive create here, so runs see each other only when their work dirs share a parent)."""
     local = location.local_path() if location.store.capabilities.atomic_rename else None
     if local is not None:
+        check_output_parents(location, Path(local))
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         path = sibling_lease_path(Path(local))
     else:
@@ -101,18 +128,35 @@ def output_lease(location: DatasetLocation, work: WorkDir) -> Lease:
     return Lease(path, purpose=f"writing the dataset {location.display}")
 
 
+def check_output_parents(location: DatasetLocation, local: Path) -> None:
+    """The staging dir and the old copy of a replace live beside the dataset: refuse a parent in
+    which someone else could rename them (trusted up to the tier root, see storekit.trusted_dirs)."""
+    root = location.store.local_path("") if location.tier_name is not None else None
+    anchor = Path(root) if root else anchor_for(local, [])
+    check_ancestors(local, anchor, "dataset")
+
+
 def settle_leftovers(location: DatasetLocation) -> None:
     """Under the output lease: put back the old copy of an interrupted replace, then remove every
-    temp sibling (no live run owns one: the lease says so)."""
+    temp sibling (no live run owns one: the lease says so). Only what this user made counts: a
+    look-alike another user planted beside the dataset is neither put in place nor removed."""
     if not location.store.capabilities.atomic_rename:
         return
     store = location.store
     prefix = f".{location.name}{TMP_MARK}"
     try:
-        leftovers = [e for e in store.list(location.parent) if e.name.startswith(prefix)]
+        # a temp sibling, or the tombstone of one whose removal was stopped (`..v1.storekit-tmp-*`)
+        leftovers = [
+            e
+            for e in store.list(location.parent)
+            if (e.name.startswith(prefix) or (e.name.startswith("." + prefix) and TOMBSTONE_MARK in e.name))
+            and foreign_owner(location, e.path) is None
+        ]
     except NotFoundError:
         return
-    olds = sorted(e.path for e in leftovers if e.name.startswith(prefix + _OLD))
+    olds = sorted(
+        e.path for e in leftovers if e.name.startswith(prefix + _OLD) and TOMBSTONE_MARK not in e.name
+    )
     restored = None
     if olds and not store.exists(location.rel):
         restored = olds[-1]
@@ -188,6 +232,8 @@ class Staging:
         if self.store.exists(final):
             # checked before the run; look again in case another run committed there meanwhile
             check_existing(self.location, plan_id, force=self.force, work=None)
+            if self._exchange(final):
+                return
             old_name = f".{self.location.name}{TMP_MARK}{_OLD}{uuid.uuid4().hex[:8]}"
             self.old = join_rel(self.location.parent, old_name)
             self.store.rename(final, self.old)
@@ -195,8 +241,31 @@ class Staging:
         self.store.rename(self.rel, final)
         self.committed = True
         faults.point("commit.renamed")
+        self._drop_old()
+
+    def _exchange(self, final: str) -> bool:
+        """A replace in one step where the file system can: the new copy takes the final name and
+        the old one the staging name at once, so the dataset path is never empty (a kill leaves
+        the new dataset, and its old copy for the next run to remove). False: not done, nothing moved."""
+        staging, target = self.store.local_path(self.rel), self.store.local_path(final)
+        if staging is None or target is None:
+            return False
+        try:
+            exchange(staging, target)
+        except OSError:
+            return False  # ENOSYS, EINVAL (NFS, old kernels): the journaled two renames instead
+        self.committed, self.old = True, self.rel
+        faults.point("commit.exchanged")
+        faults.point("commit.renamed")
+        self._drop_old()
+        return True
+
+    def _drop_old(self) -> None:
+        """After the commit: the old copy goes, best effort. The new dataset is in place, so a
+        failure here (a full disk, a kill) is not the run's failure; the next run removes it."""
         if self.old:
-            self.store.delete(self.old, recursive=True)
+            with contextlib.suppress(StorekitError, OSError):
+                self.store.delete(self.old, recursive=True)
 
     def abort(self) -> None:
         """After a failure or a stop: the old copy goes back if it was moved, the staging dir goes."""

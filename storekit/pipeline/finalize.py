@@ -58,6 +58,7 @@ def finalize(
                 raise _nothing_kept(location, summaries, drops.count if drops else 0)
             manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
             faults.point("finalize.before-manifest")
+            work.check_pin()  # the parts came from the work dir this run made, not a swapped one
             write_manifest(staging.store, staging.rel, manifest)
             staging.commit(plan.plan_id)
     except BaseException:

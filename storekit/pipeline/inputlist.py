@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 
 from storekit.config import mask_url
-from storekit.errors import InputError, NotFoundError, StorekitError, storage_error
+from storekit.errors import InputError, NotFoundError, StorekitError, not_regular, storage_error
 from storekit.paths import resolves_outside
 from storekit.places import is_s3_url
 from storekit.store import Entry, Store
@@ -37,6 +38,7 @@ def expand_local(stores: StoreFor, pattern: str) -> Found:
         return []
     if entry.is_dir:
         return _files(stores(pattern), pattern, _walk(stores(pattern), pattern))
+    require_regular(pattern)
     return [(os.path.abspath(pattern), entry.size, entry.mtime)]
 
 
@@ -76,6 +78,7 @@ def _files(store: Store, root: str, entries: Iterable[Entry]) -> Found:
             real = os.path.relpath(os.path.realpath(path), os.path.realpath(root or "."))
             entry = store.info(real)
         if not entry.is_dir:  # a linked directory inside the input is walked where it really is
+            require_regular(path)
             out.append((os.path.abspath(path), entry.size, entry.mtime))
     return sorted(out)
 
@@ -98,6 +101,17 @@ def shown(rel: str, pattern: str = "") -> bool:
         name.startswith(".") and not any(fnmatch.fnmatchcase(name, p) for p in dotted)
         for name in rel.split("/")
     )
+
+
+def require_regular(path: str) -> None:
+    """Refuse a FIFO, a device or a socket up front: reading one would block or never end (one stat,
+    following the link the user named or that stays inside the input)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing or unreadable: the reader says so, naming the input
+    if not stat.S_ISREG(mode):
+        raise input_error(path, not_regular(path, mode))
 
 
 def check_link(path: str, root: str) -> None:

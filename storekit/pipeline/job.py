@@ -58,7 +58,9 @@ class PrepareJob:
 
 def load(path: Path, site: SiteConfig | None) -> PrepareJob:
     """The job of an existing work dir (what `storekit jobs run-task` runs): its plan, read only."""
-    work = WorkDir(path)
+    from storekit.pipeline.prepare import tier_anchor  # prepare imports this module
+
+    work = WorkDir(path, anchor=tier_anchor(path, site or load_config(None)))
     return PrepareJob(read_plan(work), work, site)
 
 
@@ -70,7 +72,7 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
     from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
     from storekit.pipeline.finalize import finalize
     from storekit.pipeline.location import resolve_location
-    from storekit.pipeline.prepare import hash_sources  # prepare imports this module
+    from storekit.pipeline.prepare import hash_sources, remove_after_commit  # prepare imports us
     from storekit.pipeline.source_digests import recorded_digests
 
     plan, work = job.plan, job.work
@@ -98,7 +100,7 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
                     plan, work, location, force=force, source_digests=digests.result, lease=lease
                 )
             faults.point("prepare.committed")
-            work.remove()
+            remove_after_commit(work)
     return {
         "status": "prepared",
         "dataset": location.display,

@@ -35,6 +35,7 @@ from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
 from storekit.pipeline.workdir import WorkDir
+from storekit.trusted_dirs import anchor_for
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -83,7 +84,13 @@ def draft_plan(
     )
     sources = discover_sources(spec.inputs, forced_format=spec.input_format, text_key=spec.text_key, fs=fs)
     plan = plan_tasks(spec, sources, tokenizer)
-    return plan, location, WorkDir(work_dir_for(spec, site, location, plan))
+    path = work_dir_for(spec, site, location, plan)
+    return plan, location, WorkDir(path, anchor=tier_anchor(path, site))
+
+
+def tier_anchor(path: Path, site: SiteConfig) -> Path | None:
+    """What a work dir's parents are checked up to: its tier's root, else $HOME (trusted_dirs)."""
+    return anchor_for(path, [t.local_root for t in site.tiers.values() if t.local_root])
 
 
 def with_engine(spec: PipelineSpec, plan: PrepPlan, fs: InputFS) -> tuple[PrepPlan, dict[str, float]]:
@@ -143,6 +150,8 @@ def prepare_dataset(
     if dry_run:
         return outcome
     if existing is not None and not force:
+        with contextlib.suppress(StorekitError, OSError), output_lease(location, work):
+            settle_leftovers(location)  # what a run stopped after its commit left (best effort)
         return _unchanged(outcome, existing, work)
     check_space(plan, location, work)
     make_scratch_area(location.store, work.path)
@@ -157,7 +166,7 @@ def prepare_dataset(
             _run(plan, work, location, spec, fs, force, progress, outcome, started, lease, executor)
             outcome.timings.update(plan_timings)
             faults.point("prepare.committed")
-            work.remove()
+            remove_after_commit(work)
     return outcome
 
 
@@ -177,6 +186,13 @@ def make_scratch_area(store: Store, work_path: Path) -> None:
     except FileExistsError:
         return  # another run made it first
     os.chmod(scratch, area.mode if area is not None else 0o1777)
+
+
+def remove_after_commit(work: WorkDir) -> None:
+    """The dataset is committed: a failure removing the work dir (a full disk) is not the run's
+    failure; what is left is a tombstone or the dir, which the next run or `layout clean` removes."""
+    with contextlib.suppress(StorekitError, OSError):
+        work.remove()
 
 
 def _if_present(work: WorkDir) -> WorkDir | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from storekit.errors import InputError, MismatchError, NotFoundError, PathEscapeError
+from storekit.errors import InputError, MismatchError, NotFoundError, NotRegularFileError, PathEscapeError
 from storekit.manifest import MANIFEST_NAME, Manifest, ManifestFile, read_manifest, verify_manifest
 from storekit.ops import hash_file
 from storekit.paths import clean_rel, join_rel
@@ -61,14 +61,51 @@ def load_dataset_manifest(location: DatasetLocation) -> Manifest:
     for key in _TABLES:
         if key in body and not isinstance(body[key], dict):
             raise MismatchError(f"{source}: {key} is not a table ({type(body[key]).__name__})")
-    shards = body.get("shards", [])
+    if "shards" not in body:
+        raise MismatchError(f"{source}: no shards list (every dataset manifest has one)")
+    shards = body["shards"]
     if not isinstance(shards, list):
         raise MismatchError(f"{source}: shards is not a list ({type(shards).__name__})")
     for i, shard in enumerate(shards):
         problem = _shard_shape(shard)
         if problem:
             raise MismatchError(f"{source}: shards[{i}] {problem}")
+    problem = _totals_disagree(body, shards) or _unsharded(manifest, shards)
+    if problem:
+        raise MismatchError(f"{source}: {problem}")
     return manifest
+
+
+def _totals_disagree(body: dict[str, Any], shards: list[dict[str, Any]]) -> str | None:
+    """splits{} and stats.tokens must add up from shards[]: a shard dropped from the list shows."""
+    splits = body.get("splits")
+    if splits is None:
+        return None if not shards else "shards[] is not empty but there is no splits table"
+    for shard in shards:
+        if shard.get("split") not in splits:
+            return f"shards[] entry {shard.get('name')!r} is in split {shard.get('split')!r}, not in splits"
+    for name, split in splits.items():
+        mine = [s for s in shards if s.get("split") == name]
+        sums = {"shards": len(mine), "documents": sum(s["documents"] for s in mine)}
+        sums["tokens"] = sum(s["tokens"] for s in mine)
+        for key, total in sums.items():
+            said = split.get(key) if isinstance(split, dict) else None
+            if said != total:
+                return f"splits.{name}.{key} is {said!r}, shards[] add up to {total}"
+    stats = body.get("stats")
+    tokens = stats.get("tokens") if isinstance(stats, dict) else None
+    if tokens is not None and tokens != sum(s["tokens"] for s in shards):
+        return f"stats.tokens is {tokens!r}, shards[] add up to {sum(s['tokens'] for s in shards)}"
+    return None
+
+
+def _unsharded(manifest: Manifest, shards: list[dict[str, Any]]) -> str | None:
+    """Every shard file files[] lists (.bin, .idx) is in shards[]: none is left out of a blend."""
+    named = {clean_rel(s[key]) for s in shards for key, _ in _SHARD_FILES if s.get(key) is not None}
+    for f in manifest.files:
+        if f.path.endswith((".bin", ".idx")) and f.path not in named:
+            return f"files[] lists {f.path}, which no shards[] entry names"
+    return None
 
 
 def _shard_shape(shard: Any) -> str | None:
@@ -93,6 +130,7 @@ def _shard_shape(shard: Any) -> str | None:
 
 def verify_dataset(location: DatasetLocation, manifest: Manifest) -> VerifyReport:
     report = VerifyReport(dataset=location.display, files=len(manifest.files), bytes=manifest.total_bytes)
+    _links(location, report, manifest)
     for problem in verify_manifest(location.store, location.rel, manifest):
         report.add(problem.path, problem.problem)
     listed = {f.path: f for f in manifest.files}
@@ -141,6 +179,17 @@ def _cross_check(
         report.add(name, f"xxh3-128 {got.xxh3_128} != shards[] {expected}")
 
 
+def _links(location: DatasetLocation, report: VerifyReport, manifest: Manifest) -> None:
+    """A dataset holds regular files: a link (even inside the tier) reads someone else's bytes."""
+    for f in manifest.files:
+        try:
+            entry = location.store.info(join_rel(location.rel, f.path))
+        except (NotFoundError, PathEscapeError):
+            continue  # reported by the re-hash
+        if entry.is_link:
+            report.add(f.path, "a symbolic link; a dataset holds regular files only")
+
+
 def _unlisted(location: DatasetLocation, report: VerifyReport, listed: dict[str, ManifestFile]) -> None:
     prefix = location.rel + "/"
     try:
@@ -167,6 +216,8 @@ def _check_shard(location: DatasetLocation, shard: dict[str, Any], dtype: str | 
         return "missing .bin or .idx"
     except PathEscapeError:
         return ".bin or .idx is a symlink that leaves the tier"
+    except NotRegularFileError as exc:
+        return exc.message
     except BadIndexError as exc:
         return f"index inconsistent with {shard['bin']}: {exc}"
     if dtype and info.dtype != dtype:

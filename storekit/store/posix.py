@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import glob as globmod
 import os
 import stat
@@ -13,7 +14,7 @@ from typing import IO
 from storekit.config import TierConfig
 from storekit.diskspace import free_bytes
 from storekit.durable import fsync_dir, remove_tombstone, tombstone
-from storekit.errors import PathEscapeError, StorekitError, UnreachableError, storage_error
+from storekit.errors import PathEscapeError, StorekitError, UnreachableError, not_regular, storage_error
 from storekit.mounts import mount_mismatch
 from storekit.paths import clean_rel, resolves_outside
 from storekit.rootprobe import guard_root
@@ -59,8 +60,20 @@ class PosixStore(Store):
         return path
 
     def open_read(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
-        with self._errors(rel):  # the OS's own buffered reader; read-ahead is the kernel's
-            return open(self.full(rel), "rb")
+        """The OS's own buffered reader (read-ahead is the kernel's), of a regular file only: a FIFO
+        or a device is opened without blocking, seen for what it is and refused, never read."""
+        full = self.full(rel)
+        with self._errors(rel):
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):
+                    raise not_regular(full, mode)
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+                return os.fdopen(fd, "rb")
+            except BaseException:
+                os.close(fd)
+                raise
 
     def local_path(self, rel: str) -> str:
         return self.full(rel)

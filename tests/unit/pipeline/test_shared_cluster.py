@@ -5,6 +5,7 @@ and kills happen at named fault points (storekit.faults), never by timing."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -197,7 +198,10 @@ def test_a_stop_between_the_renames_of_a_replace_puts_the_old_copy_back(corpus: 
     def stop() -> None:
         raise KeyboardInterrupt  # what SIGTERM/SIGUSR1 raise
 
-    with faults.at("commit.old-moved", stop):
+    def no_exchange() -> None:  # the two journaled renames, as on a file system without renameat2
+        raise OSError(errno.EINVAL, "injected: no RENAME_EXCHANGE here")
+
+    with faults.at("durable.exchange", no_exchange), faults.at("commit.old-moved", stop):
         res = run_cli([*BASE, "--force"], capsys)
     assert res.code == 130, res.stderr
     assert (corpus / FINAL / "manifest.json").read_bytes() == old
@@ -205,11 +209,16 @@ def test_a_stop_between_the_renames_of_a_replace_puts_the_old_copy_back(corpus: 
     assert not list((corpus / FINAL).parent.glob(".v1.storekit-*"))
 
 
+NO_EXCHANGE = "durable.exchange=eio,"  # a file system without renameat2: the two journaled renames
+
+
 def test_a_kill_between_the_renames_of_a_replace_is_recovered_by_the_next_run(
     corpus: Path, capsys: Any
 ) -> None:
     old = _prepared_other(corpus, capsys)
-    killed = run_storekit([*BASE, "--force"], cwd=corpus, env={"STOREKIT_FAULTS": "commit.old-moved=kill"})
+    killed = run_storekit(
+        [*BASE, "--force"], cwd=corpus, env={"STOREKIT_FAULTS": NO_EXCHANGE + "commit.old-moved=kill"}
+    )
     assert killed.code == -signal.SIGKILL
     assert not (corpus / FINAL).exists()
     (moved,) = (corpus / FINAL).parent.glob(".v1.storekit-tmp-old-*")
