@@ -26,9 +26,9 @@ from storekit.errors import InputError
 from storekit.executors.base import Stopped
 from storekit.executors.local import peak_rss
 from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
-from storekit.pipeline.cuts import Unsplittable, stripped_hash
+from storekit.pipeline.cuts import WHITE_SPACE, Unsplittable, stripped_hash
 from storekit.pipeline.encode import Encoder
-from storekit.pipeline.giant import BadText, measure, pieces
+from storekit.pipeline.giant import BadText, measure
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, Doc, PieceReader
@@ -89,7 +89,7 @@ class _EncodeStage:
         if giant is not None or self.encoder.is_long(text or ""):
             self.flush()
             if giant is not None:
-                n_tokens = self.encoder.encode_pieces(pieces(giant.chunks()), self.parts.write_tokens)
+                n_tokens = self.encoder.encode_giant(giant, self.parts.write_tokens)
             else:
                 n_tokens = self.encoder.encode_long(text or "", self.parts.write_tokens)
             self.parts.lengths.append(n_tokens)
@@ -268,7 +268,8 @@ class TaskRunner:
         """
         if doc.giant is not None:
             try:
-                info = measure(doc.giant)
+                info = measure(doc.giant, self.encoder.cut)
+                self.encoder.check_whole(info.chars)
             except (BadText, Unsplittable) as exc:
                 reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
                 self._bad(stats, reason, reader, doc.position, str(exc))
@@ -276,6 +277,11 @@ class TaskRunner:
             return info.chars, info.digest
         if doc.text is None:
             self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
+            return None
+        try:
+            self.encoder.check_whole(len(doc.text))
+        except Unsplittable as exc:
+            self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
             return None
         return len(doc.text), None
 
@@ -297,7 +303,7 @@ class TaskRunner:
         elif self.need_hash:
             digest = stripped_hash(text)
         else:
-            digest = 0 if text.strip() else None
+            digest = 0 if text.strip(WHITE_SPACE) else None
         if digest is None:
             self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
         return digest
