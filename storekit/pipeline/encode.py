@@ -58,6 +58,7 @@ class Encoder:
         self.cut = info.cut_rule
         self.long_chars = cuts.PIECE_CHARS * 2 if self.cut is not None else None
         self.hf_documents = 0  # documents (not pieces) the fast engine handed to `tokenizers`
+        self.last_hf: list[int] = []  # which documents of the last encode_batch/encode_pieces call did
         self.encode_seconds = 0.0  # inside the tokenizer
         self.ids_seconds = 0.0  # Encoding.ids -> one numpy array (the Python-side cost of encoding)
 
@@ -67,11 +68,13 @@ class Encoder:
         t0 = time.perf_counter()
         encodings: list[Any]
         if self.fast is not None:
-            encodings = []
-            for text in texts:
+            encodings, self.last_hf = [], []
+            for k, text in enumerate(texts):
                 before = self.fast.hf_documents
                 encodings.append(self.fast.encode_ids(text))  # a uint32 array
-                self.hf_documents += self.fast.hf_documents != before
+                if self.fast.hf_documents != before:
+                    self.last_hf.append(k)
+            self.hf_documents += len(self.last_hf)
         else:
             encodings = [
                 enc.ids for enc in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
@@ -152,8 +155,9 @@ class Encoder:
         if self.eos is not None:
             write(np.array([self.eos], dtype=self.dtype))
             total += 1
-        if self.fast is not None and self.fast.hf_documents != hf_before:
-            self.hf_documents += 1  # one document, however many of its pieces went to `tokenizers`
+        # one document, however many of its pieces went to `tokenizers`
+        self.last_hf = [0] if self.fast is not None and self.fast.hf_documents != hf_before else []
+        self.hf_documents += len(self.last_hf)
         return total
 
 

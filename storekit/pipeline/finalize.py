@@ -54,7 +54,14 @@ def finalize(
     try:
         with _os_errors(location):
             shards = _write_shards(plan, work, staging, drops, on_shard)
-            manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
+            manifest = build_manifest(
+                plan,
+                summaries,
+                shards,
+                drops.count if drops else 0,
+                source_digests(),
+                hf_documents=_hf_kept(summaries, drops),
+            )
             faults.point("finalize.before-manifest")
             write_manifest(staging.store, staging.rel, manifest)
             staging.commit(plan.plan_id)
@@ -62,6 +69,18 @@ def finalize(
         staging.abort()
         raise
     return manifest
+
+
+def _hf_kept(summaries: Sequence[dict[str, Any]], drops: DropIndex | None) -> int:
+    """Documents of the dataset the fast engine left to `tokenizers`: the same in every identical
+    run (a task may skip a later task's duplicate it saw, depending on which worker ran what)."""
+    total = 0
+    for index, summary in enumerate(summaries):
+        hf = set(summary.get("engine_hf_docs") or ())
+        if hf and drops is not None:
+            hf -= set(drops.for_task(index).tolist())
+        total += len(hf)
+    return total
 
 
 def _os_errors(location: DatasetLocation) -> contextlib.AbstractContextManager[None]:
@@ -153,14 +172,19 @@ def build_manifest(
     shards: Sequence[ShardInfo],
     cross_task_duplicates: int,
     sources: list[dict[str, Any]],
+    *,
+    hf_documents: int = 0,
 ) -> Manifest:
     files = [ManifestFile(path=p, size=d.size, xxh3_128=d.xxh3_128) for s in shards for p, d in s.files()]
+    tokenizer = plan.tokenizer.manifest_entry()
+    # documents kept that the fast engine left to `tokenizers` (characters it cannot be sure of)
+    tokenizer["engine"]["hf_documents"] = hf_documents
     body = {
         "dataset": plan.dataset,
         "plan_id": plan.plan_id,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "format": {"type": "megatron-indexed", "version": 1, "dtype": plan.tokenizer.dtype},
-        "tokenizer": plan.tokenizer.manifest_entry(),
+        "tokenizer": tokenizer,
         "sources": sources,
         "options": plan.options,
         "splits": _splits(shards),

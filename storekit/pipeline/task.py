@@ -76,6 +76,9 @@ class _EncodeStage:
         self.batch: list[str] = []
         self.batch_chars = 0
         self.pending_docs = self.pending_bytes = 0  # read but not yet reported
+        # kept documents (index in the task) the fast engine left to `tokenizers`: finalize counts
+        # those the dataset keeps, a number that does not depend on which worker ran which task
+        self.hf_docs: list[int] = []
 
     def read(self, nbytes: int) -> None:
         self.stats.docs_read += 1
@@ -92,6 +95,7 @@ class _EncodeStage:
                 n_tokens = self.encoder.encode_giant(giant, self.parts.write_tokens)
             else:
                 n_tokens = self.encoder.encode_long(text or "", self.parts.write_tokens)
+            self.hf_docs += [len(self.parts.lengths) + k for k in self.encoder.last_hf]
             self.parts.lengths.append(n_tokens)
             self.stats.tokens += n_tokens
         elif text is not None:
@@ -105,6 +109,7 @@ class _EncodeStage:
             raise Stopped
         if self.batch:
             tokens, lens = self.encoder.encode_batch(self.batch)
+            self.hf_docs += [len(self.parts.lengths) + k for k in self.encoder.last_hf]
             self.parts.write_tokens(tokens)
             self.parts.lengths.extend(lens)
             self.stats.tokens += len(tokens)
@@ -147,6 +152,7 @@ class TaskRunner:
         # hash -> earliest task (plan order) that kept it, from tasks this process already ran: a copy
         # in a later task is dropped at finalize anyway, so it need not be tokenized at all
         self.prior: dict[int, int] = {}
+        self.hf_docs: list[int] = []  # the last task's (see _EncodeStage.hf_docs)
 
     def run(
         self, index: int, progress: ProgressFn | None = None, done: DoneFn | None = None
@@ -175,6 +181,7 @@ class TaskRunner:
                     "ids_seconds": round(self.encoder.ids_seconds - ids0, 4),
                     "engine": self.encoder.info.engine,
                     "engine_hf_documents": self.encoder.hf_documents - hf0,
+                    "engine_hf_docs": self.hf_docs,  # their indices among the task's kept documents
                     "seconds": round(time.perf_counter() - started, 4),
                     "peak_rss": peak_rss(),
                     # what finalize checks before using a part (size, xxh3-128)
@@ -223,6 +230,7 @@ class TaskRunner:
         and write (the methods below, `_EncodeStage`, `TaskParts`) in one pass; a stage that refuses
         a document counts it and the next document starts."""
         stats = TaskStats()
+        self.hf_docs = []
         seen: set[int] = set()  # hashes kept by this task
         opts = self.plan.options
         parts = TaskParts(tmp, hashes=self.need_hash, holdout=self.holdout, keep_fields=bool(self.keep))
@@ -256,6 +264,7 @@ class TaskRunner:
                     stats.docs_kept += 1
             encoding.flush()
             encoding.report()
+            self.hf_docs = encoding.hf_docs
         parts.finish()
         if self.dedup:
             self._remember(seen, index)
