@@ -29,7 +29,7 @@ SAMPLE_PIECES = 16
 # this many texts and bytes (slices of long and giant documents count: they are what their tasks encode)
 SAMPLE_FLOOR_TEXTS = 16
 SAMPLE_FLOOR_BYTES = 128 << 10
-SAMPLE_SLICE_CHARS = 32 << 10  # long documents are sampled in slices of this many characters
+SAMPLE_SLICE_CHARS = 8 << 10  # long documents are sampled in slices of this many characters
 
 _COMPILED: dict[str, Any] = {}  # xxh3 of tokenizer.json -> Compiled or the NotCompilable reason (str)
 

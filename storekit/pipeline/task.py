@@ -250,6 +250,8 @@ class TaskRunner:
                     measured = self._validate(doc, reader, stats)
                     if measured is None or not self._length_ok(measured[0], stats):
                         continue
+                    if not self._encodable(doc, measured[0], reader, stats):
+                        continue
                     digest = self._digest(doc, measured[1], reader, stats)
                     if digest is None or self._duplicate(digest, index, seen, stats):
                         continue
@@ -278,7 +280,6 @@ class TaskRunner:
         if doc.giant is not None:
             try:
                 info = measure(doc.giant, self.encoder.cut)
-                self.encoder.check_whole(info.chars)
             except (BadText, Unsplittable) as exc:
                 reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
                 self._bad(stats, reason, reader, doc.position, str(exc))
@@ -287,12 +288,17 @@ class TaskRunner:
         if doc.text is None:
             self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
             return None
+        return len(doc.text), None
+
+    def _encodable(self, doc: Doc, chars: int, reader: PieceReader, stats: TaskStats) -> bool:
+        """A document no cut rule may cut must be short enough to encode whole (after the length
+        filter: --max-chars is one way out the refusal names)."""
         try:
-            self.encoder.check_whole(len(doc.text))
+            self.encoder.check_whole(chars)
         except Unsplittable as exc:
             self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
-            return None
-        return len(doc.text), None
+            return False
+        return True
 
     def _length_ok(self, chars: int, stats: TaskStats) -> bool:
         """Length filter stage (--min-chars / --max-chars)."""

@@ -182,6 +182,12 @@ def test_a_document_no_rule_may_cut_is_refused_past_the_whole_bound(
     assert res.code == 0, res.stderr
     stats = res.json()["manifest"]["stats"]
     assert stats["errors"] == {"oversized": 1} and stats["docs_kept"] == 2
+    # the way out it names: the length filter leaves it out before it is refused
+    res = _prepare(tmp_path, capsys, tok_file, "</s>", "--on-error", "fail", "--max-chars", "100000",
+                   "--version", "v2")  # fmt: skip
+    assert res.code == 0, res.stderr
+    stats = res.json()["manifest"]["stats"]
+    assert stats["errors"] == {} and stats["filtered"]["too_long"] == 1 and stats["docs_kept"] == 2
     tok = Tokenizer.from_str(tok_file.read_text())
     eos = tok.token_to_id("</s>")
     assert dataset_documents(tmp_path / DS) == [
