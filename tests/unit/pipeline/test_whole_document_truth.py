@@ -38,7 +38,7 @@ def _tokenizer(family: str) -> Tokenizer:
 
 
 # -- the cut rules, at every place they allow ---------------------------------------------------
-@pytest.mark.parametrize("family", tokfiles.FAMILIES)
+@pytest.mark.parametrize("family", [*tokfiles.FAMILIES, "qwen2"])
 def test_every_cut_the_rule_allows_gives_the_ids_of_the_whole_text(family: str) -> None:
     from storekit.pipeline.tokenizer import cut_rule
 
@@ -48,6 +48,7 @@ def test_every_cut_the_rule_allows_gives_the_ids_of_the_whole_text(family: str) 
         "bytelevel": "gpt2",
         "added_cuttable": "gpt2",
         "llama3": "split",
+        "qwen2": "split",
         "o200k": "split",
         "tekken": "split",
         "metaspace": None,  # a ▁ is prepended to each piece: never cut
@@ -106,14 +107,7 @@ def _documents(family: str) -> list[str]:
 
 
 def _eos(family: str) -> str:
-    bundled = {"bytelevel", "added", "added_cuttable"}
-    return (
-        "<EOT>"
-        if family in bundled
-        else "</s>"
-        if family in ("metaspace", "prepend", "tekken")
-        else "<|endoftext|>"
-    )
+    return tokfiles.family_eos(family)
 
 
 def _prepare(tmp_path: Path, capsys: Any, tok_file: Path, eos: str, *args: str) -> Any:

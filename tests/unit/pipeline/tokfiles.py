@@ -182,7 +182,15 @@ def write(doc: dict[str, Any], path: Path) -> Path:
 
 # -- one small tokenizer per pre-tokenizer family, trained by `tokenizers` (tests/unit/pipeline/
 # test_whole_document_truth.py compares shards against them) -----------------------------------
+EOS = {
+    "bytelevel": "<EOT>",
+    "added": "<EOT>",
+    "added_cuttable": "<EOT>",
+    "metaspace": "</s>",
+    "prepend": "</s>",
+}
 FAMILIES = ("bytelevel", "llama3", "o200k", "tekken", "metaspace", "prepend", "added", "added_cuttable")
+# also trained (cut-rule checks only): "qwen2" (Split with Qwen 2's regex, NFC)
 _TRAINED: dict[str, str] = {}
 
 
@@ -202,6 +210,14 @@ def _split(pattern_name: str) -> Any:
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
+
+
+def family_eos(family: str) -> str:
+    """The EOS token of family_doc(family)."""
+    if family in EOS:
+        return EOS[family]
+    tekken = family in ("tekken", "o200k") and importlib.util.find_spec("mistral_common") is not None
+    return "</s>" if tekken else "<|endoftext|>"
 
 
 def family_doc(family: str) -> dict[str, Any]:
@@ -228,8 +244,11 @@ def family_doc(family: str) -> dict[str, Any]:
                 }
             )
         return doc
-    if family == "tekken" and importlib.util.find_spec("mistral_common") is not None:
-        return copy.deepcopy(_cached("tekken-file", lambda: tekken_style("tekken")))
+    if family in ("tekken", "o200k") and importlib.util.find_spec("mistral_common") is not None:
+        # tekken's ranks (ignore_merges, specials outside the BPE vocabulary: the fast engine compiles
+        # them) with the tekken regex, or o200k's regex and NFC
+        norm = "NFC" if family == "o200k" else None
+        return copy.deepcopy(_cached(f"{family}-file", lambda: tekken_style(family, norm)))
     return copy.deepcopy(_cached(family, lambda: _train(family)))
 
 
@@ -261,7 +280,7 @@ def _train(family: str) -> dict[str, Any]:
         )
     tok.train_from_iterator(_training_texts(), trainer)
     doc: dict[str, Any] = json.loads(tok.to_str())
-    if family == "o200k":
+    if family == "o200k":  # (without mistral-common: falls back to tokenizers, specials in the vocab)
         doc["model"]["ignore_merges"] = True
     if family == "prepend":  # Llama 2 / Mistral v1 as `transformers` converts them
         doc["pre_tokenizer"] = None
