@@ -59,12 +59,14 @@ class Encoder:
         self.long_chars = cuts.PIECE_CHARS * 2 if self.cut is not None else None
         self.hf_documents = 0  # documents (not pieces) the fast engine handed to `tokenizers`
         self.last_hf: list[int] = []  # which documents of the last encode_batch/encode_pieces call did
+        # (document of the last call, literal special-token strings in it) for those with any
+        self.last_specials: list[tuple[int, int]] = []
         self.encode_seconds = 0.0  # inside the tokenizer
         self.ids_seconds = 0.0  # Encoding.ids -> one numpy array (the Python-side cost of encoding)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """All documents' ids back to back (with BOS/EOS), and each document's length in tokens."""
-        self._count_specials(texts)
+        self.last_specials = [(k, n) for k, n in enumerate(self._count_specials(texts)) if n]
         t0 = time.perf_counter()
         encodings: list[Any]
         if self.fast is not None:
@@ -94,10 +96,13 @@ class Encoder:
         self.ids_seconds += time.perf_counter() - t1
         return out, lengths
 
-    def _count_specials(self, texts: Sequence[str]) -> None:
-        if self._specials is not None:
-            search = self._specials.findall
-            self.special_strings += sum(len(search(t)) for t in texts)
+    def _count_specials(self, texts: Sequence[str]) -> list[int]:
+        if self._specials is None:
+            return [0] * len(texts)
+        search = self._specials.findall
+        counts = [len(search(t)) for t in texts]
+        self.special_strings += sum(counts)
+        return counts
 
     def is_long(self, text: str) -> bool:
         return self.long_chars is not None and len(text) > self.long_chars
@@ -136,8 +141,9 @@ class Encoder:
         if self.bos is not None:
             write(np.array([self.bos], dtype=self.dtype))
             total += 1
+        specials = 0
         for piece in pieces:
-            self._count_specials((piece,))
+            specials += self._count_specials((piece,))[0]
             t0 = time.perf_counter()
             if self.fast is not None:
                 raw = self.fast.encode_ids(piece)
@@ -157,6 +163,7 @@ class Encoder:
             total += 1
         # one document, however many of its pieces went to `tokenizers`
         self.last_hf = [0] if self.fast is not None and self.fast.hf_documents != hf_before else []
+        self.last_specials = [(0, specials)] if specials else []
         self.hf_documents += len(self.last_hf)
         return total
 

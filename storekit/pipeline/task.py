@@ -79,6 +79,7 @@ class _EncodeStage:
         # kept documents (index in the task) the fast engine left to `tokenizers`: finalize counts
         # those the dataset keeps, a number that does not depend on which worker ran which task
         self.hf_docs: list[int] = []
+        self.special_docs: list[tuple[int, int]] = []  # (kept document, special-token strings in it)
 
     def read(self, nbytes: int) -> None:
         self.stats.docs_read += 1
@@ -95,7 +96,7 @@ class _EncodeStage:
                 n_tokens = self.encoder.encode_giant(giant, self.parts.write_tokens)
             else:
                 n_tokens = self.encoder.encode_long(text or "", self.parts.write_tokens)
-            self.hf_docs += [len(self.parts.lengths) + k for k in self.encoder.last_hf]
+            self._note(len(self.parts.lengths))
             self.parts.lengths.append(n_tokens)
             self.stats.tokens += n_tokens
         elif text is not None:
@@ -109,13 +110,18 @@ class _EncodeStage:
             raise Stopped
         if self.batch:
             tokens, lens = self.encoder.encode_batch(self.batch)
-            self.hf_docs += [len(self.parts.lengths) + k for k in self.encoder.last_hf]
+            self._note(len(self.parts.lengths))
             self.parts.write_tokens(tokens)
             self.parts.lengths.extend(lens)
             self.stats.tokens += len(tokens)
             self.progress(self.pending_docs, len(tokens), self.pending_bytes)
             self.pending_docs = self.pending_bytes = 0
             self.batch, self.batch_chars = [], 0
+
+    def _note(self, first: int) -> None:
+        """Per-document facts of the last encode call, by kept-document index (`first`: its first)."""
+        self.hf_docs += [first + k for k in self.encoder.last_hf]
+        self.special_docs += [(first + k, n) for k, n in self.encoder.last_specials]
 
     def report(self) -> None:
         self.progress(self.pending_docs, 0, self.pending_bytes)
@@ -153,6 +159,7 @@ class TaskRunner:
         # in a later task is dropped at finalize anyway, so it need not be tokenized at all
         self.prior: dict[int, int] = {}
         self.hf_docs: list[int] = []  # the last task's (see _EncodeStage.hf_docs)
+        self.special_docs: list[tuple[int, int]] = []  # the last task's (_EncodeStage.special_docs)
 
     def run(
         self, index: int, progress: ProgressFn | None = None, done: DoneFn | None = None
@@ -182,6 +189,8 @@ class TaskRunner:
                     "engine": self.encoder.info.engine,
                     "engine_hf_documents": self.encoder.hf_documents - hf0,
                     "engine_hf_docs": self.hf_docs,  # their indices among the task's kept documents
+                    # [kept document, literal special-token strings in it]: finalize sums the kept ones
+                    "special_token_docs": [list(d) for d in self.special_docs],
                     "seconds": round(time.perf_counter() - started, 4),
                     "peak_rss": peak_rss(),
                     # what finalize checks before using a part (size, xxh3-128)
@@ -230,7 +239,7 @@ class TaskRunner:
         and write (the methods below, `_EncodeStage`, `TaskParts`) in one pass; a stage that refuses
         a document counts it and the next document starts."""
         stats = TaskStats()
-        self.hf_docs = []
+        self.hf_docs, self.special_docs = [], []
         seen: set[int] = set()  # hashes kept by this task
         opts = self.plan.options
         parts = TaskParts(tmp, hashes=self.need_hash, holdout=self.holdout, keep_fields=bool(self.keep))
@@ -266,7 +275,7 @@ class TaskRunner:
                     stats.docs_kept += 1
             encoding.flush()
             encoding.report()
-            self.hf_docs = encoding.hf_docs
+            self.hf_docs, self.special_docs = encoding.hf_docs, encoding.special_docs
         parts.finish()
         if self.dedup:
             self._remember(seen, index)

@@ -139,25 +139,28 @@ def test_documents_left_to_tokenizers_are_counted_once_each_and_alike_in_every_r
     workers: str, tmp_path: Path, monkeypatch: Any, capsys: Any
 ) -> None:
     """A giant document with a character this Python's Unicode does not know in every piece is one
-    document (not one per piece); copies in later tasks, which finalize drops, are not counted."""
+    document (not one per piece); copies in later tasks, which finalize drops, are not counted
+    (a worker that ran the first copy's task skips them, another encodes them)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cuts, "PIECE_CHARS", 2 << 10)
     monkeypatch.setattr(giant, "GIANT_BYTES", 32 << 10)
     monkeypatch.setattr(giant, "CHUNK_BYTES", 8 << 10)
     unsure = "x \u0378 y. "  # U+0378 is unassigned: the fast engine hands the document to tokenizers
     big = unsure * 15_000  # over 128K characters: several pieces on any piece size
-    records = [{"text": big}, {"text": "plain"}, {"text": "one " + unsure}]
+    special = "a literal <EOT> and <SOS>"  # special-token strings are counted the same way
+    records = [{"text": big}, {"text": "plain"}, {"text": "one " + unsure}, {"text": special}]
     records += [{"text": f"filler {i} " * 200} for i in range(40)]
-    records += [{"text": "one " + unsure}, {"text": big}]  # copies: dropped at finalize
+    records += [{"text": "one " + unsure}, {"text": big}, {"text": special}]  # copies: dropped at finalize
     write_jsonl(tmp_path / "in.jsonl", records)
     args = ["--tokenizer-engine", "tiktoken", "--workers", workers, "--task-size", "16KiB"]
     res = run_cli(["prepare", "dataset", "-i", "in.jsonl", "--tokenizer", TOKENIZER, "--name", "s", *args,
                    "--json", "--quiet"], capsys)  # fmt: skip
     assert res.code == 0, res.stderr
     out = res.json()
-    assert out["manifest"]["stats"]["docs_duplicate"] == 2
+    assert out["manifest"]["stats"]["docs_duplicate"] == 3
+    assert out["manifest"]["stats"]["special_token_strings"] == 2
     assert out["timings"]["engine_hf_documents"] == 2
     assert out["manifest"]["tokenizer"]["engine"]["hf_documents"] == 2
     tok = Tokenizer.from_str(json.dumps(tokfiles.bundled_doc()))
-    kept = [r["text"] for r in records[:-2]]
+    kept = [r["text"] for r in records[:-3]]
     assert dataset_documents(tmp_path / DS) == _whole(tok, kept, 0)
