@@ -1,8 +1,10 @@
 """Batch encoding into one flat numpy array per batch, EOS/BOS added here (not by the tokenizer).
 
 Memory: `tokenizers` needs about 130 bytes per input character while it encodes one document, so a
-long document is encoded in pieces of `PIECE_CHARS` cut where no pre-token can straddle the cut
-(`cut_points`). That gives the same ids as encoding it whole, for byte-level BPE (`splittable`).
+long document is encoded in pieces of `PIECE_CHARS` cut where the tokenizer's cut rule
+(`TokenizerInfo.cut_rule`, `cuts.CUT_RULES`) proves the ids are those of the whole text. A tokenizer
+with no rule (Metaspace, Prepend, ...) gets every document whole, up to `WHOLE_MAX_CHARS` characters;
+a longer one is refused (`check_whole`), never cut.
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from storekit.pipeline.cuts import PIECE_CHARS, cut_points
+from storekit.pipeline import cuts
+from storekit.pipeline.cuts import Unsplittable, cut_points
+from storekit.pipeline.giant import GiantText, pieces
 from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer
+
+# a document that no rule may cut is encoded whole up to this many characters (~550 MB in `tokenizers`,
+# what a 4 MiB document below the giant threshold already costs); a longer one is refused
+WHOLE_MAX_CHARS = 4 << 20
 
 
 class Encoder:
@@ -47,17 +55,28 @@ class Encoder:
         self.dtype = np.dtype(np.uint16 if info.dtype == "uint16" else np.int32)
         self.eos = info.eos_id
         self.bos = info.bos_id
-        self.long_chars = PIECE_CHARS * 2 if info.splittable else None
+        self.cut = info.cut_rule
+        self.long_chars = cuts.PIECE_CHARS * 2 if self.cut is not None else None
+        self.hf_documents = 0  # documents (not pieces) the fast engine handed to `tokenizers`
+        self.last_hf: list[int] = []  # which documents of the last encode_batch/encode_pieces call did
+        # (document of the last call, literal special-token strings in it) for those with any
+        self.last_specials: list[tuple[int, int]] = []
         self.encode_seconds = 0.0  # inside the tokenizer
         self.ids_seconds = 0.0  # Encoding.ids -> one numpy array (the Python-side cost of encoding)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         """All documents' ids back to back (with BOS/EOS), and each document's length in tokens."""
-        self._count_specials(texts)
+        self.last_specials = [(k, n) for k, n in enumerate(self._count_specials(texts)) if n]
         t0 = time.perf_counter()
         encodings: list[Any]
         if self.fast is not None:
-            encodings = [self.fast.encode_ids(text) for text in texts]  # uint32 arrays
+            encodings, self.last_hf = [], []
+            for k, text in enumerate(texts):
+                before = self.fast.hf_documents
+                encodings.append(self.fast.encode_ids(text))  # a uint32 array
+                if self.fast.hf_documents != before:
+                    self.last_hf.append(k)
+            self.hf_documents += len(self.last_hf)
         else:
             encodings = [
                 enc.ids for enc in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
@@ -77,15 +96,13 @@ class Encoder:
         self.ids_seconds += time.perf_counter() - t1
         return out, lengths
 
-    def _count_specials(self, texts: Sequence[str]) -> None:
-        if self._specials is not None:
-            search = self._specials.findall
-            self.special_strings += sum(len(search(t)) for t in texts)
-
-    @property
-    def hf_documents(self) -> int:
-        """Documents the fast engine handed to `tokenizers` (characters it is unsure about)."""
-        return self.fast.hf_documents if self.fast is not None else 0
+    def _count_specials(self, texts: Sequence[str]) -> list[int]:
+        if self._specials is None:
+            return [0] * len(texts)
+        search = self._specials.findall
+        counts = [len(search(t)) for t in texts]
+        self.special_strings += sum(counts)
+        return counts
 
     def is_long(self, text: str) -> bool:
         return self.long_chars is not None and len(text) > self.long_chars
@@ -95,17 +112,38 @@ class Encoder:
 
         Raises Unsplittable before anything is written. Returns the document's length in tokens.
         """
-        bounds = [0, *cut_points(text), len(text)]
+        assert self.cut is not None  # is_long() is false without a cut rule
+        bounds = [0, *cut_points(text, rule=self.cut), len(text)]
         return self.encode_pieces((text[a:b] for a, b in itertools.pairwise(bounds)), write)
+
+    def check_whole(self, chars: int) -> None:
+        """Raises Unsplittable for a document this tokenizer can neither cut nor encode whole."""
+        if self.cut is None and chars > WHOLE_MAX_CHARS:
+            raise Unsplittable(
+                f"{chars} characters: tokenizer {self.info.name} has no proven place to cut a document "
+                f"(pre-tokenizer without a cut rule), and one is encoded whole only up to "
+                f"{WHOLE_MAX_CHARS} characters; leave it out with --max-chars {WHOLE_MAX_CHARS} "
+                "or --on-error skip, or use a byte-level BPE tokenizer"
+            )
+
+    def encode_giant(self, text: GiantText, write: Callable[[np.ndarray], None]) -> int:
+        """A giant document (measured and checked before): in pieces where the cut rule allows, else
+        decoded and encoded whole (check_whole bounds its size)."""
+        if self.cut is not None:
+            return self.encode_pieces(pieces(text.chunks(), self.cut), write)
+        whole = "".join(text.chunks())
+        return self.encode_pieces(iter((whole,)), write)
 
     def encode_pieces(self, pieces: Iterator[str], write: Callable[[np.ndarray], None]) -> int:
         """A document given as safe pieces (see cut_points), with BOS/EOS; returns its length in tokens."""
         total = 0
+        hf_before = self.fast.hf_documents if self.fast is not None else 0
         if self.bos is not None:
             write(np.array([self.bos], dtype=self.dtype))
             total += 1
+        specials = 0
         for piece in pieces:
-            self._count_specials((piece,))
+            specials += self._count_specials((piece,))[0]
             t0 = time.perf_counter()
             if self.fast is not None:
                 raw = self.fast.encode_ids(piece)
@@ -123,6 +161,10 @@ class Encoder:
         if self.eos is not None:
             write(np.array([self.eos], dtype=self.dtype))
             total += 1
+        # one document, however many of its pieces went to `tokenizers`
+        self.last_hf = [0] if self.fast is not None and self.fast.hf_documents != hf_before else []
+        self.last_specials = [(0, specials)] if specials else []
+        self.hf_documents += len(self.last_hf)
         return total
 
 

@@ -25,6 +25,11 @@ SAMPLE_MIN_BYTES = 512 << 10
 SAMPLE_MAX_BYTES = 2 << 20
 SAMPLE_SHARE = 256
 SAMPLE_PIECES = 16
+# The fast engine is chosen on evidence only: the check must have compared the whole input, or at least
+# this many texts and bytes (slices of long and giant documents count: they are what their tasks encode)
+SAMPLE_FLOOR_TEXTS = 16
+SAMPLE_FLOOR_BYTES = 128 << 10
+SAMPLE_SLICE_CHARS = 8 << 10  # long documents are sampled in slices of this many characters
 
 _COMPILED: dict[str, Any] = {}  # xxh3 of tokenizer.json -> Compiled or the NotCompilable reason (str)
 
@@ -92,6 +97,16 @@ def choose_engine(
     if isinstance(compiled, str):
         return _refuse(requested, info, f"the tokenizer cannot be compiled exactly: {compiled}", None)
     check = sample_check(info, sample, special_as_text=special_as_text)
+    check["whole_input"] = bool(getattr(sample, "whole_input", False))
+    if check["first_difference"] is None and requested == "auto" and not _enough(check):
+        return _with(
+            info,
+            "hf",
+            f"fallback: the sample check compared too little input to choose the fast engine "
+            f"({check['documents']} texts, {check['bytes']} bytes; it needs the whole input or "
+            f"{SAMPLE_FLOOR_TEXTS} texts and {SAMPLE_FLOOR_BYTES} bytes)",
+            check,
+        )
     if check["first_difference"] is not None:
         diff = check["first_difference"]
         return _refuse(
@@ -107,6 +122,14 @@ def choose_engine(
         f"{how}: {compiled.pattern_name} pre-tokenizer, normalizer "
         f"{'+'.join(compiled.normalizers) or 'none'}; sample check: {check['documents']} documents identical",
         check,
+    )
+
+
+def _enough(check: dict[str, Any]) -> bool:
+    if check["documents"] < 1:
+        return False
+    return bool(check["whole_input"]) or (
+        check["documents"] >= SAMPLE_FLOOR_TEXTS and check["bytes"] >= SAMPLE_FLOOR_BYTES
     )
 
 
@@ -182,38 +205,100 @@ def sample_budget(total_bytes: int) -> int:
     return min(SAMPLE_MAX_BYTES, max(SAMPLE_MIN_BYTES, total_bytes // SAMPLE_SHARE))
 
 
-def sample_documents(
-    plan: PrepPlan, fs: InputFS, budget: int | None = None
-) -> Iterator[tuple[str, Callable[[], str]]]:
-    """Documents from the start of the first sources and from pieces inside them, about `budget` bytes
-    (default: sample_budget of the input)."""
-    if budget is None:
-        budget = sample_budget(plan.total_bytes)
-    from storekit.pipeline.cuts import PIECE_CHARS
-    from storekit.pipeline.readers import PieceReader
+class InputSample:
+    """Texts from the input for the sample check: documents from the start of the first sources and
+    from pieces inside them, about `budget` bytes; a long document (over 2 x PIECE_CHARS, the ones
+    tasks cut) gives slices of SAMPLE_SLICE_CHARS spread over it, a giant one slices from its start.
+    `whole_input`, once iterated: nothing of the input was left out."""
 
-    pieces = [p for t in plan.tasks for p in t.pieces]
-    firsts: dict[int, Piece] = {}
-    for p in pieces:
-        firsts.setdefault(p.source, p)
-    chosen = list(firsts.values())[: SAMPLE_PIECES // 2]
-    inside = [p for p in pieces if p not in chosen]
-    step = max(1, len(inside) // (SAMPLE_PIECES - len(chosen)))
-    chosen += inside[step // 2 :: step][: SAMPLE_PIECES - len(chosen)]
-    opts = plan.options
-    left = budget  # a piece whose last document overshot leaves less to the next: the total stays ~budget
-    for n, piece in enumerate(chosen):
-        share = max(1, left // (len(chosen) - n))  # at least one document from every chosen piece
-        src = plan.sources[piece.source]
-        reader = PieceReader(
-            fs, src, piece, text_key=opts["text_key"], keep_fields=(), max_doc_bytes=opts["max_doc_bytes"]
-        )
-        taken = 0
-        for doc in reader.docs():
-            if doc.text is None or not doc.text or len(doc.text) > 2 * PIECE_CHARS:
-                continue
-            yield doc.text, functools.partial(reader.where, doc.position)
-            taken += doc.nbytes
-            if taken >= share:
-                break
-        left -= taken
+    def __init__(self, plan: PrepPlan, fs: InputFS, budget: int | None = None) -> None:
+        self.plan, self.fs = plan, fs
+        self.budget = sample_budget(plan.total_bytes) if budget is None else budget
+        self.whole_input = False
+
+    def __iter__(self) -> Iterator[tuple[str, Callable[[], str]]]:
+        from storekit.pipeline.readers import PieceReader
+
+        plan = self.plan
+        pieces = [p for t in plan.tasks for p in t.pieces]
+        firsts: dict[int, Piece] = {}
+        for p in pieces:
+            firsts.setdefault(p.source, p)
+        chosen = list(firsts.values())[: SAMPLE_PIECES // 2]
+        inside = [p for p in pieces if p not in chosen]
+        step = max(1, len(inside) // (SAMPLE_PIECES - len(chosen)))
+        chosen += inside[step // 2 :: step][: SAMPLE_PIECES - len(chosen)]
+        whole = len(chosen) == len(pieces)
+        opts = plan.options
+        left = self.budget  # a piece whose last document overshot leaves less to the next: total ~budget
+        for n, piece in enumerate(chosen):
+            share = max(1, left // (len(chosen) - n))  # at least one document from every chosen piece
+            src = plan.sources[piece.source]
+            reader = PieceReader(
+                self.fs,
+                src,
+                piece,
+                text_key=opts["text_key"],
+                keep_fields=(),
+                max_doc_bytes=opts["max_doc_bytes"],
+            )
+            taken = 0
+            for doc in reader.docs():
+                if doc.giant is not None or len(doc.text or "") > _long_chars():
+                    whole = False  # only slices of it are compared
+                for text, where in _texts_of(doc, reader, share - taken):
+                    yield text, where
+                    taken += len(text.encode("utf-8", "surrogatepass"))
+                if taken >= share:
+                    whole = False
+                    break
+            left -= taken
+        self.whole_input = whole
+
+
+def _texts_of(doc: Any, reader: Any, share: int) -> Iterator[tuple[str, Callable[[], str]]]:
+    """What the sample takes of one document: itself, or slices of a long or giant one."""
+    from storekit.pipeline.giant import BadText
+
+    at = functools.partial(reader.where, doc.position)
+    if doc.giant is not None:
+        buf, start = "", 0
+        try:
+            for chunk in doc.giant.chunks():
+                buf += chunk
+                while len(buf) >= SAMPLE_SLICE_CHARS:
+                    yield buf[:SAMPLE_SLICE_CHARS], _slice_where(at, start, SAMPLE_SLICE_CHARS)
+                    buf, start = buf[SAMPLE_SLICE_CHARS:], start + SAMPLE_SLICE_CHARS
+                    if start >= share:
+                        return
+        except BadText:
+            return  # the task reports it
+        if buf:
+            yield buf, _slice_where(at, start, len(buf))
+        return
+    text = doc.text
+    if not text:
+        return
+    if len(text) <= _long_chars():
+        yield text, at
+        return
+    size = min(SAMPLE_SLICE_CHARS, len(text) // 2)
+    count = max(2, min(len(text) // size, share // size))
+    step = (len(text) - size) // (count - 1)
+    for k in range(0, step * count, step):
+        yield text[k : k + size], _slice_where(at, k, size)
+
+
+def _long_chars() -> int:
+    from storekit.pipeline import cuts
+
+    return 2 * cuts.PIECE_CHARS
+
+
+def _slice_where(at: Callable[[], str], start: int, n: int) -> Callable[[], str]:
+    return lambda: f"{at()} (characters {start}-{start + n})"
+
+
+def sample_documents(plan: PrepPlan, fs: InputFS, budget: int | None = None) -> InputSample:
+    """The sample check's texts (see InputSample)."""
+    return InputSample(plan, fs, budget)

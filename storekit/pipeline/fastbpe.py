@@ -37,23 +37,8 @@ import numpy as np
 
 from storekit.durable import write_file_atomic
 from storekit.pipeline import unicode_tables
+from storekit.pipeline.pretokenizers import GPT2_PATTERN, SPLIT_PATTERNS
 
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# Split regexes of released tokenizers; each ends in `\s+(?!\S)|\s+` and has alternatives for letters,
-# numbers and `[^\s\p{L}\p{N}]`, so every character is inside some match.
-_UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
-_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
-_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-_TAIL = r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-SPLIT_PATTERNS = {
-    "llama3": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*" + _TAIL,
-    "qwen2": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*" + _TAIL,
-    "tekken": rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
-    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*" + _TAIL,
-    "o200k": rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?"
-    rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS}?"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*" + _TAIL,
-}
 NORMALIZERS = ("NFC", "NFKC")
 PROOF_VERSION = 1  # bump when the whole-token check changes: cached passes are then ignored
 # Rust regex `\s` (White_Space), which `tokenizers` uses for lstrip/rstrip
@@ -283,11 +268,21 @@ def _added(hf_tokenizer: Any) -> tuple[AddedToken, ...]:
     return tuple(out)
 
 
-def check_doc(doc: dict[str, Any]) -> None:
-    """Whole-tokenizer settings that change encoding; raises NotCompilable."""
-    for key in ("truncation", "padding"):
-        if doc.get(key):
-            raise _fail(f"{key} is configured")
+def _check_collisions(added: Sequence[AddedToken], normalizers: Sequence[str]) -> None:
+    """Two normalized added tokens that normalise to the same text: `tokenizers` keeps them in a hash
+    map and matches either id, a different one on each load; no compiled choice can be right."""
+    normalizer = _normalizer(normalizers)
+    seen: dict[str, AddedToken] = {}
+    for token in added:
+        if not token.normalized:
+            continue
+        form = token.content if normalizer is None else str(normalizer.normalize_str(token.content))
+        other = seen.setdefault(form, token)
+        if other is not token:
+            raise _fail(
+                f"added tokens {other.content!r} (id {other.id}) and {token.content!r} (id {token.id}) "
+                f"are the same after normalisation ({'+'.join(normalizers)}): tokenizers picks either id"
+            )
 
 
 def compile_fast(doc: dict[str, Any], hf_tokenizer: Any, *, proof_key: str | None = None) -> Compiled:
@@ -296,11 +291,12 @@ def compile_fast(doc: dict[str, Any], hf_tokenizer: Any, *, proof_key: str | Non
     `proof_key` (the file's xxh3-128): a passed whole-token check is remembered in the user's cache
     (~1 s per 100k tokens with `tokenizers`), so it runs once per tokenizer and machine.
     """
-    check_doc(doc)
+    # (truncation and padding need no check: both engines encode with them off, tokenizer.SWITCHED_OFF)
     normalizers = _normalizers(doc)
     pattern, name = _pattern(doc)
     ranks, _results, ignore_merges = _model_ranks(doc)
     added = _added(hf_tokenizer)
+    _check_collisions(added, normalizers)
     if not ignore_merges and not _proven(proof_key):
         _check_whole_tokens(doc, ranks)
         _remember_proof(proof_key)
@@ -351,7 +347,15 @@ def _check_whole_tokens(doc: dict[str, Any], ranks: dict[bytes, int]) -> None:
     from tokenizers import Tokenizer
 
     bare = copy.copy(doc)
-    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None, added_tokens=[])
+    bare.update(
+        normalizer=None,
+        pre_tokenizer=None,
+        post_processor=None,
+        decoder=None,
+        added_tokens=[],
+        truncation=None,
+        padding=None,
+    )
     model_only = Tokenizer.from_str(json.dumps(bare))
     byte_chars = bytes_to_unicode()
     multi = [(tok, i) for tok, i in ranks.items() if len(tok) > 1]

@@ -56,7 +56,15 @@ def finalize(
             shards = _write_shards(plan, work, staging, drops, on_shard)
             if not any(s.documents for s in shards) and not plan.options.get("allow_empty"):
                 raise _nothing_kept(location, summaries, drops.count if drops else 0)
-            manifest = build_manifest(plan, summaries, shards, drops.count if drops else 0, source_digests())
+            manifest = build_manifest(
+                plan,
+                summaries,
+                shards,
+                drops.count if drops else 0,
+                source_digests(),
+                hf_documents=_hf_kept(summaries, drops),
+                special_token_strings=_specials_kept(summaries, drops),
+            )
             faults.point("finalize.before-manifest")
             work.check_pin()  # the parts came from the work dir this run made, not a swapped one
             write_manifest(staging.store, staging.rel, manifest)
@@ -91,6 +99,33 @@ def _nothing_kept(
         hint="fix the input or options (--text-key, --min-chars, ...) and rerun; "
         "--allow-empty commits it anyway",
     )
+
+
+def _hf_kept(summaries: Sequence[dict[str, Any]], drops: DropIndex | None) -> int:
+    """Documents of the dataset the fast engine left to `tokenizers`: the same in every identical
+    run (a task may skip a later task's duplicate it saw, depending on which worker ran what)."""
+    total = 0
+    for index, summary in enumerate(summaries):
+        hf = set(summary.get("engine_hf_docs") or ())
+        if hf and drops is not None:
+            hf -= set(drops.for_task(index).tolist())
+        total += len(hf)
+    return total
+
+
+def _specials_kept(summaries: Sequence[dict[str, Any]], drops: DropIndex | None) -> int | None:
+    """Literal special-token strings in the documents the dataset keeps (like _hf_kept: the same in
+    every identical run); None for completion records written before they were listed per document."""
+    if any("special_token_docs" not in s for s in summaries):
+        return None
+    total = 0
+    for index, summary in enumerate(summaries):
+        docs = summary["special_token_docs"]
+        if docs and drops is not None:
+            dropped = set(drops.for_task(index).tolist())
+            docs = [d for d in docs if d[0] not in dropped]
+        total += sum(int(d[1]) for d in docs)
+    return total
 
 
 def _os_errors(location: DatasetLocation) -> contextlib.AbstractContextManager[None]:
@@ -182,19 +217,31 @@ def build_manifest(
     shards: Sequence[ShardInfo],
     cross_task_duplicates: int,
     sources: list[dict[str, Any]],
+    *,
+    hf_documents: int = 0,
+    special_token_strings: int | None = None,
 ) -> Manifest:
     files = [ManifestFile(path=p, size=d.size, xxh3_128=d.xxh3_128) for s in shards for p, d in s.files()]
+    tokenizer = plan.tokenizer.manifest_entry()
+    # documents kept that the fast engine left to `tokenizers` (characters it cannot be sure of)
+    tokenizer["engine"]["hf_documents"] = hf_documents
     body = {
         "dataset": plan.dataset,
         "plan_id": plan.plan_id,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "format": {"type": "megatron-indexed", "version": 1, "dtype": plan.tokenizer.dtype},
-        "tokenizer": plan.tokenizer.manifest_entry(),
+        "tokenizer": tokenizer,
         "sources": sources,
         "options": plan.options,
         "splits": _splits(shards),
         "shards": [s.manifest_entry() for s in shards],
-        "stats": _stats(summaries, shards, cross_task_duplicates, sum(f.size for f in files)),
+        "stats": _stats(
+            summaries,
+            shards,
+            cross_task_duplicates,
+            sum(f.size for f in files),
+            special_token_strings=special_token_strings,
+        ),
     }
     return Manifest(kind="dataset", files=tuple(files), body=body)
 
@@ -210,7 +257,12 @@ def _splits(shards: Sequence[ShardInfo]) -> dict[str, dict[str, int]]:
 
 
 def _stats(
-    summaries: Sequence[dict[str, Any]], shards: Sequence[ShardInfo], cross_dups: int, output_bytes: int
+    summaries: Sequence[dict[str, Any]],
+    shards: Sequence[ShardInfo],
+    cross_dups: int,
+    output_bytes: int,
+    *,
+    special_token_strings: int | None = None,
 ) -> dict[str, Any]:
     def total(key: str) -> int:
         return sum(int(s["stats"].get(key, 0)) for s in summaries)
@@ -232,7 +284,9 @@ def _stats(
         "error_examples": examples,
         "tokens": sum(s.tokens for s in shards),
         # literal special-token strings inside documents: what they became is options.special_tokens
-        "special_token_strings": total("special_token_strings"),
+        "special_token_strings": total("special_token_strings")
+        if special_token_strings is None
+        else special_token_strings,
         "input_bytes": total("input_bytes"),
         "output_bytes": output_bytes,
         "tasks": len(summaries),

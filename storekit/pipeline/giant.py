@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import orjson
 import xxhash
 
-from storekit.pipeline.cuts import _SAFE_CUT, CUT_WINDOW, PIECE_CHARS, Unsplittable
+from storekit.pipeline import cuts
+from storekit.pipeline.cuts import Unsplittable
 
 GIANT_BYTES = 4 << 20  # documents above this take the chunked path
 CHUNK_BYTES = 1 << 20
@@ -165,17 +166,24 @@ def blank_text(raw: bytes, span: tuple[int, int]) -> bytes:
     return raw[: span[0]] + raw[span[1] :]
 
 
-def pieces(chunks: Iterator[str], piece: int = PIECE_CHARS, window: int = CUT_WINDOW) -> Iterator[str]:
-    """Re-cut a stream of text chunks into pieces of ~`piece` characters at safe places."""
+def pieces(chunks: Iterator[str], rule: str | None, piece: int | None = None) -> Iterator[str]:
+    """Re-cut a stream of text chunks into pieces of ~`piece` characters where `rule` (cuts.CUT_RULES)
+    allows; rule None: the chunks as they are (the document is never cut: its caller joins them)."""
+    if rule is None:
+        yield from chunks
+        return
+    piece = cuts.PIECE_CHARS if piece is None else piece  # read per call: tests lower it
+    window = cuts.CUT_WINDOW * piece
+    safe = cuts.CUT_RULES[rule]
     buf = ""
     for chunk in chunks:
         buf += chunk
         while len(buf) > piece:
-            match = _SAFE_CUT.search(buf, piece, window)
+            match = safe.search(buf, piece, window)
             if match is None:
                 if len(buf) < window:
                     break  # wait for more text
-                raise Unsplittable(f"no whitespace to cut at within {window} characters")
+                raise Unsplittable(f"no place to cut ({rule} rule) within {window} characters")
             yield buf[: match.start()]
             buf = buf[match.start() :]
     if buf:
@@ -188,8 +196,9 @@ class GiantInfo:
     digest: int | None  # xxh3-128 of the stripped text; None when it is empty
 
 
-def measure(text: GiantText) -> GiantInfo:
-    """First pass: length, stripped-text hash, proof that it decodes and can be cut (else it raises)."""
+def measure(text: GiantText, rule: str | None) -> GiantInfo:
+    """First pass: length, stripped-text hash, proof that it decodes and can be cut by `rule` (else it
+    raises; rule None: never cut, see Encoder.check_whole)."""
     digest = xxhash.xxh3_128()
     chars, started, any_text = 0, False, False
     pending = ""  # whitespace that is trailing so far: hashed only if more text follows
@@ -198,10 +207,10 @@ def measure(text: GiantText) -> GiantInfo:
         nonlocal chars, started, any_text, pending
         for chunk in stream:
             chars += len(chunk)
-            part = chunk if started else chunk.lstrip()
+            part = chunk if started else chunk.lstrip(cuts.WHITE_SPACE)
             if part:
                 started = True
-                body = part.rstrip()
+                body = part.rstrip(cuts.WHITE_SPACE)
                 if body:
                     digest.update((pending + body).encode("utf-8", "surrogatepass"))
                     pending = part[len(body) :]
@@ -210,6 +219,6 @@ def measure(text: GiantText) -> GiantInfo:
                     pending += part
             yield chunk
 
-    for _ in pieces(counted(text.chunks())):
+    for _ in pieces(counted(text.chunks()), rule):
         pass
     return GiantInfo(chars=chars, digest=int(digest.intdigest()) if any_text else None)

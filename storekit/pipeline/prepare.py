@@ -238,12 +238,10 @@ def _run(
     workers = spec.workers or default_workers()
     t0 = time.monotonic()
     spent = {"encode": 0.0, "ids": 0.0, "total": 0.0}
-    hf_docs = [0]
 
     def task_done(index: int, summary: dict[str, Any]) -> None:
         for key in spent:
             spent[key] += float(summary.get(f"{key}_seconds" if key != "total" else "seconds", 0.0))
-        hf_docs[0] += int(summary.get("engine_hf_documents", 0))
 
     job = PrepareJob(plan, work, fs.site)
     report = executor.run(job, todo, workers=workers, progress=progress.advance, on_done=task_done)
@@ -270,7 +268,7 @@ def _run(
         "peak_rss_max_process_bytes": max(rss),
         "engine": plan.tokenizer.engine,
         # documents the fast engine left to `tokenizers` (characters unknown to this Python's Unicode)
-        "engine_hf_documents": hf_docs[0],
+        "engine_hf_documents": int(manifest.body["tokenizer"]["engine"].get("hf_documents", 0)),
         # split of the task time (summed over workers): the tokenizer itself, turning its ids into
         # arrays, everything else (read, parse, check, hash, write); commits run in the background
         "task_seconds": {

@@ -26,9 +26,9 @@ from storekit.errors import InputError
 from storekit.executors.base import Stopped
 from storekit.executors.local import peak_rss
 from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
-from storekit.pipeline.cuts import Unsplittable, stripped_hash
+from storekit.pipeline.cuts import WHITE_SPACE, Unsplittable, stripped_hash
 from storekit.pipeline.encode import Encoder
-from storekit.pipeline.giant import BadText, measure, pieces
+from storekit.pipeline.giant import BadText, measure
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, Doc, PieceReader
@@ -76,6 +76,10 @@ class _EncodeStage:
         self.batch: list[str] = []
         self.batch_chars = 0
         self.pending_docs = self.pending_bytes = 0  # read but not yet reported
+        # kept documents (index in the task) the fast engine left to `tokenizers`: finalize counts
+        # those the dataset keeps, a number that does not depend on which worker ran which task
+        self.hf_docs: list[int] = []
+        self.special_docs: list[tuple[int, int]] = []  # (kept document, special-token strings in it)
 
     def read(self, nbytes: int) -> None:
         self.stats.docs_read += 1
@@ -89,9 +93,10 @@ class _EncodeStage:
         if giant is not None or self.encoder.is_long(text or ""):
             self.flush()
             if giant is not None:
-                n_tokens = self.encoder.encode_pieces(pieces(giant.chunks()), self.parts.write_tokens)
+                n_tokens = self.encoder.encode_giant(giant, self.parts.write_tokens)
             else:
                 n_tokens = self.encoder.encode_long(text or "", self.parts.write_tokens)
+            self._note(len(self.parts.lengths))
             self.parts.lengths.append(n_tokens)
             self.stats.tokens += n_tokens
         elif text is not None:
@@ -105,12 +110,18 @@ class _EncodeStage:
             raise Stopped
         if self.batch:
             tokens, lens = self.encoder.encode_batch(self.batch)
+            self._note(len(self.parts.lengths))
             self.parts.write_tokens(tokens)
             self.parts.lengths.extend(lens)
             self.stats.tokens += len(tokens)
             self.progress(self.pending_docs, len(tokens), self.pending_bytes)
             self.pending_docs = self.pending_bytes = 0
             self.batch, self.batch_chars = [], 0
+
+    def _note(self, first: int) -> None:
+        """Per-document facts of the last encode call, by kept-document index (`first`: its first)."""
+        self.hf_docs += [first + k for k in self.encoder.last_hf]
+        self.special_docs += [(first + k, n) for k, n in self.encoder.last_specials]
 
     def report(self) -> None:
         self.progress(self.pending_docs, 0, self.pending_bytes)
@@ -147,6 +158,8 @@ class TaskRunner:
         # hash -> earliest task (plan order) that kept it, from tasks this process already ran: a copy
         # in a later task is dropped at finalize anyway, so it need not be tokenized at all
         self.prior: dict[int, int] = {}
+        self.hf_docs: list[int] = []  # the last task's (see _EncodeStage.hf_docs)
+        self.special_docs: list[tuple[int, int]] = []  # the last task's (_EncodeStage.special_docs)
 
     def run(
         self, index: int, progress: ProgressFn | None = None, done: DoneFn | None = None
@@ -175,6 +188,9 @@ class TaskRunner:
                     "ids_seconds": round(self.encoder.ids_seconds - ids0, 4),
                     "engine": self.encoder.info.engine,
                     "engine_hf_documents": self.encoder.hf_documents - hf0,
+                    "engine_hf_docs": self.hf_docs,  # their indices among the task's kept documents
+                    # [kept document, literal special-token strings in it]: finalize sums the kept ones
+                    "special_token_docs": [list(d) for d in self.special_docs],
                     "seconds": round(time.perf_counter() - started, 4),
                     "peak_rss": peak_rss(),
                     # what finalize checks before using a part (size, xxh3-128)
@@ -223,6 +239,7 @@ class TaskRunner:
         and write (the methods below, `_EncodeStage`, `TaskParts`) in one pass; a stage that refuses
         a document counts it and the next document starts."""
         stats = TaskStats()
+        self.hf_docs, self.special_docs = [], []
         seen: set[int] = set()  # hashes kept by this task
         opts = self.plan.options
         parts = TaskParts(tmp, hashes=self.need_hash, holdout=self.holdout, keep_fields=bool(self.keep))
@@ -242,6 +259,8 @@ class TaskRunner:
                     measured = self._validate(doc, reader, stats)
                     if measured is None or not self._length_ok(measured[0], stats):
                         continue
+                    if not self._encodable(doc, measured[0], reader, stats):
+                        continue
                     digest = self._digest(doc, measured[1], reader, stats)
                     if digest is None or self._duplicate(digest, index, seen, stats):
                         continue
@@ -256,6 +275,7 @@ class TaskRunner:
                     stats.docs_kept += 1
             encoding.flush()
             encoding.report()
+            self.hf_docs, self.special_docs = encoding.hf_docs, encoding.special_docs
         parts.finish()
         if self.dedup:
             self._remember(seen, index)
@@ -268,7 +288,7 @@ class TaskRunner:
         """
         if doc.giant is not None:
             try:
-                info = measure(doc.giant)
+                info = measure(doc.giant, self.encoder.cut)
             except (BadText, Unsplittable) as exc:
                 reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
                 self._bad(stats, reason, reader, doc.position, str(exc))
@@ -278,6 +298,16 @@ class TaskRunner:
             self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
             return None
         return len(doc.text), None
+
+    def _encodable(self, doc: Doc, chars: int, reader: PieceReader, stats: TaskStats) -> bool:
+        """A document no cut rule may cut must be short enough to encode whole (after the length
+        filter: --max-chars is one way out the refusal names)."""
+        try:
+            self.encoder.check_whole(chars)
+        except Unsplittable as exc:
+            self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
+            return False
+        return True
 
     def _length_ok(self, chars: int, stats: TaskStats) -> bool:
         """Length filter stage (--min-chars / --max-chars)."""
@@ -297,7 +327,7 @@ class TaskRunner:
         elif self.need_hash:
             digest = stripped_hash(text)
         else:
-            digest = 0 if text.strip() else None
+            digest = 0 if text.strip(WHITE_SPACE) else None
         if digest is None:
             self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
         return digest

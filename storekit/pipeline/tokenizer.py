@@ -33,6 +33,8 @@ EOS_CANDIDATES = (
 )
 BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<SOS>", "[CLS]", "<|endoftext|>")
 _HUB_NAME_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# tokenizer.json settings that would rewrite every document (cut it at max_length, pad it): off on load
+SWITCHED_OFF = ("truncation", "padding")
 _SPLIT_SAFE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"}
 
 
@@ -47,17 +49,21 @@ class TokenizerInfo:
     eos_token: str | None
     bos_token: str | None
     dtype: str  # uint16 | int32 (Megatron's choice for this vocabulary)
-    splittable: bool  # documents may be encoded in pieces cut at whitespace (byte-level BPE)
+    splittable: bool  # cut_rule is not None (kept for plans written before cut_rule)
     engine: str = "hf"  # hf (`tokenizers`) | tiktoken (compiled fast BPE): see storekit.pipeline.engines
     engine_reason: str = ""
     sample_check: dict[str, Any] | None = None  # both engines on a sample of the input (engines.sample_check)
+    # where long documents may be cut (cuts.CUT_RULES) with the ids of the whole text; None: never cut
+    cut_rule: str | None = None
+    # settings of tokenizer.json that storekit switches off on load (truncation, padding)
+    switched_off: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> TokenizerInfo:
-        return cls(**doc)
+        return cls(**{**doc, "switched_off": tuple(doc.get("switched_off") or ())})
 
     def manifest_entry(self) -> dict[str, Any]:
         return {
@@ -67,6 +73,9 @@ class TokenizerInfo:
             "eos": {"token": self.eos_token, "id": self.eos_id},
             "bos": {"token": self.bos_token, "id": self.bos_id},
             "dtype": self.dtype,
+            # storekit encodes every document whole: tokenizer.json's truncation/padding never apply
+            "switched_off": list(self.switched_off),
+            "cut_rule": self.cut_rule,
             "engine": {"name": self.engine, "reason": self.engine_reason, "sample_check": self.sample_check},
         }
 
@@ -182,6 +191,7 @@ def resolve_tokenizer(
     bos_tok, bos_id = _special(vocab, "bos", bos, bos_token, config, BOS_CANDIDATES)
     size = vocab.size()
     digest = xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+    rule = cut_rule(doc)
     if isinstance(vocab, _LibraryVocab):
         _LOADED[digest] = vocab.tokenizer
     return TokenizerInfo(
@@ -194,7 +204,9 @@ def resolve_tokenizer(
         eos_token=eos_tok,
         bos_token=bos_tok,
         dtype="uint16" if size < UINT16_VOCAB_LIMIT else "int32",
-        splittable=is_splittable(doc),
+        splittable=rule is not None,
+        cut_rule=rule,
+        switched_off=tuple(k for k in SWITCHED_OFF if doc.get(k)),
     )
 
 
@@ -262,9 +274,12 @@ def _from_text(file: str | Path, text: str) -> Any:
     from tokenizers import Tokenizer
 
     try:
-        return Tokenizer.from_str(text)
+        tokenizer = Tokenizer.from_str(text)
     except Exception as exc:  # the library raises plain Exception for a malformed tokenizer.json
         raise InputError(f"tokenizer {file}: cannot be loaded ({exc})") from None
+    tokenizer.no_truncation()  # SWITCHED_OFF (the plan's switched_off says which were set)
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def _confirm(info: TokenizerInfo, tokenizer: Any) -> None:
@@ -329,22 +344,41 @@ def _special(
     )
 
 
-def is_splittable(doc: dict[str, Any]) -> bool:
-    """True when encoding a text in pieces cut at whitespace gives the same ids as encoding it whole.
+def cut_rule(doc: dict[str, Any]) -> str | None:
+    """The cut rule (`cuts.CUT_RULES`) under which pieces of a text encode to the ids of the whole
+    text, or None: documents of this tokenizer are never cut.
 
-    Holds for byte-level BPE with the GPT-2 split regex: no pre-token spans `x|<space>y` or
-    `x\\n|y` (x, y printable ASCII), and Unicode normalisation never composes across them either.
-    Cuts are chosen by `storekit.pipeline.encode.safe_cut`.
+    gpt2: ByteLevel with its own regex; split: a Split with one of the proven regexes
+    (`pretokenizers.SPLIT_PATTERNS`, Isolated) then ByteLevel without regex. Either without a prefix
+    space, with normalisers that act per character or compose nothing with ASCII, and with added tokens
+    that neither contain nor swallow whitespace (they could straddle a cut). Metaspace, Prepend and
+    anything else: None.
     """
+    from storekit.pipeline.pretokenizers import SPLIT_PATTERNS
+
     pre = doc.get("pre_tokenizer") or {}
-    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
-        return False
+    steps = (pre.get("pretokenizers") or []) if pre.get("type") == "Sequence" else [pre]
+    rule: str | None = None
+    if len(steps) == 1 and steps[0].get("type") == "ByteLevel" and steps[0].get("use_regex", True):
+        rule = "gpt2"
+    elif (
+        len(steps) == 2
+        and steps[0].get("type") == "Split"
+        and (steps[0].get("pattern") or {}).get("Regex") in SPLIT_PATTERNS.values()
+        and steps[0].get("behavior") == "Isolated"
+        and not steps[0].get("invert")
+        and steps[1].get("type") == "ByteLevel"
+        and not steps[1].get("use_regex", True)
+    ):
+        rule = "split"
+    if rule is None or steps[-1].get("add_prefix_space"):
+        return None
     norm = doc.get("normalizer")
     norms = (
         (norm.get("normalizers") or []) if norm and norm.get("type") == "Sequence" else [norm] if norm else []
     )
     if any(n.get("type") not in _SPLIT_SAFE_NORMALIZERS for n in norms):
-        return False
+        return None
     for token in doc.get("added_tokens") or []:
         # a token that contains or swallows whitespace could straddle a cut
         if (
@@ -352,5 +386,5 @@ def is_splittable(doc: dict[str, Any]) -> bool:
             or token.get("rstrip")
             or any(c.isspace() for c in str(token.get("content", "")))
         ):
-            return False
-    return True
+            return None
+    return rule

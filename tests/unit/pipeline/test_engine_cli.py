@@ -82,6 +82,7 @@ def test_both_engines_write_the_same_dataset(tmp_path: Path, capsys: Any) -> Non
         "name": "hf",
         "reason": "asked for (--tokenizer-engine hf)",
         "sample_check": None,
+        "hf_documents": 0,  # documents the fast engine left to tokenizers: none without it
     }
     assert fast.json()["timings"]["engine"] == "tiktoken"
     stats = fast.json()["manifest"]["stats"]

@@ -178,3 +178,117 @@ def trained(kind: str, texts: list[str]) -> dict[str, Any]:
 def write(doc: dict[str, Any], path: Path) -> Path:
     path.write_text(json.dumps(copy.deepcopy(doc), ensure_ascii=False))
     return path
+
+
+# -- one small tokenizer per pre-tokenizer family, trained by `tokenizers` (tests/unit/pipeline/
+# test_whole_document_truth.py compares shards against them) -----------------------------------
+EOS = {
+    "bytelevel": "<EOT>",
+    "added": "<EOT>",
+    "added_cuttable": "<EOT>",
+    "metaspace": "</s>",
+    "prepend": "</s>",
+}
+FAMILIES = ("bytelevel", "llama3", "o200k", "tekken", "metaspace", "prepend", "added", "added_cuttable")
+# also trained (cut-rule checks only): "qwen2" (Split with Qwen 2's regex, NFC)
+_TRAINED: dict[str, str] = {}
+
+
+def _training_texts() -> list[str]:
+    from tests.unit.pipeline.helpers import sample_records
+
+    extra = ["naïve café ﬁ Ω Ω 😀 ①", "x.\n" * 50, "a, b; c!\r\n", "Привет мир", "中文文本"]
+    return [r["text"] for r in sample_records(limit_bytes=120_000)] + extra
+
+
+def _split(pattern_name: str) -> Any:
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT_PATTERNS[pattern_name]), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+def family_eos(family: str) -> str:
+    """The EOS token of family_doc(family)."""
+    if family in EOS:
+        return EOS[family]
+    tekken = family in ("tekken", "o200k") and importlib.util.find_spec("mistral_common") is not None
+    return "</s>" if tekken else "<|endoftext|>"
+
+
+def family_doc(family: str) -> dict[str, Any]:
+    """A tokenizer.json of `family` (FAMILIES); trained ones are built once per process (~0.2 s)."""
+    if family == "bytelevel":
+        return bundled_doc()
+    if family == "added":
+        return neox_style()
+    if family == "added_cuttable":  # flags that cannot make a token straddle a whitespace cut
+        doc = bundled_doc()
+        next_id = max(doc["model"]["vocab"].values()) + 1
+        for k, (content, single, normalized, special) in enumerate(
+            [("<|x|>", False, False, True), ("word", True, True, False), ("ﬁx", False, True, False)]
+        ):
+            doc["added_tokens"].append(
+                {
+                    "id": next_id + k,
+                    "content": content,
+                    "single_word": single,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": normalized,
+                    "special": special,
+                }
+            )
+        return doc
+    if family in ("tekken", "o200k") and importlib.util.find_spec("mistral_common") is not None:
+        # tekken's ranks (ignore_merges, specials outside the BPE vocabulary: the fast engine compiles
+        # them) with the tekken regex, or o200k's regex and NFC
+        norm = "NFC" if family == "o200k" else None
+        return copy.deepcopy(_cached(f"{family}-file", lambda: tekken_style(family, norm)))
+    return copy.deepcopy(_cached(family, lambda: _train(family)))
+
+
+def _cached(key: str, build: Any) -> dict[str, Any]:
+    if key not in _TRAINED:
+        _TRAINED[key] = json.dumps(build())
+    out: dict[str, Any] = json.loads(_TRAINED[key])
+    return out
+
+
+def _train(family: str) -> dict[str, Any]:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    if family in ("metaspace", "prepend"):
+        tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+        tok.normalizer = None
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=specials, show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFKC() if family == "llama3" else normalizers.NFC()
+        tok.pre_tokenizer = _split("tekken" if family == "tekken" else family)
+        trainer = trainers.BpeTrainer(
+            vocab_size=1000,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    tok.train_from_iterator(_training_texts(), trainer)
+    doc: dict[str, Any] = json.loads(tok.to_str())
+    if family == "o200k":  # (without mistral-common: falls back to tokenizers, specials in the vocab)
+        doc["model"]["ignore_merges"] = True
+    if family == "prepend":  # Llama 2 / Mistral v1 as `transformers` converts them
+        doc["pre_tokenizer"] = None
+        doc["normalizer"] = {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            ],
+        }
+    return doc
