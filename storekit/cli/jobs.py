@@ -181,6 +181,15 @@ def _slurm_cpus() -> int | None:
 
 def finalize_command(
     work_dir: WorkDirArg,
+    log_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--log-dir",
+            metavar="DIR",
+            hidden=True,
+            help="The job's Slurm log dir: where an element notes that it already finalized.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -196,13 +205,19 @@ def finalize_command(
       storekit jobs finalize /lustre/scratch/storekit-prepare-web-v2-0123abcd4567
     """
     from storekit.executors.base import load_job
+    from storekit.slurm.finalized import read_note, write_note
 
     out = make_output(json_out, quiet)
-    job = load_job(Path(work_dir), site_config(config))
-    finish = getattr(job, "finalize", None)
-    if finish is None:
-        raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
-    result = finish()
+    note = None if Path(work_dir).is_dir() else read_note(log_dir, Path(work_dir))
+    if note is not None:  # an element finalized inline and the work dir went: nothing left to do
+        result = {**note, "status": f"already {note.get('status')}"}
+    else:
+        job = load_job(Path(work_dir), site_config(config))
+        finish = getattr(job, "finalize", None)
+        if finish is None:
+            raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
+        result = finish()
+        write_note(log_dir, Path(work_dir), result, f"job {os.environ.get('SLURM_JOB_ID', '?')}")
 
     def human(console: Console) -> None:
         console.print(f"{result['status']}: {result.get('dataset', work_dir)}")
@@ -219,8 +234,11 @@ def run_element_command(
     """Run this Slurm array element's tasks (what the sbatch script storekit writes execs).
 
     Which tasks: the submission in the work dir's jobs.json for $SLURM_ARRAY_JOB_ID,
-    element $SLURM_ARRAY_TASK_ID. Workers: $SLURM_CPUS_PER_TASK. On USR1/TERM it
-    discards the task in flight, requeues itself (scontrol requeue) and exits 0.
+    element $SLURM_ARRAY_TASK_ID. Workers: $SLURM_CPUS_PER_TASK. On USR1 (the
+    notice before the time limit) it discards the task in flight, requeues this
+    element (scontrol requeue ARRAYID_INDEX) and exits 0. On TERM (scancel,
+    preemption, the time limit) it stops and exits 130: Slurm decides what
+    follows (CANCELLED, requeued, TIMEOUT).
 
     \b
     Examples:

@@ -111,7 +111,7 @@ def finalize_script(
     finalize = JobScript(
         job_name=f"{job_name}-finalize",
         log_dir=str(log_dir),
-        command=storekit_argv(["jobs", "finalize", str(work.path)], config),
+        command=storekit_argv(["jobs", "finalize", str(work.path), "--log-dir", str(log_dir)], config),
     )
     fin_options = SlurmOptions(
         partition=options.partition,

@@ -23,6 +23,10 @@ def test_workers_follow_slurm_cpus_per_task_not_the_host() -> None:
 
 def test_requeue_needs_a_job_and_then_ignores_further_stop_signals() -> None:
     assert own_job_id({"SLURM_JOB_ID": "42"}) == "42"
+    # an element is named ARRAYID_INDEX: the bare id of the element whose JobId equals the array's
+    # names the whole array, and `scontrol requeue` would requeue every element of it
+    element = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "3"}
+    assert own_job_id(element) == "42_3"
     old = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
     try:
         with pytest.raises(StorekitError, match="not inside a Slurm job"):
