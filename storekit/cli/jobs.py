@@ -94,9 +94,30 @@ def status_command(
 
     out = make_output(json_out, quiet)
     site = site_config(config)
+    from storekit.errors import NotFoundError
+    from storekit.slurm.finalized import find_published
     from storekit.slurm.status import refine
 
-    statuses = [job_status(JobDir(p)) for p in find_job_dirs(target, site, tier, work_dir)]
+    try:
+        found = find_job_dirs(target, site, tier, work_dir)
+    except NotFoundError:  # its job may be over: the dataset published, the work dir removed
+        published = find_published(target, site, tier) if target is not None else None
+        if published is None:
+            raise
+
+        def done(console: Console) -> None:
+            jobs = ", ".join(published["jobs"]) or "?"
+            where = published["path"] or published["dataset"]
+            console.print(
+                f"published: {where} at {published['finalized_at'] or '?'} "
+                f"(Slurm jobs {jobs}; finalized by {published['finalized_by'] or '?'})",
+                markup=False,
+                soft_wrap=True,
+            )
+
+        out.result("jobs status", {"jobs": [], "published": published}, done)
+        return
+    statuses = [job_status(JobDir(p)) for p in found]
     slurm_views = [refine(st) for st in statuses]  # records first, then Slurm's view of open tasks
 
     def human(console: Console) -> None:
@@ -110,6 +131,8 @@ def status_command(
             )
             if view.get("error"):
                 console.print(f"  Slurm not asked: {view['error']}", markup=False)
+            for reason, n in sorted(view.get("pending_reasons", {}).items()):
+                console.print(f"  pending in Slurm: {n} tasks ({reason})", markup=False)
             for fin in view.get("finalize", []):
                 console.print(f"  finalize job {fin['job_id']}: {fin['state']} {fin['reason']}", markup=False)
             if st.failures:
@@ -212,12 +235,15 @@ def finalize_command(
     if note is not None:  # an element finalized inline and the work dir went: nothing left to do
         result = {**note, "status": f"already {note.get('status')}"}
     else:
+        from storekit.jobs.workdir import JobDir
+
         job = load_job(Path(work_dir), site_config(config))
         finish = getattr(job, "finalize", None)
         if finish is None:
             raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
+        jobs = [s.job_id for s in JobDir(Path(work_dir)).submissions()]
         result = finish()
-        write_note(log_dir, Path(work_dir), result, f"job {os.environ.get('SLURM_JOB_ID', '?')}")
+        write_note(log_dir, Path(work_dir), result, f"job {os.environ.get('SLURM_JOB_ID', '?')}", jobs)
 
     def human(console: Console) -> None:
         console.print(f"{result['status']}: {result.get('dataset', work_dir)}")

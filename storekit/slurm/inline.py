@@ -81,7 +81,8 @@ def finalize_inline(
         say(f"element {name}: every task is done; another element finalized")
         return None
     fallback = pending_finalize_jobs(work, array)
-    log_dir = next((s.extra.get("log_dir") for s in work.submissions() if s.job_id == array), None)
+    subs = work.submissions()
+    log_dir = next((s.extra.get("log_dir") for s in subs if s.job_id == array), None)
     later = f"finalize job {', '.join(fallback)}" if fallback else "`storekit jobs rerun`"
     say(f"element {name}: every task is done: finalizing here ({later} is the fallback)")
     started = time.monotonic()
@@ -95,6 +96,6 @@ def finalize_inline(
         say(f"element {name}: finalizing here did not finish ({why}); {later} finalizes after the array")
         return None
     took = time.monotonic() - started
-    write_note(log_dir, work.path, result, f"element {name}")
+    write_note(log_dir, work.path, result, f"element {name}", [s.job_id for s in subs])
     say(f"element {name}: {result['status']} {result.get('dataset', work.path)} in {took:.1f} s")
     return result

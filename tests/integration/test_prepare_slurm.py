@@ -163,6 +163,9 @@ def test_a_failed_task_publishes_nothing_is_named_with_its_log_and_rerun_complet
     again = json.loads(proc.stdout)
     assert again["task_count"] == job["counts"]["failed"] + job["counts"]["pending"]
     assert str(bad) in again["refreshed_sources"]
+    # right after the rerun the old array's failures are history: the tasks are open again
+    status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert json.loads(status.stdout)["jobs"][0]["counts"]["failed"] == 0, status.stdout
     wait_gone([again["array_job_id"], again["finalize_job_id"]])
     logs = "".join(p.read_text() for p in Path(slurm["log_dir"]).glob(f"{again['array_job_id']}_*.out"))
     assert "finalizing here did not finish" in logs and "Input/output error" in logs, logs

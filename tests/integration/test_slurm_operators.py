@@ -48,6 +48,12 @@ def jobcomp(job_id: str) -> list[tuple[str, str]]:
     return ends
 
 
+def array_wide(verb: str, array: str) -> None:
+    """`scontrol hold|release ARRAY`: exit 1 when some elements have finished; the rest say so."""
+    done = subprocess.run(["scontrol", verb, array], capture_output=True, text=True, timeout=30)
+    assert "No error" in done.stderr, done.stderr
+
+
 def job_field(job: str, key: str) -> str:
     out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30)
     text = f" {out.stdout}"
@@ -102,7 +108,7 @@ def _text(path: Path) -> str:
 def test_scancel_of_an_element_or_the_array_cancels_and_nothing_requeues(
     slurm_cluster: None, tmp_path: Path
 ) -> None:
-    _cfg, _corpus, faults, doc = two_held_elements(tmp_path)
+    cfg, _corpus, faults, doc = two_held_elements(tmp_path)
     array, fin = doc["array_job_id"], doc["finalize_job_id"]
     slurm("scancel", f"{array}_0")  # a user cancels one element
     slurm("scancel", array)  # and the whole array
@@ -115,6 +121,17 @@ def test_scancel_of_an_element_or_the_array_cancels_and_nothing_requeues(
         log = element_log(doc, i).read_text()
         assert log.count("tasks to run") == 1, log  # never started again
         assert "stopped by SIGTERM" in log and "requeued" not in log, log
+
+    # `jobs rerun` resubmits what is left; right away, status shows the new array's state, not the
+    # cancelled elements as failures
+    rerun = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    again = json.loads(rerun.stdout)
+    status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    counts = json.loads(status.stdout)["jobs"][0]["counts"]
+    assert counts["failed"] == 0 and counts["pending"] + counts["running"] == again["task_count"], counts
+    wait_gone([again["array_job_id"], again["finalize_job_id"]])
+    assert (cfg.parent / "storage" / "datasets" / "text" / "web" / "v1" / "manifest.json").is_file()
 
 
 def test_usr1_requeues_only_its_own_element_even_the_one_whose_job_id_is_the_arrays(
@@ -173,14 +190,37 @@ def test_slurms_own_preemption_requeues_the_element_and_the_dataset_is_the_same(
 @pytest.mark.slow
 def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: None, tmp_path: Path) -> None:
     """32+ elements, 2 at a time (%2): the first ones do every task (helping) and finalize; the
-    elements Slurm starts afterwards have nothing to do and exit 0, the finalize job too."""
+    elements Slurm starts afterwards have nothing to do and exit 0, the finalize job too. While the
+    first two are held, `jobs status` shows the rest pending for Slurm's JobArrayTaskLimit; once
+    published, it says so for the dataset and for the work dir the submission printed."""
     cfg, corpus = make_site(tmp_path)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    held = "slurm.element-task-done=pause,slurm.inline-finalize=pause"
+    env = {"STOREKIT_FAULTS": held, "STOREKIT_FAULT_DIR": str(faults)}
     args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
                         "--slurm-tasks-per-element", "1", "--slurm-max-concurrent", "2")  # fmt: skip
     args[args.index("--task-size") + 1] = "8KiB"
-    doc = submit(args)["slurm"]
+    proc = run_storekit(args, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    submitted = json.loads(proc.stdout)
+    doc = submitted["slurm"]
     assert doc["elements"] >= 32, doc
     array, fin = doc["array_job_id"], doc["finalize_job_id"]
+    wait_for("held", (faults / "slurm.element-task-done.reached").exists, array)
+    status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert status.returncode == 0, status.stderr
+    view = json.loads(status.stdout)["jobs"][0]["slurm"]
+    assert view["pending_reasons"].get("JobArrayTaskLimit", 0) >= doc["elements"] - 2, view
+    (faults / "slurm.element-task-done.go").touch()
+    # the first elements did every task (helping); one finalizes: the elements still pending wait
+    # (held) until it has published, then start with nothing to do
+    wait_for("finalizing", (faults / "slurm.inline-finalize.reached").exists, array)
+    array_wide("hold", array)
+    (faults / "slurm.inline-finalize.go").touch()
+    work = Path(submitted["plan"]["work_dir"])
+    wait_for("published", lambda: not work.exists(), array)
+    array_wide("release", array)
     wait_gone([array, fin])
     ends = jobcomp(array)
     assert len(ends) == doc["elements"] and {s for _, s in ends} == {"COMPLETED"}, ends
@@ -191,7 +231,14 @@ def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: N
     assert "already prepared" in (Path(doc["log_dir"]) / f"{fin}.out").read_text()
     dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
     assert run_storekit(["dataset", "verify", "datasets/text/web/v1", "--config", str(cfg)]).returncode == 0
-    assert (dataset / "manifest.json").is_file()
+    for target in ("datasets/text/web/v1", submitted["plan"]["work_dir"]):
+        status = run_storekit(["jobs", "status", target, "--config", str(cfg), "--json"])
+        assert status.returncode == 0, status.stdout + status.stderr
+        published = json.loads(status.stdout)["published"]
+        assert published["state"] == "published" and published["dataset"].endswith("datasets/text/web/v1")
+        assert published["jobs"] == [array, fin] and published["finalized_by"].startswith(f"element {array}_")
+    human = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg)])
+    assert human.returncode == 0 and human.stdout.startswith(f"published: {dataset} at "), human.stdout
 
 
 def test_a_bad_input_fails_only_the_element_that_owns_it_named_with_its_log(
