@@ -95,6 +95,48 @@ SetupOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
+JobNameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-job-name",
+        metavar="NAME",
+        help="The array's job name (the finalize job's: fin-NAME). Default: <name>-<version>.",
+        rich_help_panel=_PANEL,
+    ),
+]
+LogDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-log-dir",
+        metavar="DIR",
+        help="Scripts and logs go to DIR/<work dir name>/. Default: the tier's logs/.",
+        rich_help_panel=_PANEL,
+    ),
+]
+MemPerCpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-mem-per-cpu", metavar="SIZE", help="Memory per CPU, e.g. 2G.", rich_help_panel=_PANEL
+    ),
+]
+DependencyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-dependency",
+        metavar="DEP",
+        help="Start the array after this, e.g. afterok:1234.",
+        rich_help_panel=_PANEL,
+    ),
+]
+NoRequeueOpt = Annotated[
+    bool,
+    typer.Option(
+        "--slurm-no-requeue",
+        help="Slurm may not requeue elements (preemption, node failure, the time-limit notice "
+        "end them; `storekit jobs rerun` resumes).",
+        rich_help_panel=_PANEL,
+    ),
+]
 WaitOpt = Annotated[
     bool,
     typer.Option(
@@ -119,10 +161,20 @@ def slurm_options(
     extra: list[str] | None,
     container: str | None,
     setup: str | None,
+    job_name: str | None = None,
+    log_dir: str | None = None,
+    mem_per_cpu: str | None = None,
+    dependency: str | None = None,
+    no_requeue: bool = False,
 ) -> SlurmOptions:
     from storekit.slurm.script import SlurmOptions
 
     return SlurmOptions(
+        job_name=job_name,
+        log_dir=log_dir,
+        mem_per_cpu=mem_per_cpu,
+        dependency=dependency,
+        requeue=not no_requeue,
         partition=partition,
         time=time,
         cpus_per_task=cpus,

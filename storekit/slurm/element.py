@@ -1,7 +1,8 @@
 """How an array element behaves inside Slurm: its CPUs, and the signals Slurm sends.
 
-Workers follow `$SLURM_CPUS_PER_TASK` (what the element was given), not the node's CPU count: with
-`task/none` or a loose cgroup the process could see every core of a shared node.
+Workers follow `$SLURM_CPUS_PER_TASK` (what the element was given), else the CPUs allocated on the
+node, not the node's CPU count: with `task/none` or a loose cgroup the process could see every core
+of a shared node.
 
 Signals keep Slurm's meaning. Every way Slurm ends a running job (scancel, preemption, the time
 limit, `scontrol requeue`, a node going down) reaches the element as SIGTERM, then SIGKILL after
@@ -32,8 +33,15 @@ _stopped_by: list[int] = []  # the stop signal that arrived, if any (signal hand
 
 
 def element_workers(env: Mapping[str, str] | None = None) -> int:
-    value = (os.environ if env is None else env).get("SLURM_CPUS_PER_TASK", "")
-    return int(value) if value.isdigit() and int(value) > 0 else default_workers()
+    """`$SLURM_CPUS_PER_TASK`, else the CPUs Slurm allocated to the job on this node
+    (`$SLURM_CPUS_ON_NODE`), never more than this process may use: with `task/none` the affinity
+    mask is the whole node, which would oversubscribe the CPUs other jobs were given."""
+    env = os.environ if env is None else env
+    for key in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        value = env.get(key, "")
+        if value.isdigit() and int(value) > 0:
+            return min(int(value), default_workers())
+    return default_workers()
 
 
 def process_age() -> float | None:

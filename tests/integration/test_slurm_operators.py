@@ -267,3 +267,56 @@ def test_a_bad_input_fails_only_the_element_that_owns_it_named_with_its_log(
     records = json.loads(status.stdout)["jobs"][0]["failed"]
     assert len(records) == 1 and records[0]["log"] == str(element_log(doc, owner)), records
     assert str(bad) in records[0]["error"] and str(bad) in element_log(doc, owner).read_text()
+
+
+def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, tmp_path: Path) -> None:
+    """Wrong options fail before anything is written (exit 2); a run with its work dir outside the
+    tier keeps its scripts and logs in the tier's logs/ (group-readable), each element runs as many
+    workers as Slurm gave it CPUs, a credential-like variable never reaches Slurm's stored job
+    environment, and the jobs' names differ in the 8 characters squeue shows."""
+    cfg, corpus = make_site(tmp_path)
+    scratch = cfg.parent / "storage" / "scratch"
+    elsewhere = tmp_path / "work"  # a --work-dir outside any tier: finalize removes the work dir
+    base = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--work-dir", str(elsewhere))
+    for extra, said in (
+        (["--slurm-partition", "nosuch"], "no such partition on this cluster (known: cpu, debug, urgent)"),
+        (["--slurm-extra", "--array=0-1"], "storekit sets --array itself"),
+        (["--slurm-extra", "-o/tmp/x.out"], "storekit sets -o itself"),
+        (["--slurm-dependency", "after ok"], "expected TYPE:JOBID"),
+    ):
+        proc = run_storekit([*base, *extra])
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert said in json.loads(proc.stdout)["error"]["message"], proc.stdout
+        assert not elsewhere.exists() and not any(scratch.iterdir())  # nothing written
+    dry = run_storekit([*base, "--dry-run", "--slurm-mem-per-cpu", "1G", "--slurm-no-requeue",
+                        "--slurm-dependency", "afterok:1", "--slurm-job-name", "tok"])  # fmt: skip
+    scripts = json.loads(dry.stdout)["slurm"]["sbatch"]
+    for line in ("--mem-per-cpu=1G", "--no-requeue", "--dependency=afterok:1", "--job-name=tok"):
+        assert f"#SBATCH {line}\n" in scripts["array"], scripts["array"]
+    assert "--job-name=fin-tok\n" in scripts["finalize"] and "--dependency" not in scripts["finalize"]
+
+    env = {"MY_PASS": "hunter2-not-for-slurm"}
+    proc = run_storekit([*base, "--slurm-extra", "--comment=my job", "--slurm-wait"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)["slurm"]
+    logs = Path(doc["log_dir"])
+    assert logs.parent == cfg.parent / "storage" / "logs" and not elsewhere.joinpath(logs.name).exists()
+    assert logs.stat().st_mode & 0o777 == 0o750 and Path(doc["array_script"]).stat().st_mode & 0o777 == 0o640
+    array, fin = doc["array_job_id"], doc["finalize_job_id"]
+    assert job_field(f"{array}_0", "Comment") == "my"  # scontrol -o prints "Comment=my job"
+    names = {job_field(f"{array}_0", "JobName")[:8], job_field(fin, "JobName")[:8]}
+    assert names == {"web-v1", "fin-web-"}, names
+    state = next(
+        ln.split("=", 1)[1].strip() for ln in slurm("scontrol", "show", "config").splitlines()
+        if ln.startswith("StateSaveLocation")
+    )  # fmt: skip
+    stored = list(Path(state).glob(f"hash.*/job.{fin}/environment"))
+    assert stored and all(b"hunter2" not in p.read_bytes() for p in stored)
+    assert b"MY_PASS" not in stored[0].read_bytes() and b"PATH=" in stored[0].read_bytes()
+    wait_gone([array, fin])
+    element_logs = sorted(logs.glob(f"{array}_*.out"))
+    assert len(element_logs) == doc["elements"]
+    # no --slurm-cpus: one CPU allocated per element, one worker (the node has more cores)
+    assert all(
+        ", 1 workers, on sk-node" in p.read_text() for p in element_logs if "tasks to run" in p.read_text()
+    )
