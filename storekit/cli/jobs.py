@@ -53,14 +53,16 @@ TARGET is the job's work dir or the dataset it builds. Refused while elements
 of the job are still queued or running (exit 5). A finalize job left waiting
 on a dependency that can never be satisfied is cancelled. When every task is
 done but the finalize job failed or was cancelled, only a finalize job is
-submitted. A jsonl or text input fixed since the plan is taken as it is
-now, when no finished task read it; other changes need `prepare dataset`
-again.
+submitted. --slurm-time, --slurm-mem and --slurm-partition replace what the
+last submission asked for (after TIMEOUT or OUT_OF_MEMORY). A jsonl or text
+input fixed since the plan is taken as it is now, when no finished task read
+it; other changes need `prepare dataset` again.
 
 \b
 Examples:
   storekit jobs rerun datasets/text/web/v2
   storekit jobs rerun datasets/text/web/v2 --dry-run --json
+  storekit jobs rerun datasets/text/web/v2 --slurm-time 4:00:00 --slurm-mem 16G
 """
 
 
@@ -286,6 +288,17 @@ def rerun_command(
     target: Annotated[str, typer.Argument(metavar="TARGET", help="Work dir or dataset.")],
     work_dir: WorkDirOpt = None,
     tier: TierOpt = None,
+    slurm_time: Annotated[
+        str | None,
+        typer.Option("--slurm-time", metavar="TIME", help="A new time limit per element (after TIMEOUT)."),
+    ] = None,
+    slurm_mem: Annotated[
+        str | None,
+        typer.Option("--slurm-mem", metavar="SIZE", help="New memory per element (after OUT_OF_MEMORY)."),
+    ] = None,
+    slurm_partition: Annotated[
+        str | None, typer.Option("--slurm-partition", metavar="NAME", help="Another partition.")
+    ] = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -300,7 +313,8 @@ def rerun_command(
     found = find_job_dirs(target, site, tier, work_dir)
     if len(found) != 1:
         raise NotFoundError(f"{target}: {'no job' if not found else f'{len(found)} jobs'} found")
-    outcome = rerun(Path(found[0]), dry_run=dry_run)
+    changes = {"time": slurm_time, "mem": slurm_mem, "partition": slurm_partition}
+    outcome = rerun(Path(found[0]), dry_run=dry_run, changes=changes)
     doc = outcome.to_dict()
 
     def human(console: Console) -> None:

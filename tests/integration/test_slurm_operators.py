@@ -124,9 +124,14 @@ def test_scancel_of_an_element_or_the_array_cancels_and_nothing_requeues(
 
     # `jobs rerun` resubmits what is left; right away, status shows the new array's state, not the
     # cancelled elements as failures
-    rerun = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    rerun_args = ["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"]
+    wrong = run_storekit([*rerun_args, "--slurm-partition", "nosuch"])
+    assert wrong.returncode == 2 and "known: cpu, debug, urgent" in wrong.stdout, wrong.stdout
+    rerun = run_storekit([*rerun_args, "--slurm-time", "30", "--slurm-partition", "cpu"])
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     again = json.loads(rerun.stdout)
+    assert job_field(again["array_job_id"], "Partition") == "cpu"  # what the retry asked for
+    assert job_field(again["array_job_id"], "TimeLimit") == "00:30:00"
     status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
     counts = json.loads(status.stdout)["jobs"][0]["counts"]
     assert counts["failed"] == 0 and counts["pending"] + counts["running"] == again["task_count"], counts
