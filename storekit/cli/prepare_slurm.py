@@ -202,7 +202,9 @@ def submit_and_report(
 ) -> None:
     from storekit.config import find_config_file
     from storekit.slurm.prepare import submit_prepare, wait_published
+    from storekit.slurm.site import with_site_defaults
 
+    options = with_site_defaults(options, dict(site.slurm))  # flags first, then [slurm] of the config
     found = find_config_file(config)
     cfg = str(found.resolve()) if found is not None else None
     outcome = submit_prepare(spec, site, options=options, config=cfg, force=force, dry_run=dry_run)
