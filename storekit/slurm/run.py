@@ -171,6 +171,12 @@ def run_element(
                 "time limit); finished tasks are kept",
                 hint="Slurm requeues a preempted element; after a scancel or TIMEOUT, `storekit jobs rerun`",
             ) from None
+        if not ran[0] and env.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
+            ignore_stop_signals()  # requeued before and again no task done: it would never finish
+            raise Interrupted(
+                f"element {name}: the time-limit notice came again before any task finished; not requeued",
+                hint="give the elements more time: `storekit jobs rerun TARGET --slurm-time LONGER`",
+            ) from None
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)

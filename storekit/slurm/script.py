@@ -149,7 +149,7 @@ def render(script: JobScript, options: SlurmOptions) -> str:
     lines += [
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue" if options.requeue else "#SBATCH --no-requeue",
-        f"#SBATCH --signal={PREEMPT_SIGNAL}",
+        f"#SBATCH --signal={notice_signal(options.time)}",
         "#SBATCH --ntasks=1",
     ]
     for flag, value in (
@@ -181,3 +181,28 @@ def sbatch_line(option: str) -> str:
     if sep and any(c.isspace() for c in value) and not value.startswith(('"', "'")):
         return f'{flag}="{value}"'
     return option
+
+
+def time_limit_seconds(limit: str | None) -> int | None:
+    """Seconds of a Slurm time limit (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]); None when not given."""
+    if limit is None or not _TIME.match(limit):
+        return None
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        h, m, sec = [*parts, 0, 0][:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def notice_signal(limit: str | None) -> str:
+    """USR1 90 s before the time limit; a quarter of a limit under 6 minutes (at least 10 s), so a
+    short limit is not signalled at the element's start (Slurm would requeue it there for ever)."""
+    seconds = time_limit_seconds(limit)
+    if seconds is None or seconds >= 360:
+        return PREEMPT_SIGNAL
+    return f"B:USR1@{max(10, seconds // 4)}"
