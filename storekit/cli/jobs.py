@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -86,6 +86,9 @@ def status_command(
     target: Annotated[str | None, typer.Argument(metavar="[TARGET]", help="Work dir or dataset.")] = None,
     work_dir: WorkDirOpt = None,
     tier: TierOpt = None,
+    tasks: Annotated[
+        bool, typer.Option("--tasks", help="One row per failed task (default: one per error and log).")
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -138,20 +141,33 @@ def status_command(
             for fin in view.get("finalize", []):
                 console.print(f"  finalize job {fin['job_id']}: {fin['state']} {fin['reason']}", markup=False)
             if st.failures:
-                table = Table("task", "exit", "host", "error", "log", box=None)
-                for index in st.states["failed"]:
-                    f = st.failures[index]
-                    table.add_row(
-                        str(index),
-                        str(f.get("exit_code")),
-                        str(f.get("host")),
-                        f["error"],
-                        f.get("log") or "-",
-                    )
+                rows = _failure_rows(st.states["failed"], st.failures, each=tasks)
+                if not console.is_terminal:  # a pipe: one whole line per row, paths never cut
+                    for span, code, host, error, log in rows:
+                        line = f"  tasks {span}: exit {code} on {host}: {error} (log: {log})"
+                        console.print(line, markup=False, soft_wrap=True)
+                    continue
+                table = Table("tasks", "exit", "host", "error", "log", box=None)
+                for row in rows:
+                    table.add_row(*row)
                 console.print(table)
 
     docs = [{**st.to_dict(), "slurm": view} for st, view in zip(statuses, slurm_views, strict=True)]
     out.result("jobs status", {"jobs": docs}, human)
+
+
+def _failure_rows(failed: list[int], failures: dict[int, Any], *, each: bool) -> list[tuple[str, ...]]:
+    """(tasks, exit, host, error, log): one row per task with `each`, else per same error and log."""
+    from storekit.jobs.status import ranges
+
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index in failed:
+        f = failures[index]
+        key = (str(f.get("exit_code")), str(f.get("host")), str(f["error"]), str(f.get("log") or "-"))
+        groups.setdefault((str(index), *key) if each else key, []).append(index)
+    if each:
+        return list(groups)
+    return [(ranges(indexes), *key) for key, indexes in groups.items()]
 
 
 def run_task_command(

@@ -160,31 +160,48 @@ def test_usr1_requeues_only_its_own_element_even_the_one_whose_job_id_is_the_arr
     assert (dataset / "manifest.json").is_file()
 
 
-def test_slurms_own_preemption_requeues_the_element_and_the_dataset_is_the_same(
-    slurm_cluster: None, tmp_path: Path
+@pytest.mark.parametrize(
+    "how", ["preemption", "scontrol requeue", pytest.param("time limit", marks=pytest.mark.slow)]
+)
+def test_slurm_reruns_a_preempted_requeued_or_timed_element_and_the_dataset_is_the_same(
+    slurm_cluster: None, tmp_path: Path, how: str
 ) -> None:
-    """A job in the higher-priority partition `urgent` takes the element's node: Slurm sends TERM and
-    requeues it (PreemptMode=REQUEUE); the element only stops, runs again, skips its finished task."""
+    """preemption: a job in the higher-priority partition `urgent` takes the element's node; Slurm
+    sends TERM and requeues it (PreemptMode=REQUEUE). scontrol requeue: the same by hand. Either way
+    the element only stops. time limit (--slurm-time 1): the USR1 notice comes 15 s before it and
+    the element requeues itself (ARRAYID_INDEX). Each time the element runs again, skips its finished
+    task, and the dataset is byte-identical to a local run's."""
     cfg, corpus = make_site(tmp_path)
     faults = tmp_path / "faults"
     faults.mkdir()
     env = {"STOREKIT_FAULTS": HELD, "STOREKIT_FAULT_DIR": str(faults)}
+    limit = ["--slurm-time", "1"] if how == "time limit" else []
     args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
-                        "--slurm-tasks-per-element", "1000")  # fmt: skip  # one element
+                        "--slurm-tasks-per-element", "1000", *limit)  # fmt: skip  # one element
     proc = run_storekit(args, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)["slurm"]
     array, fin = doc["array_job_id"], doc["finalize_job_id"]
     wait_for("element held", lambda: "done" in _text(element_log(doc, 0)), array)
-    node = job_field(f"{array}_0", "NodeList")
-    urgent = slurm("sbatch", "--parsable", "-p", "urgent", f"--nodelist={node}", "--exclusive",
-                   "-o", "/dev/null", "--wrap", "true").strip()  # fmt: skip
+    others = []
+    if how == "preemption":
+        node = job_field(f"{array}_0", "NodeList")
+        others.append(slurm("sbatch", "--parsable", "-p", "urgent", f"--nodelist={node}", "--exclusive",
+                            "-o", "/dev/null", "--wrap", "true").strip())  # fmt: skip
+    elif how == "scontrol requeue":
+        slurm("scontrol", "requeue", f"{array}_0")
     release(faults, doc)  # the requeued run goes on unheld
-    wait_gone([array, fin, urgent])
+    wait_gone([array, fin, *others])
     log = element_log(doc, 0).read_text()
     runs = [ln for ln in log.splitlines() if "tasks to run" in ln]
     assert len(runs) == 2 and runs[0] != runs[1], log  # it ran again and skipped its finished task
-    assert "requeued job" not in log, log  # Slurm requeued it, not the element
+    if how == "time limit":
+        assert (
+            f"requeued job {array}_0" in log
+            and "#SBATCH --signal=B:USR1@15" in Path(doc["array_script"]).read_text()
+        )
+    else:
+        assert "stopped by SIGTERM" in log and "requeued job" not in log, log  # Slurm requeued it
     assert jobcomp(array)[-1] == ("0", "COMPLETED") and jobcomp(fin) == [("", "COMPLETED")]
     dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
     local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "1"))
