@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -201,10 +202,13 @@ def submit_and_report(
     wait: bool = False,
 ) -> None:
     from storekit.config import find_config_file
+    from storekit.pipeline.spec import CLI_SOURCE
     from storekit.slurm.prepare import submit_prepare, wait_published
-    from storekit.slurm.site import with_site_defaults
+    from storekit.slurm.site import pipeline_slurm_table, with_site_defaults
 
-    options = with_site_defaults(options, dict(site.slurm))  # flags first, then [slurm] of the config
+    if spec.source != CLI_SOURCE:  # flags first, then the pipeline's [slurm], then the config's
+        options = with_site_defaults(options, pipeline_slurm_table(Path(spec.source)))
+    options = with_site_defaults(options, dict(site.slurm))
     found = find_config_file(config)
     cfg = str(found.resolve()) if found is not None else None
     outcome = submit_prepare(spec, site, options=options, config=cfg, force=force, dry_run=dry_run)

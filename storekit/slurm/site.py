@@ -1,4 +1,5 @@
-"""Site defaults for Slurm submissions: the `[slurm]` table of storekit.toml.
+"""Defaults for Slurm submissions: the `[slurm]` table of storekit.toml (the site's) and of a
+pipeline TOML (that pipeline's).
 
     [slurm]
     partition = "cpu"
@@ -7,13 +8,15 @@
     mem_per_cpu = "2G"
     extra = ["--constraint=avx2"]
 
-A `--slurm-*` flag given on the command line wins over the table; the table wins over Slurm's own
-defaults. Keys are checked when the config is read (exit 2 naming the file and key).
+A `--slurm-*` flag given on the command line wins over the pipeline's table, which wins over the
+site's; those win over Slurm's own defaults. Keys are checked when read (exit 2 naming the file and
+key).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 from storekit.errors import ConfigError
@@ -73,3 +76,15 @@ def with_site_defaults(options: SlurmOptions, defaults: dict[str, Any]) -> Slurm
     given = {f.name: defaults[f.name] for f in fields(SlurmOptions) if f.name in defaults}
     keep = {k: v for k, v in given.items() if getattr(options, k) == getattr(blank, k)}
     return replace(options, **keep)
+
+
+def pipeline_slurm_table(path: Path) -> dict[str, Any]:
+    """The `[slurm]` table of a pipeline TOML, checked like the site's (exit 2 naming file and key)."""
+    from storekit.tomlkeys import parse_toml
+
+    source = str(path)
+    try:
+        raw = parse_toml(path.read_bytes(), source)
+    except OSError:
+        return {}
+    return parse_slurm_table(raw.get("slurm"), source)

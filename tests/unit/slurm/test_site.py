@@ -55,3 +55,35 @@ def test_flags_win_over_the_table_and_the_table_over_slurms_defaults(tmp_path: P
     assert "#SBATCH --partition=debug\n" in script  # the flag
     for line in ("--mem-per-cpu=1G", "--constraint=avx2", "--no-requeue"):  # the table
         assert f"#SBATCH {line}\n" in script, script
+
+
+def test_a_pipelines_table_sits_between_the_flags_and_the_sites(tmp_path: Path) -> None:
+    cfg = tmp_path / "storekit.toml"
+    cfg.write_text(SITE)
+    (tmp_path / "storage").mkdir()
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", sample_records(200))
+    pipeline = tmp_path / "web.toml"
+    pipeline.write_text(
+        f'[input]\npaths = ["{tmp_path / "corpus"}"]\n[tokenizer]\npath = "{TOKENIZER}"\n'
+        '[slurm]\npartition = "debug"\ntime = "30"\n'
+    )
+    args = [
+        "prepare",
+        "dataset",
+        str(pipeline),
+        "--executor",
+        "slurm",
+        "--dry-run",
+        "--json",
+        "--config",
+        str(cfg),
+    ]
+    no_slurm = {"PATH": str(Path(sys.executable).parent)}
+    proc = run_storekit([*args, "--slurm-time", "45"], env=no_slurm)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    script = json.loads(proc.stdout)["slurm"]["sbatch"]["array"]
+    for line in ("--partition=debug", "--time=45", "--mem-per-cpu=1G"):  # pipeline, flag, site
+        assert f"#SBATCH {line}\n" in script, script
+    pipeline.write_text(pipeline.read_text() + "qos = 3\n")
+    bad = run_storekit(args, env=no_slurm)
+    assert bad.returncode == 2 and f"{pipeline}: slurm.qos: expected str" in bad.stdout, bad.stdout
