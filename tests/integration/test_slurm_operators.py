@@ -71,16 +71,17 @@ def element_log(doc: dict[str, Any], index: int) -> Path:
     return Path(doc["log_dir"]) / f"{doc['array_job_id']}_{index}.out"
 
 
-# held after the first task (a task thread: it holds the element's stop too), and when a stop signal
-# made the element stop its task threads (the main thread: the signal has arrived)
-HELD = "slurm.element-task-done=pause,executor.stopping=pause"
+# held as it claims its second task, its first done (the task thread holds the element's stop too:
+# tasks computed ahead of their commits would otherwise all finish), and once a stop signal made
+# the element stop its task threads (the main thread: the signal has arrived)
+HELD = "executor.task-claimed@2=pause,executor.stopping=pause"
 
 
 def release(faults: Path, doc: dict[str, Any]) -> None:
     """Once a stop signal has reached an element: let the held task threads and the stop go on."""
     wait_for("a stop under way", (faults / "executor.stopping.reached").exists, doc["array_job_id"])
     (faults / "executor.stopping.go").touch()
-    (faults / "slurm.element-task-done.go").touch()
+    (faults / "executor.task-claimed.go").touch()
 
 
 def two_held_elements(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, Any]]:
