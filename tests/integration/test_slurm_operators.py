@@ -311,6 +311,9 @@ def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, 
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert said in json.loads(proc.stdout)["error"]["message"], proc.stdout
         assert not elsewhere.exists() and not any(scratch.iterdir())  # nothing written
+    refused = run_storekit([*base, "--slurm-extra", "--constraint=nosuchfeature"])  # sbatch says no
+    assert refused.returncode == 2 and "Invalid feature" in refused.stdout, refused.stdout
+    assert not elsewhere.exists() or not any(elsewhere.iterdir())  # no empty work dir left behind
     dry = run_storekit([*base, "--dry-run", "--slurm-mem-per-cpu", "1G", "--slurm-no-requeue",
                         "--slurm-dependency", "afterok:1", "--slurm-job-name", "tok"])  # fmt: skip
     scripts = json.loads(dry.stdout)["slurm"]["sbatch"]
