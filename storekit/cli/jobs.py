@@ -62,7 +62,8 @@ it; other changes need `prepare dataset` again.
 Examples:
   storekit jobs rerun datasets/text/web/v2
   storekit jobs rerun datasets/text/web/v2 --dry-run --json
-  storekit jobs rerun datasets/text/web/v2 --slurm-time 4:00:00 --slurm-mem 16G
+  storekit jobs rerun datasets/text/web/v2 --slurm-time 4:00:00 \\
+      --slurm-mem 16G
 """
 
 
@@ -227,8 +228,8 @@ def finalize_command(
         typer.Option(
             "--log-dir",
             metavar="DIR",
-            hidden=True,
-            help="The job's Slurm log dir: where an element notes that it already finalized.",
+            help="The job's Slurm log dir: when an element already finalized (a note there) and the "
+            "work dir is gone, exit 0 saying so (what the finalize job storekit submits passes).",
         ),
     ] = None,
     json_out: JsonOpt = False,
