@@ -124,6 +124,8 @@ def test_one_node_failing_stops_every_node(
     doc = json.loads(proc.stdout)
     message = doc["error"]["message"] if isinstance(doc["error"], dict) else doc["error"]
     assert says in message and "node sk-" in message, message
+    if action == "kill":  # the node whose agent died is named, not one srun stopped after it
+        assert "(rank 1) dropped" in message, message
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     if action == "eio":  # the healthy node heard the abort and stopped its workers itself

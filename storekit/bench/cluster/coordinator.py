@@ -151,7 +151,9 @@ class Cluster:
         node.last_heard = time.monotonic()
         if msg is None:
             node.alive = False
-            raise NodeLost(f"node {node.name} dropped its connection (agent killed or node down)")
+            raise NodeLost(
+                f"node {node.name} (rank {node.rank}) dropped its connection (agent killed or node down)"
+            )
         if msg["kind"] == "error":
             cls = _ERRORS.get(str(msg.get("error")), NodeFailed)
             raise cls(f"node {node.name} failed: {msg.get('message')}")
