@@ -66,6 +66,7 @@ class SiteConfig:
     tiers: Mapping[str, TierConfig]
     default_tier: str
     policies: Mapping[str, Policy] = field(default_factory=dict)  # [policies.NAME]: tier rules
+    slurm: Mapping[str, Any] = field(default_factory=dict)  # [slurm]: site defaults (slurm/site.py)
 
     def tier(self, name: str | None) -> TierConfig:
         key = name or self.default_tier
@@ -185,7 +186,7 @@ def load_config(explicit: str | None = None) -> SiteConfig:
 
 def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
     raw = parse_toml(data, source)
-    reject_unknown(raw, {"tiers", "default_tier", "layout", "policies"}, source, "")
+    reject_unknown(raw, {"tiers", "default_tier", "layout", "policies", "slurm"}, source, "")
     layout = get_str(raw, "layout", source, "layout", default=DEFAULT_LAYOUT)
     tiers_raw = raw.get("tiers")
     if not isinstance(tiers_raw, dict) or not tiers_raw:
@@ -198,7 +199,10 @@ def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
         known = ", ".join(tiers)
         raise ConfigError(source, "default_tier", f"names unknown tier {default!r}; known: {known}")
     policies = parse_policies(raw.get("policies"), source)
-    return SiteConfig(source=source, tiers=tiers, default_tier=default, policies=policies)
+    from storekit.slurm.site import parse_slurm_table  # only a config with [slurm] needs it
+
+    slurm = parse_slurm_table(raw.get("slurm"), source) if "slurm" in raw else {}
+    return SiteConfig(source=source, tiers=tiers, default_tier=default, policies=policies, slurm=slurm)
 
 
 def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) -> TierConfig:

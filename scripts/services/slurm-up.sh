@@ -5,7 +5,9 @@
 # Runs as root, without systemd. Idempotent: daemons it started earlier (recorded in
 # $DIR/pids) are reused, a changed config restarts them. Waits until every node is idle.
 # Partitions: `debug` (all nodes, default) and `cpu` (the second half of the nodes), so tests can
-# target a partition as users do.
+# target a partition as users do, and `urgent` (all nodes, a higher PriorityTier): a job there
+# preempts jobs of the other two, which Slurm requeues (PreemptMode=REQUEUE), as on clusters where a
+# high-priority partition takes nodes back. Finished jobs go to the jobcomp log $DIR/log/jobcomp.log.
 # The config is written to $DIR/slurm.conf (the system's /etc/slurm is left alone); clients
 # need `export SLURM_CONF=$DIR/slurm.conf`, which is printed on stdout and kept in $DIR/slurm.env.
 #
@@ -131,12 +133,16 @@ KillWait=5
 SlurmdTimeout=60
 SlurmctldTimeout=60
 MaxArraySize=$MAX_ARRAY
+# a job in `urgent` (higher PriorityTier) preempts debug/cpu jobs; Slurm kills and requeues them
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 $(i=0; for n in $NODELIST; do
   echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=localhost Port=$((SLURMD_PORT + i)) CPUs=$NCPUS RealMemory=$((MEM_MB / NNODES)) State=UNKNOWN"
   i=$((i + 1))
 done)
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 PartitionName=cpu Nodes=sk-node[$FIRST_CPU_NODE-$NNODES] MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=10
 EOF
 CHANGED=1
 if [ -f "$CONF" ] && cmp -s "$NEW" "$CONF"; then CHANGED=0; fi

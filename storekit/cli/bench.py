@@ -84,9 +84,11 @@ cleanup.reclaimed). Other users' and other hosts' runs are never touched.
 
 Several nodes (--executor slurm --nodes N): one agent per node, started
 once with srun --ntasks-per-node=1: inside an sbatch/salloc allocation
-on its nodes, else srun asks Slurm for N nodes (--partition,
---time-limit, --account) and waits for them. The agents connect back to
-this command over TCP (--coordinator-address), which needs the target
+on its nodes, else srun asks Slurm for N nodes (--slurm-partition,
+--slurm-time, --slurm-account) and waits for them. The agents connect back
+to this command over TCP (--coordinator-address); once the first has, the
+others have --slurm-connect-timeout seconds (300) or the run stops (exit 5)
+naming the node whose agent did not. It needs the target
 mounted too; it must be a shared filesystem. Workers wait on a two-level
 barrier (local, then all nodes); a node that fails, dies or falls silent
 stops every node before cleanup. Clock offsets are measured at the
@@ -119,7 +121,7 @@ Examples:
       --endpoint-url http://rgw:7480 --pattern meta --files 2000
   storekit bench io --json --prometheus /var/lib/node_exporter/sk.prom \\
       --plot bench.png
-  storekit bench io --executor slurm --nodes 4 --partition cpu \\
+  storekit bench io --executor slurm --nodes 4 --slurm-partition cpu \\
       --target /lustre/storage --pattern shards,checkpoint --ranks 16
 """
 
@@ -363,8 +365,8 @@ def io(
     partition: Annotated[
         str | None,
         typer.Option(
-            "--partition",
             "--slurm-partition",
+            "--partition",
             metavar="NAME",
             help="slurm, outside an allocation: partition.",
         ),
@@ -372,8 +374,8 @@ def io(
     time_limit: Annotated[
         str | None,
         typer.Option(
-            "--time-limit",
             "--slurm-time",
+            "--time-limit",
             metavar="TIME",
             help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00.",
         ),
@@ -381,10 +383,18 @@ def io(
     account: Annotated[
         str | None,
         typer.Option(
-            "--account",
             "--slurm-account",
+            "--account",
             metavar="NAME",
             help="slurm, outside an allocation: account to charge.",
+        ),
+    ] = None,
+    connect_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--slurm-connect-timeout",
+            metavar="SECONDS",
+            help="slurm: how long the other agents may take to connect after the first (default 300).",
         ),
     ] = None,
     coordinator_address: Annotated[
@@ -433,7 +443,9 @@ def io(
         return
     if plot:
         require_matplotlib()
-    slurm = _slurm_options(executor, nodes, partition, time_limit, account, coordinator_address)
+    slurm = _slurm_options(
+        executor, nodes, partition, time_limit, account, coordinator_address, connect_timeout
+    )
     spec = build_spec(
         _target(config, tier, target, endpoint_url),
         pattern=pattern,
@@ -516,13 +528,17 @@ def _slurm_options(
     time_limit: str | None,
     account: str | None,
     coordinator_address: str | None,
+    connect_timeout: float | None = None,
 ) -> SlurmOptions | None:
-    from storekit.bench.cluster.launch import SlurmOptions, in_allocation
+    from storekit.bench.cluster.launch import CONNECT_AFTER_START_S, SlurmOptions, in_allocation
 
     if executor not in ("local", "slurm"):
         raise UsageError(f"--executor {executor!r}: expected local or slurm")
-    slurm_only = {"--nodes": nodes, "--partition": partition, "--time-limit": time_limit,
-                  "--account": account, "--coordinator-address": coordinator_address}  # fmt: skip
+    slurm_only = {"--nodes": nodes, "--slurm-partition": partition, "--slurm-time": time_limit,
+                  "--slurm-account": account, "--coordinator-address": coordinator_address,
+                  "--slurm-connect-timeout": connect_timeout}  # fmt: skip
+    if connect_timeout is not None and connect_timeout <= 0:
+        raise UsageError(f"--slurm-connect-timeout {connect_timeout:g}: expected a number of seconds above 0")
     if executor == "local":
         given = [name for name, value in slurm_only.items() if value is not None]
         if given:
@@ -533,7 +549,8 @@ def _slurm_options(
             raise UsageError("--executor slurm needs --nodes N outside an sbatch/salloc allocation")
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
     return SlurmOptions(nodes=nodes, partition=partition, time_limit=time_limit, account=account,
-                        coordinator_address=coordinator_address)  # fmt: skip
+                        coordinator_address=coordinator_address,
+                        connect_timeout=connect_timeout or CONNECT_AFTER_START_S)  # fmt: skip
 
 
 def agent(

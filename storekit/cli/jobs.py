@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -53,14 +53,17 @@ TARGET is the job's work dir or the dataset it builds. Refused while elements
 of the job are still queued or running (exit 5). A finalize job left waiting
 on a dependency that can never be satisfied is cancelled. When every task is
 done but the finalize job failed or was cancelled, only a finalize job is
-submitted. A jsonl or text input fixed since the plan is taken as it is
-now, when no finished task read it; other changes need `prepare dataset`
-again.
+submitted. --slurm-time, --slurm-mem and --slurm-partition replace what the
+last submission asked for (after TIMEOUT or OUT_OF_MEMORY). A jsonl or text
+input fixed since the plan is taken as it is now, when no finished task read
+it; other changes need `prepare dataset` again.
 
 \b
 Examples:
   storekit jobs rerun datasets/text/web/v2
   storekit jobs rerun datasets/text/web/v2 --dry-run --json
+  storekit jobs rerun datasets/text/web/v2 --slurm-time 4:00:00 \\
+      --slurm-mem 16G
 """
 
 
@@ -84,6 +87,9 @@ def status_command(
     target: Annotated[str | None, typer.Argument(metavar="[TARGET]", help="Work dir or dataset.")] = None,
     work_dir: WorkDirOpt = None,
     tier: TierOpt = None,
+    tasks: Annotated[
+        bool, typer.Option("--tasks", help="One row per failed task (default: one per error and log).")
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -96,9 +102,30 @@ def status_command(
     site = site_config(config)
     if tier is not None:
         site.tier(tier)  # an unknown --tier is an error (exit 3), not "no jobs"
+    from storekit.errors import NotFoundError
+    from storekit.slurm.finalized import find_published
     from storekit.slurm.status import refine
 
-    statuses = [job_status(JobDir(p)) for p in find_job_dirs(target, site, tier, work_dir)]
+    try:
+        found = find_job_dirs(target, site, tier, work_dir)
+    except NotFoundError:  # its job may be over: the dataset published, the work dir removed
+        published = find_published(target, site, tier) if target is not None else None
+        if published is None:
+            raise
+
+        def done(console: Console) -> None:
+            jobs = ", ".join(published["jobs"]) or "?"
+            where = published["path"] or published["dataset"]
+            console.print(
+                f"published: {where} at {published['finalized_at'] or '?'} "
+                f"(Slurm jobs {jobs}; finalized by {published['finalized_by'] or '?'})",
+                markup=False,
+                soft_wrap=True,
+            )
+
+        out.result("jobs status", {"jobs": [], "published": published}, done)
+        return
+    statuses = [job_status(JobDir(p)) for p in found]
     slurm_views = [refine(st) for st in statuses]  # records first, then Slurm's view of open tasks
 
     def human(console: Console) -> None:
@@ -112,23 +139,38 @@ def status_command(
             )
             if view.get("error"):
                 console.print(f"  Slurm not asked: {view['error']}", markup=False)
+            for reason, n in sorted(view.get("pending_reasons", {}).items()):
+                console.print(f"  pending in Slurm: {n} tasks ({reason})", markup=False)
             for fin in view.get("finalize", []):
                 console.print(f"  finalize job {fin['job_id']}: {fin['state']} {fin['reason']}", markup=False)
             if st.failures:
-                table = Table("task", "exit", "host", "error", "log", box=None)
-                for index in st.states["failed"]:
-                    f = st.failures[index]
-                    table.add_row(
-                        str(index),
-                        str(f.get("exit_code")),
-                        str(f.get("host")),
-                        f["error"],
-                        f.get("log") or "-",
-                    )
+                rows = _failure_rows(st.states["failed"], st.failures, each=tasks)
+                if not console.is_terminal:  # a pipe: one whole line per row, paths never cut
+                    for span, code, host, error, log in rows:
+                        line = f"  tasks {span}: exit {code} on {host}: {error} (log: {log})"
+                        console.print(line, markup=False, soft_wrap=True)
+                    continue
+                table = Table("tasks", "exit", "host", "error", "log", box=None)
+                for row in rows:
+                    table.add_row(*row)
                 console.print(table)
 
     docs = [{**st.to_dict(), "slurm": view} for st, view in zip(statuses, slurm_views, strict=True)]
     out.result("jobs status", {"jobs": docs}, human)
+
+
+def _failure_rows(failed: list[int], failures: dict[int, Any], *, each: bool) -> list[tuple[str, ...]]:
+    """(tasks, exit, host, error, log): one row per task with `each`, else per same error and log."""
+    from storekit.jobs.status import ranges
+
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index in failed:
+        f = failures[index]
+        key = (str(f.get("exit_code")), str(f.get("host")), str(f["error"]), str(f.get("log") or "-"))
+        groups.setdefault((str(index), *key) if each else key, []).append(index)
+    if each:
+        return list(groups)
+    return [(ranges(indexes), *key) for key, indexes in groups.items()]
 
 
 def run_task_command(
@@ -183,6 +225,15 @@ def _slurm_cpus() -> int | None:
 
 def finalize_command(
     work_dir: WorkDirArg,
+    log_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--log-dir",
+            metavar="DIR",
+            help="The job's Slurm log dir: when an element already finalized (a note there) and the "
+            "work dir is gone, exit 0 saying so (what the finalize job storekit submits passes).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -198,13 +249,22 @@ def finalize_command(
       storekit jobs finalize /lustre/scratch/storekit-prepare-web-v2-0123abcd4567
     """
     from storekit.executors.base import load_job
+    from storekit.slurm.finalized import read_note, write_note
 
     out = make_output(json_out, quiet)
-    job = load_job(Path(work_dir), site_config(config))
-    finish = getattr(job, "finalize", None)
-    if finish is None:
-        raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
-    result = finish()
+    note = None if Path(work_dir).is_dir() else read_note(log_dir, Path(work_dir))
+    if note is not None:  # an element finalized inline and the work dir went: nothing left to do
+        result = {**note, "status": f"already {note.get('status')}"}
+    else:
+        from storekit.jobs.workdir import JobDir
+
+        job = load_job(Path(work_dir), site_config(config))
+        finish = getattr(job, "finalize", None)
+        if finish is None:
+            raise UsageError(f"{work_dir}: a {job.kind} job has no finalize step")
+        jobs = [s.job_id for s in JobDir(Path(work_dir)).submissions()]
+        result = finish()
+        write_note(log_dir, Path(work_dir), result, f"job {os.environ.get('SLURM_JOB_ID', '?')}", jobs)
 
     def human(console: Console) -> None:
         console.print(f"{result['status']}: {result.get('dataset', work_dir)}")
@@ -221,8 +281,11 @@ def run_element_command(
     """Run this Slurm array element's tasks (what the sbatch script storekit writes execs).
 
     Which tasks: the submission in the work dir's jobs.json for $SLURM_ARRAY_JOB_ID,
-    element $SLURM_ARRAY_TASK_ID. Workers: $SLURM_CPUS_PER_TASK. On USR1/TERM it
-    discards the task in flight, requeues itself (scontrol requeue) and exits 0.
+    element $SLURM_ARRAY_TASK_ID. Workers: $SLURM_CPUS_PER_TASK. On USR1 (the
+    notice before the time limit) it discards the task in flight, requeues this
+    element (scontrol requeue ARRAYID_INDEX) and exits 0. On TERM (scancel,
+    preemption, the time limit) it stops and exits 130: Slurm decides what
+    follows (CANCELLED, requeued, TIMEOUT).
 
     \b
     Examples:
@@ -244,6 +307,17 @@ def rerun_command(
     target: Annotated[str, typer.Argument(metavar="TARGET", help="Work dir or dataset.")],
     work_dir: WorkDirOpt = None,
     tier: TierOpt = None,
+    slurm_time: Annotated[
+        str | None,
+        typer.Option("--slurm-time", metavar="TIME", help="A new time limit per element (after TIMEOUT)."),
+    ] = None,
+    slurm_mem: Annotated[
+        str | None,
+        typer.Option("--slurm-mem", metavar="SIZE", help="New memory per element (after OUT_OF_MEMORY)."),
+    ] = None,
+    slurm_partition: Annotated[
+        str | None, typer.Option("--slurm-partition", metavar="NAME", help="Another partition.")
+    ] = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -258,7 +332,8 @@ def rerun_command(
     found = find_job_dirs(target, site, tier, work_dir)
     if len(found) != 1:
         raise NotFoundError(f"{target}: {'no job' if not found else f'{len(found)} jobs'} found")
-    outcome = rerun(Path(found[0]), dry_run=dry_run)
+    changes = {"time": slurm_time, "mem": slurm_mem, "partition": slurm_partition}
+    outcome = rerun(Path(found[0]), dry_run=dry_run, changes=changes)
     doc = outcome.to_dict()
 
     def human(console: Console) -> None:

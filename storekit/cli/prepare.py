@@ -24,9 +24,14 @@ from storekit.cli.prepare_slurm import (
     ConcurrentOpt,
     ContainerOpt,
     CpusOpt,
+    DependencyOpt,
     ExecutorOpt,
     ExtraOpt,
+    JobNameOpt,
+    LogDirOpt,
     MemOpt,
+    MemPerCpuOpt,
+    NoRequeueOpt,
     PartitionOpt,
     PerElementOpt,
     QosOpt,
@@ -278,6 +283,11 @@ def prepare_dataset_command(
     slurm_extra: ExtraOpt = None,
     slurm_container: ContainerOpt = None,
     slurm_setup: SetupOpt = None,
+    slurm_job_name: JobNameOpt = None,
+    slurm_log_dir: LogDirOpt = None,
+    slurm_mem_per_cpu: MemPerCpuOpt = None,
+    slurm_dependency: DependencyOpt = None,
+    slurm_no_requeue: NoRequeueOpt = False,
     slurm_wait: WaitOpt = False,
     force: Annotated[
         bool,
@@ -358,6 +368,11 @@ def prepare_dataset_command(
             extra=slurm_extra,
             container=slurm_container,
             setup=slurm_setup,
+            job_name=slurm_job_name,
+            log_dir=slurm_log_dir,
+            mem_per_cpu=slurm_mem_per_cpu,
+            dependency=slurm_dependency,
+            no_requeue=slurm_no_requeue,
         )
         submit_and_report(
             out, spec, site, options, config=config, force=force, dry_run=dry_run, wait=slurm_wait

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -95,6 +96,48 @@ SetupOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
+JobNameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-job-name",
+        metavar="NAME",
+        help="The array's job name (the finalize job's: fin-NAME). Default: <name>-<version>.",
+        rich_help_panel=_PANEL,
+    ),
+]
+LogDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-log-dir",
+        metavar="DIR",
+        help="Scripts and logs go to DIR/<work dir name>/. Default: the tier's logs/.",
+        rich_help_panel=_PANEL,
+    ),
+]
+MemPerCpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-mem-per-cpu", metavar="SIZE", help="Memory per CPU, e.g. 2G.", rich_help_panel=_PANEL
+    ),
+]
+DependencyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--slurm-dependency",
+        metavar="DEP",
+        help="Start the array after this, e.g. afterok:1234.",
+        rich_help_panel=_PANEL,
+    ),
+]
+NoRequeueOpt = Annotated[
+    bool,
+    typer.Option(
+        "--slurm-no-requeue",
+        help="Slurm may not requeue elements (preemption, node failure, the time-limit notice "
+        "end them; `storekit jobs rerun` resumes).",
+        rich_help_panel=_PANEL,
+    ),
+]
 WaitOpt = Annotated[
     bool,
     typer.Option(
@@ -119,10 +162,20 @@ def slurm_options(
     extra: list[str] | None,
     container: str | None,
     setup: str | None,
+    job_name: str | None = None,
+    log_dir: str | None = None,
+    mem_per_cpu: str | None = None,
+    dependency: str | None = None,
+    no_requeue: bool = False,
 ) -> SlurmOptions:
     from storekit.slurm.script import SlurmOptions
 
     return SlurmOptions(
+        job_name=job_name,
+        log_dir=log_dir,
+        mem_per_cpu=mem_per_cpu,
+        dependency=dependency,
+        requeue=not no_requeue,
         partition=partition,
         time=time,
         cpus_per_task=cpus,
@@ -149,8 +202,13 @@ def submit_and_report(
     wait: bool = False,
 ) -> None:
     from storekit.config import find_config_file
+    from storekit.pipeline.spec import CLI_SOURCE
     from storekit.slurm.prepare import submit_prepare, wait_published
+    from storekit.slurm.site import pipeline_slurm_table, with_site_defaults
 
+    if spec.source != CLI_SOURCE:  # flags first, then the pipeline's [slurm], then the config's
+        options = with_site_defaults(options, pipeline_slurm_table(Path(spec.source)))
+    options = with_site_defaults(options, dict(site.slurm))
     found = find_config_file(config)
     cfg = str(found.resolve()) if found is not None else None
     outcome = submit_prepare(spec, site, options=options, config=cfg, force=force, dry_run=dry_run)

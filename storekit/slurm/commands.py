@@ -193,11 +193,18 @@ def node_addresses(partition: str | None) -> list[str]:
     out = run_slurm(["scontrol", "-o", "show", "node"])
     addrs = []
     default = None if partition is not None else default_partition()
+    known: set[str] = set()
     for line in out.splitlines():
         record = parse_scontrol_record(line)
         parts = record.get("Partitions", "").split(",")
+        known.update(p for p in parts if p)
         if (partition or default) in parts:
             addrs.append(record.get("NodeAddr", ""))
+    if partition is not None and partition not in known:
+        raise UsageError(
+            f"--slurm-partition {partition!r}: no such partition on this cluster "
+            f"(known: {', '.join(sorted(known)) or 'none'})"
+        )
     return addrs
 
 

@@ -9,7 +9,11 @@ deterministic, so either copy is the same). Owners skip a task that a helper com
 were busy (LocalExecutor's `skip`, one stat right before each task starts).
 
 Tasks with a failure record are left to their owner or `jobs rerun`: a task that failed here will
-fail again, and a helper re-running it would only replace the record naming the owner's log.
+fail again, and a helper re-running it would only replace the record naming the owner's log. A task
+that fails in a helper's hands (its owner had not run it yet) is handed back: its record names the
+owning element and that element's log, the helper stops helping and ends as its own tasks did (exit
+0), and the owner, when Slurm starts it, runs the task and fails with it in its own log: one bad
+input fails one element, not every element that tried to help.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from storekit import faults
+from storekit.errors import Interrupted
 from storekit.executors.base import Job
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir
@@ -38,9 +43,11 @@ def help_others(
     on_done: Callable[[int, dict[str, Any]], None],
     say: Callable[[str], None],
     name: str,
+    owner: Callable[[int], tuple[str, str | None]] = lambda task: ("?", None),
 ) -> tuple[int, int]:
     """Run rounds of `workers` free tasks until a scan finds none; (run, skipped as done by then).
-    Raises what LocalExecutor.run raises (the first task's error, Interrupted)."""
+    `owner(task)` is (element, its log). Raises Interrupted; a task's failure is handed back to its
+    owner (see above) and ends the helping."""
     total = work.header().tasks
     ran = skipped = 0
     while True:
@@ -49,8 +56,42 @@ def help_others(
         if not round_:
             return ran, skipped
         say(f"element {name}: helping with tasks {', '.join(map(str, round_))}")
-        report = executor.run(
-            job, round_, workers=workers, progress=lambda d, t, b: None, on_done=on_done, skip=work.is_done
-        )
+        try:
+            report = executor.run(
+                job,
+                round_,
+                workers=workers,
+                progress=lambda d, t, b: None,
+                on_done=on_done,
+                skip=work.is_done,
+            )
+        except (Interrupted, KeyboardInterrupt):
+            raise
+        except Exception:
+            failed = hand_back(work, round_, owner, name)
+            if not failed:
+                raise  # not a task's failure (the work dir gone, the helper's own trouble)
+            say(
+                f"element {name}: task {', '.join(map(str, failed))} failed while helping; left to "
+                f"{', '.join(owner(t)[0] for t in failed)} (its record names that element's log)"
+            )
+            return ran, skipped
         ran += report.tasks_run
         skipped += report.tasks_skipped
+
+
+def hand_back(
+    work: JobDir, tasks: list[int], owner: Callable[[int], tuple[str, str | None]], name: str
+) -> list[int]:
+    """Rewrite the failure records this helper left for `tasks` to name each task's owner."""
+    failed = []
+    for task in tasks:
+        doc = work.read_failure(task)
+        if doc is None or work.is_done(task):
+            continue
+        failed.append(task)
+        element, log = owner(task)
+        extra = {k: v for k, v in doc.items() if k not in ("task", "error", "exit_code", "log")}
+        extra.update(element=element, helper=name)
+        work.record_failure(task, doc["error"], exit_code=int(doc["exit_code"]), log=log, extra=extra)
+    return failed

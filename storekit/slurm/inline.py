@@ -5,8 +5,9 @@ Without this the dataset waits for a second dispatch: Slurm notices the array en
 controller). So each element, once its own tasks are done, lists tasks/ once; when every task of the
 plan has its completion record it claims the finalize with an atomic mkdir (one winner per array,
 also when two elements finish together and both see everything done; mkdir is atomic on NFS and
-Lustre), runs the job's finalize in-process, and on success cancels the pending finalize job, which
-would only find the work dir gone.
+Lustre), runs the job's finalize in-process, and on success leaves a note in the log dir (finalized.py): the
+pending finalize job still runs after the array, finds the note and exits 0 (a cancelled one would
+read CANCELLED in Slurm's accounting of a successful run).
 
 Every guarantee stays with finalize itself: it checks every completion record under the output
 lease, writes the manifest last and publishes nothing unless all tasks are done. If the inline
@@ -25,8 +26,8 @@ from typing import Any
 from storekit import faults
 from storekit.errors import NotFoundError, StorekitError
 from storekit.jobs.workdir import JobDir
-from storekit.slurm import commands
 from storekit.slurm.element import ignore_stop_signals
+from storekit.slurm.finalized import write_note
 
 CLAIM = "finalizing-inline."  # + the array job id: a directory in the work dir
 
@@ -80,6 +81,8 @@ def finalize_inline(
         say(f"element {name}: every task is done; another element finalized")
         return None
     fallback = pending_finalize_jobs(work, array)
+    subs = work.submissions()
+    log_dir = next((s.extra.get("log_dir") for s in subs if s.job_id == array), None)
     later = f"finalize job {', '.join(fallback)}" if fallback else "`storekit jobs rerun`"
     say(f"element {name}: every task is done: finalizing here ({later} is the fallback)")
     started = time.monotonic()
@@ -93,11 +96,6 @@ def finalize_inline(
         say(f"element {name}: finalizing here did not finish ({why}); {later} finalizes after the array")
         return None
     took = time.monotonic() - started
+    write_note(log_dir, work.path, result, f"element {name}", [s.job_id for s in subs])
     say(f"element {name}: {result['status']} {result.get('dataset', work.path)} in {took:.1f} s")
-    if fallback:
-        try:
-            commands.cancel(fallback)
-            say(f"element {name}: cancelled finalize job {', '.join(fallback)}: nothing left for it")
-        except StorekitError as exc:  # it then runs and finds the work dir gone: harmless
-            say(f"element {name}: could not cancel finalize job {', '.join(fallback)} ({exc.message})")
     return result

@@ -16,13 +16,14 @@ computed by the elements, not by re-reading the corpus in finalize
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from storekit.background import Background
 from storekit.config import SiteConfig
-from storekit.errors import BusyError, Interrupted, UnreachableError
+from storekit.errors import BusyError, Interrupted, StorekitError, UnreachableError
 from storekit.manifest import Manifest
 from storekit.pipeline.commit import check_existing
 from storekit.pipeline.inputs import InputFS
@@ -53,11 +54,19 @@ class SlurmPrepareOutcome:
     waited_seconds: float | None = None  # --slurm-wait: from the submission to the dataset published
 
 
-def log_dir_for(work: Path) -> Path:
-    """`logs/<work dir name>/` of the tier whose scratch/ holds the work dir, else `<work dir>/logs`."""
+def log_dir_for(work: Path, location: DatasetLocation | None = None, chosen: str | None = None) -> Path:
+    """Where the scripts and element logs go, never inside the work dir (finalize removes it):
+    `<--slurm-log-dir>/<work dir name>/`, else `logs/<work dir name>/` of the tier whose scratch/
+    holds the work dir, else of the output's tier, else `storekit-logs/<work dir name>/` beside the
+    work dir (a --work-dir outside any tier)."""
+    if chosen:
+        return Path(chosen).expanduser().absolute() / work.name
     if work.parent.name == "scratch" and (work.parent.parent / "logs").is_dir():
         return work.parent.parent / "logs" / work.name
-    return work / "logs"
+    local = location.store.local_path("logs") if location is not None else None
+    if local and Path(local).is_dir():
+        return Path(local) / work.name
+    return work.parent / "storekit-logs" / work.name
 
 
 def submit_prepare(
@@ -84,12 +93,13 @@ def submit_prepare(
     done = work.done_tasks() if present is not None and not force else set()
     todo = [t.index for t in plan.tasks if t.index not in done]
     outcome.tasks_done = len(done)
-    name = f"storekit-prepare-{spec.name}-{spec.version}"
+    # squeue's NAME column shows 8 characters: the dataset first, not "storekit" for every job
+    name = options.job_name or f"{spec.name}-{spec.version}"
     outcome.submit_plan = plan_submission(
         work,
         todo,
         job_name=name,
-        log_dir=log_dir_for(work.path),
+        log_dir=log_dir_for(work.path, location, options.log_dir),
         options=options,
         config=config,
         limits=limits,
@@ -109,11 +119,22 @@ def submit_prepare(
         work.start(outcome.plan, fresh=force, meta=meta)
         copy_tokenizer(outcome.plan, work.path)
 
-    with work.leased():
-        _refuse_if_queued(work)
-        outcome.submitted = submit(
-            work, outcome.submit_plan, extra_args=extra_args, before_record=write_work_dir
-        )
+    refused: list[bool] = []
+    try:
+        with work.leased():
+            _refuse_if_queued(work)
+            outcome.submitted = submit(
+                work,
+                outcome.submit_plan,
+                extra_args=extra_args,
+                before_record=write_work_dir,
+                refused=refused,
+            )
+    except StorekitError:
+        if refused and present is None:  # sbatch refused the array: leave no empty work dir behind
+            with contextlib.suppress(OSError, StorekitError):
+                work.remove()
+        raise
     outcome.status = "submitted"
     return outcome
 

@@ -48,7 +48,7 @@ class RerunOutcome:
         }
 
 
-def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
+def rerun(path: Path, *, dry_run: bool = False, changes: dict[str, Any] | None = None) -> RerunOutcome:
     work = JobDir(path)
     st = job_status(work)
     arrays = slurm_submissions(st.submissions, "array")
@@ -79,7 +79,14 @@ def rerun(path: Path, *, dry_run: bool = False) -> RerunOutcome:
     last = arrays[-1].extra
     outcome = RerunOutcome(work_dir=str(path), tasks=todo)
     stuck = [r.job_id for r in queued]
-    options = options_from_dict(last["options"])
+    # --slurm-time/--slurm-mem/--slurm-partition: retry after TIMEOUT or OUT_OF_MEMORY with more
+    given = {k: v for k, v in (changes or {}).items() if v}
+    if "mem" in given:
+        given["mem_per_cpu"] = None  # the new --slurm-mem replaces the old per-CPU amount
+    options = replace(options_from_dict(last["options"]), **given)
+    options.check()
+    if "partition" in given:
+        commands.node_addresses(options.partition)  # an unknown one: exit 2 naming the known ones
     log_dir, extra_args = Path(last["log_dir"]), tuple(last.get("extra_args", ()))
     plan = plan_submission(
         work,

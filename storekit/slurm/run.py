@@ -3,10 +3,12 @@
 It reads which plan tasks it owns from the submission in jobs.json (by `$SLURM_ARRAY_JOB_ID` and
 `$SLURM_ARRAY_TASK_ID`), skips those with a completion record (a requeued element resumes), and runs
 the rest on the local executor with `$SLURM_CPUS_PER_TASK` workers, naming its Slurm log in failure
-records. It takes no lock: tasks only add their own records. On USR1/TERM it requeues itself and
-exits 0 (see element.py). Once its own tasks are done it helps with other elements' unstarted
-tasks (see helping.py). The element that sees every task of the plan done finalizes the job
-itself, the finalize job being the fallback (see inline.py).
+records. It takes no lock: tasks only add their own records. On USR1 it requeues itself and exits
+0; on TERM (scancel, preemption, the time limit) it stops and leaves the rest to Slurm (see
+element.py). An element that starts after the job was finalized (more elements than run at once:
+the others did its tasks) has nothing to do and exits 0 saying so. Once its own tasks are done
+it helps with other elements' unstarted tasks (see helping.py). The element that sees every task
+of the plan done finalizes the job itself, the finalize job being the fallback (see inline.py).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit import faults
-from storekit.errors import Interrupted, StorekitError
+from storekit.errors import Interrupted, NotFoundError, StorekitError
 from storekit.executors.base import Job, load_job
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir
@@ -30,7 +32,8 @@ from storekit.slurm.element import (
     ignore_stop_signals,
     process_age,
     requeue_self,
-    stop_on_preemption,
+    requeue_wanted,
+    stop_on_signals,
 )
 from storekit.slurm.helping import help_others
 from storekit.slurm.inline import finalize_inline
@@ -39,6 +42,10 @@ from storekit.slurm.submit import element_tasks
 # a helper ran the same task (a collision), another element saw every task done and finalized, which
 # removed the work dir: this element's copy has nowhere to go and nothing is left to do
 FINISHED_ELSEWHERE = "the work dir is gone: every task was done and another element finalized the job"
+
+# the element started after every task was done elsewhere (an element that ran once the others had
+# done its tasks, or a requeue after the job was published)
+LATE = "the work dir is gone: the other elements did every task and the job was finalized"
 
 # kind -> adapter: what a kind checks on a node before its tasks run (prepare: tokenizer copy, sources)
 NODE_ADAPTERS: dict[str, str] = {"prepare": "storekit.slurm.prepare_node:on_node"}
@@ -54,8 +61,11 @@ class ElementResult:
     done_by_others: int = 0  # own tasks a helper completed first: found done right before starting
     helped: int = 0  # other elements' tasks this one ran once its own were done
     finalized: dict[str, Any] | None = None  # what finalize returned, when this element ran it
+    late: bool = False  # started after the job was finalized: nothing to do
 
     def summary(self) -> str:
+        if self.late:
+            return f"element {self.element}: nothing to do: {LATE}"
         state = "requeued" if self.requeued else "done"
         return (
             f"element {self.element}: {state}, {self.ran} tasks run, {self.skipped} already done, "
@@ -81,6 +91,20 @@ def element_log(env: Mapping[str, str], work: JobDir, array: str, index: int) ->
     return None
 
 
+def task_owners(work: JobDir, array: str) -> Callable[[int], tuple[str, str | None]]:
+    """task -> (the element of `array` that owns it, that element's log)."""
+    sub = next((s for s in work.submissions() if s.job_id == array), None)
+    batches = (sub.batches if sub is not None else None) or []
+    by_task = {t: i for i, batch in enumerate(batches) for t in batch}
+    log_dir = sub.extra.get("log_dir") if sub is not None else None
+
+    def owner(task: int) -> tuple[str, str | None]:
+        index = by_task.get(task, task)  # no batches recorded: element i runs task i
+        return f"{array}_{index}", str(Path(log_dir) / f"{array}_{index}.out") if log_dir else None
+
+    return owner
+
+
 def run_element(
     work_path: Path,
     site: Any,
@@ -89,14 +113,21 @@ def run_element(
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> ElementResult:
     env = os.environ if env is None else env
-    stop_on_preemption()
+    stop_on_signals()
     work = JobDir(work_path)
     array, index = element_identity(env)
     name = f"{array}_{index}"
-    tasks = element_tasks(work, array, index, say=say)
-    job = _on_node(load_job(work_path, site))
-    work.remove_dead_temps()  # a SIGKILLed run's on this node (a requeue after a kill, say)
-    scan = work.scan()
+    try:
+        if not work_path.is_dir():
+            raise NotFoundError(f"{work_path}: no such work dir")
+        tasks = element_tasks(work, array, index, say=say)
+        job = _on_node(load_job(work_path, site))
+        work.remove_dead_temps()  # a SIGKILLed run's on this node (a requeue after a kill, say)
+        scan = work.scan()
+    except (StorekitError, OSError):
+        if work_path.exists():
+            raise
+        return ElementResult(name, [], 0, 0, late=True)  # its summary is the one line it prints
     todo = [t for t in tasks if t not in scan.done]
     workers = element_workers(env)
     node = env.get("SLURMD_NODENAME", "?")
@@ -133,6 +164,19 @@ def run_element(
             ignore_stop_signals()
             say(f"element {name}: stopped by a signal after its last task; the finalize job finalizes")
             return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
+        if not requeue_wanted():  # TERM: Slurm cancels, preempts or times it out; it decides what next
+            ignore_stop_signals()
+            raise Interrupted(
+                f"element {name}: stopped by SIGTERM after {ran[0]} tasks (scancel, preemption or the "
+                "time limit); finished tasks are kept",
+                hint="Slurm requeues a preempted element; after a scancel or TIMEOUT, `storekit jobs rerun`",
+            ) from None
+        if not ran[0] and env.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
+            ignore_stop_signals()  # requeued before and again no task done: it would never finish
+            raise Interrupted(
+                f"element {name}: the time-limit notice came again before any task finished; not requeued",
+                hint="give the elements more time: `storekit jobs rerun TARGET --slurm-time LONGER`",
+            ) from None
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
@@ -143,7 +187,8 @@ def run_element(
     result = ElementResult(name, tasks, ran[0], len(tasks) - len(todo), done_by_others=report.tasks_skipped)
     try:  # its own tasks are done: a stop from here on needs no requeue (nothing of its own is left)
         helping_started = time.monotonic()
-        run, _ = help_others(work, job, executor, workers, helped, say, name)
+        owners = task_owners(work, array)
+        run, _ = help_others(work, job, executor, workers, helped, say, name, owners)
         result = replace(result, helped=run)
         if run:
             say(f"element {name}: helped with {run} tasks in {time.monotonic() - helping_started:.2f} s")

@@ -3,8 +3,10 @@
 The records decide first (a completion record is done, a failure record is failed); Slurm only
 refines tasks the records leave open: `squeue` says which elements run or wait (and why), and
 `scontrol show job` says how an element that left the queue ended (FAILED, TIMEOUT, OUT_OF_MEMORY,
-NODE_FAIL...), naming its log. `sacct` is never asked. Without a reachable controller the records'
-view stands and the reason is reported.
+NODE_FAIL...), naming its log. A task resubmitted by `jobs rerun` is judged by its newest array
+only (the old array's failures are history), and a pending element's tasks count under Slurm's
+reason (JobArrayTaskLimit, Resources, ...). `sacct` is never asked. Without a reachable controller
+the records' view stands and the reason is reported.
 """
 
 from __future__ import annotations
@@ -36,28 +38,44 @@ def refine(st: JobStatus) -> dict[str, Any]:
         rows = commands.queued([s.job_id for s in arrays + finals])
     except UnreachableError as exc:
         return {"error": exc.message}
+    latest: dict[int, str] = {}  # task -> the newest array that runs it (a rerun supersedes)
+    submitted: dict[str, float] = {sub.job_id: sub.submitted or 0.0 for sub in arrays}
+    for sub in arrays:
+        for element in range(len(sub.batches or [])):
+            for task in _tasks(sub.batches or [], element):
+                latest[task] = sub.job_id
+    for task in list(st.states["failed"]):  # failed before a rerun resubmitted it: open again
+        record = st.failures.get(task) or {}
+        if task in latest and submitted[latest[task]] > float(record.get("time") or 0):
+            _move(st, task, "pending")
+            st.failures.pop(task, None)
     open_tasks = set(st.states["pending"])
     moved_running: dict[int, str] = {}
     moved_failed: dict[int, dict[str, Any]] = {}
+    waiting: dict[str, int] = {}  # Slurm's reason -> open tasks of elements pending for it
     for sub in arrays:
         batches = sub.batches or []
+        mine = {t for t in open_tasks if latest.get(t, sub.job_id) == sub.job_id}
         listed = {
             r.array_index: r for r in rows if r.array_job_id == sub.job_id and r.array_index is not None
         }
         for element, row in listed.items():
             for task in _tasks(batches, element):
-                if task in open_tasks and row.state in ACTIVE:
+                if task in mine and row.state in ACTIVE:
                     moved_running[task] = f"Slurm job {row.job_id} on {row.reason}"
-        lost = [e for e in range(len(batches)) if e not in listed and open_tasks & set(_tasks(batches, e))]
+                elif task in mine and row.state == "PENDING":
+                    reason = row.reason.strip("()")  # squeue's %R: "(JobArrayTaskLimit)"
+                    waiting[reason] = waiting.get(reason, 0) + 1
+        lost = [e for e in range(len(batches)) if e not in listed and mine & set(_tasks(batches, e))]
         if lost:
-            _ended(sub, lost, batches, open_tasks, moved_failed)
+            _ended(sub, lost, batches, mine, moved_failed)
     for task, by in moved_running.items():
         _move(st, task, "running")
         st.running[task] = by
     for task, record in moved_failed.items():
         _move(st, task, "failed")
         st.failures[task] = record
-    return {"finalize": [_finalize_state(f, rows) for f in finals]}
+    return {"finalize": [_finalize_state(f, rows) for f in finals], "pending_reasons": waiting}
 
 
 def _tasks(batches: list[list[int]], element: int) -> list[int]:

@@ -13,6 +13,7 @@ S3 credentials from a profile (~/.aws) or the tier's options instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -31,7 +32,11 @@ from storekit.slurm.script import JobScript, SlurmOptions, render
 from storekit.slurm.wait import look_interval
 
 EXECUTOR = "slurm"
-_SECRET_VAR = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|_KEY$|_KEY_ID$)", re.IGNORECASE)
+# logs/ is the layout's shared area (2775): a job's scripts (no secrets, see script.py) and logs are
+# for the team to read, as a training run's logs are
+LOG_DIR_MODE = 0o750
+SCRIPT_MODE = 0o640
+_SECRET_VAR = re.compile(r"(SECRET|PASS|TOKEN|CREDENTIAL|AUTH|_KEY$|_KEY_ID$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -109,19 +114,21 @@ def finalize_script(
 ) -> str:
     """The finalize job's script: one job, which needs neither the array's CPUs nor its %N."""
     finalize = JobScript(
-        job_name=f"{job_name}-finalize",
+        job_name=f"fin-{job_name}",  # squeue's NAME shows 8 characters: the role first
         log_dir=str(log_dir),
-        command=storekit_argv(["jobs", "finalize", str(work.path)], config),
+        command=storekit_argv(["jobs", "finalize", str(work.path), "--log-dir", str(log_dir)], config),
     )
     fin_options = SlurmOptions(
         partition=options.partition,
         time=options.time,
         mem=options.mem,
+        mem_per_cpu=options.mem_per_cpu,
         account=options.account,
         qos=options.qos,
         extra=options.extra,
         container=options.container,
         setup=options.setup,
+        requeue=options.requeue,
     )
     return render(finalize, fin_options)
 
@@ -132,6 +139,7 @@ def submit(
     *,
     extra_args: Sequence[str] = (),
     before_record: Callable[[], None] = lambda: None,
+    refused: list[bool] | None = None,
 ) -> Submitted:
     """Write both scripts, submit the array, then finalize after it; each id is recorded as soon as
     Slurm gave it, so a failure in between leaves a record `jobs rerun` can complete.
@@ -139,11 +147,16 @@ def submit(
     `before_record` runs between the array's sbatch and its record: the work dir's last writes
     (plan, tokenizer copy) overlap Slurm's scheduling of the array, whose elements wait for the
     record before reading anything. If it fails the array is cancelled: nothing ran yet."""
-    plan.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_file_atomic(plan.array_script_path, plan.array_script.encode(), mode=0o600)
-    write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=0o600)
+    make_log_dir(plan.log_dir)
+    write_file_atomic(plan.array_script_path, plan.array_script.encode(), mode=SCRIPT_MODE)
+    write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=SCRIPT_MODE)
     env = job_environment(os.environ)
-    array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
+    try:
+        array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
+    except StorekitError:
+        if refused is not None:
+            refused.append(True)  # nothing was submitted: the caller may remove what it made
+        raise
     try:
         faults.point("slurm.array-not-recorded")  # Slurm may start elements before the record: they wait
         before_record()
@@ -188,9 +201,9 @@ def _cancel_unrecorded(array_id: str, cause: BaseException) -> None:
 
 def submit_finalize(work: JobDir, script: str, log_dir: Path, *, extra_args: Sequence[str] = ()) -> str:
     """A lone finalize job (every task is done, the array's finalize job failed or was cancelled)."""
-    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_log_dir(log_dir)
     path = log_dir / "finalize.sbatch"
-    write_file_atomic(path, script.encode(), mode=0o600)
+    write_file_atomic(path, script.encode(), mode=SCRIPT_MODE)
     job_id = commands.submit(str(path), extra_args, env=job_environment(os.environ))
     _record_finalize(work, job_id, after=None, log_dir=log_dir)
     return job_id
@@ -206,6 +219,12 @@ def _record_finalize(work: JobDir, job_id: str, *, after: str | None, log_dir: P
             extra={"role": "finalize", "after": after, "log_dir": str(log_dir)},
         )
     )
+
+
+def make_log_dir(log_dir: Path) -> None:
+    log_dir.mkdir(parents=True, exist_ok=True, mode=LOG_DIR_MODE)
+    with contextlib.suppress(OSError):  # an existing one of ours (a rerun) opens up too
+        os.chmod(log_dir, (log_dir.stat().st_mode & 0o7000) | LOG_DIR_MODE)
 
 
 def job_environment(env: Mapping[str, str]) -> dict[str, str]:

@@ -124,6 +124,8 @@ def test_one_node_failing_stops_every_node(
     doc = json.loads(proc.stdout)
     message = doc["error"]["message"] if isinstance(doc["error"], dict) else doc["error"]
     assert says in message and "node sk-" in message, message
+    if action == "kill":  # the node whose agent died is named, not one srun stopped after it
+        assert "(rank 1) dropped" in message, message
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     if action == "eio":  # the healthy node heard the abort and stopped its workers itself
@@ -231,3 +233,28 @@ def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
     assert doc["parameters"]["nodes"] == NODES and leftovers(target) == []
     # a step of the allocation, not a new job (rich may wrap the line)
     assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in " ".join(log.split())
+
+
+def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
+    slurm_nodes: list[str], tmp_path: Path
+) -> None:
+    """Agent rank 1 stalls before connecting (a node with a hung mount): once the first agent has
+    connected the other has --slurm-connect-timeout; then one line names the node that did not
+    connect (exit 5), the step is stopped, and no agent tells anyone to resume a benchmark."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {"STOREKIT_FAULTS": "bench.agent1.connect=pause", "STOREKIT_FAULT_DIR": str(faults)}
+    proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "2", env=env)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert (faults / "bench.agent1.connect.reached").exists()
+    message = json.loads(proc.stdout)["error"]["message"]
+    stalled, rest = message.split(": its agent did not connect within 2 s of the first (1 of 2 connected: ")
+    connected = rest.rstrip(")")
+    assert stalled.startswith("node sk-node") and connected.startswith("sk-node") and stalled[5:] != connected
+    assert "resume" not in proc.stderr, proc.stderr
+    assert leftovers(target) == []
+    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
+    assert f"--connect {connect}" not in ps  # the stalled agent was stopped with the step

@@ -30,7 +30,7 @@ from storekit.bench.plan import DATA_OPS, iter_names
 from storekit.bench.runner import PRELOAD, _process_main, phase_results, run_processes
 from storekit.bench.suite import RESIDENT_SAMPLE, probe_direct
 from storekit.diskspace import free_bytes
-from storekit.errors import NoSpaceError, StorekitError, error_class
+from storekit.errors import Interrupted, NoSpaceError, StorekitError, error_class
 
 HEARTBEAT_S = 2.0  # "alive" to the coordinator while a phase runs
 IDLE_S = 600.0  # no word from the coordinator for this long: it is gone
@@ -238,14 +238,19 @@ def main(address: str) -> int:
     host, _, port = address.rpartition(":")
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     try:
-        sock = socket.create_connection((host, int(port)), timeout=60)
-    except OSError as exc:
-        log(f"cannot reach the coordinator at {address}: {exc.strerror or exc}")
-        return 5
-    sock.settimeout(None)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    conn = Connection(sock)
-    try:
-        return Agent(conn, rank).serve()
-    finally:
-        conn.close()
+        faults.point(f"bench.agent{rank}.connect")  # a stalled node (hung mount) stops here in tests
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=60)
+        except OSError as exc:
+            log(f"cannot reach the coordinator at {address}: {exc.strerror or exc}")
+            return 5
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Connection(sock)
+        try:
+            return Agent(conn, rank).serve()
+        finally:
+            conn.close()
+    except (KeyboardInterrupt, Interrupted):  # srun or the coordinator stops it: nothing resumes
+        log("stopped by a signal; the coordinator reports why (a benchmark is run again, not resumed)")
+        return 130

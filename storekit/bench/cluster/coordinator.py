@@ -47,6 +47,14 @@ class NodeLost(UnreachableError):
     """A node's agent stopped answering or its connection dropped (exit 5: retry)."""
 
 
+class NotConnected(Exception):
+    """Not every agent connected in time; `connected` names the nodes that did."""
+
+    def __init__(self, connected: list[str]) -> None:
+        super().__init__(f"{len(connected)} connected")
+        self.connected = connected
+
+
 class Node:
     def __init__(self, conn: Connection, hello: dict[str, Any]) -> None:
         self.conn = conn
@@ -73,16 +81,20 @@ class Cluster:
     # -- connections ------------------------------------------------------------------------------
     @classmethod
     def accept(
-        cls, listener: socket.socket, count: int, token: str, *, alive: Any, deadline: float | None
+        cls, listener: socket.socket, count: int, token: str, *, alive: Any, connect_s: float | None
     ) -> Cluster:
-        """Accept `count` agents that present the run's token; `alive()` is False once srun ended."""
+        """Accept `count` agents that present the run's token; `alive()` is False once srun ended.
+        Once the first has connected the others have `connect_s` seconds (NotConnected)."""
         nodes: list[Node] = []
         listener.settimeout(0.2)
+        deadline: float | None = None
         while len(nodes) < count:
             if not alive():
                 raise _srun_gone(len(nodes), count)
             if deadline is not None and time.monotonic() > deadline:
-                raise NodeLost(f"only {len(nodes)} of {count} nodes connected in time")
+                for node in nodes:
+                    node.conn.close()
+                raise NotConnected([n.name for n in nodes])
             try:
                 sock, _ = listener.accept()
             except TimeoutError:
@@ -100,6 +112,8 @@ class Cluster:
                 continue
             sock.settimeout(None)
             nodes.append(Node(conn, hello))
+            if deadline is None and connect_s is not None:
+                deadline = time.monotonic() + connect_s
         return cls(nodes)
 
     def _read(self, index: int) -> None:
@@ -137,7 +151,9 @@ class Cluster:
         node.last_heard = time.monotonic()
         if msg is None:
             node.alive = False
-            raise NodeLost(f"node {node.name} dropped its connection (agent killed or node down)")
+            raise NodeLost(
+                f"node {node.name} (rank {node.rank}) dropped its connection (agent killed or node down)"
+            )
         if msg["kind"] == "error":
             cls = _ERRORS.get(str(msg.get("error")), NodeFailed)
             raise cls(f"node {node.name} failed: {msg.get('message')}")

@@ -24,13 +24,15 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from storekit.bench.cluster.coordinator import Cluster
+from storekit.bench.cluster.coordinator import Cluster, NodeLost, NotConnected
 from storekit.bench.cluster.wire import TOKEN_ENV
 from storekit.bench.spec import BenchSpec
-from storekit.errors import UnreachableError, UsageError
+from storekit.errors import StorekitError, UnreachableError, UsageError
 from storekit.slurm.commands import run_slurm
 
 CONNECT_AFTER_START_S = 300.0  # once srun runs, its agents start within this (python import, NFS)
+# the default of --slurm-connect-timeout: counted from the first agent's connection (the job step
+# has started: srun's own wait for an allocation is not limited), generous for a slow node
 SRUN_EXIT_WAIT_S = 30.0
 
 
@@ -42,6 +44,8 @@ class SlurmOptions:
     time_limit: str | None = None
     account: str | None = None
     coordinator_address: str | None = None
+    connect_timeout: float = CONNECT_AFTER_START_S
+    job_name: str = "bench-io"  # squeue shows 8 characters
 
 
 def in_allocation() -> bool:
@@ -52,7 +56,7 @@ def srun_command(opts: SlurmOptions, connect: str, cpus: int | None = None) -> l
     """The srun line that starts one agent per node (no secret in it). `cpus`: what each agent asks
     for, so its workers are not all bound to the one CPU a task gets by default."""
     argv = ["srun", f"--nodes={opts.nodes}", f"--ntasks={opts.nodes}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1", "--job-name=storekit-bench-io"]  # fmt: skip
+            "--kill-on-bad-exit=1", f"--job-name={opts.job_name}"]  # fmt: skip
     argv += [f"--cpus-per-task={cpus}"] if cpus else []
     if not in_allocation():
         argv += [f"--partition={opts.partition}"] if opts.partition else []
@@ -151,8 +155,15 @@ def launch(opts: SlurmOptions, info: Callable[[str], None]) -> Iterator[Cluster]
     try:
         try:
             cluster = Cluster.accept(
-                listener, opts.nodes, token, alive=lambda: proc.poll() is None, deadline=None
+                listener, opts.nodes, token, alive=lambda: proc.poll() is None, connect_s=opts.connect_timeout
             )
+        except NotConnected as exc:
+            missing = sorted(set(step_nodes(opts.job_name)) - set(exc.connected)) or ["?"]
+            raise NodeLost(
+                f"node {', '.join(missing)}: its agent did not connect within {opts.connect_timeout:.0f} s "
+                f"of the first ({len(exc.connected)} of {opts.nodes} connected: {', '.join(exc.connected)})",
+                hint="a stalled node (a hung mount?); --slurm-connect-timeout gives slow nodes longer",
+            ) from None
         except UnreachableError as exc:
             if proc.poll() is not None:
                 raise UnreachableError(f"srun failed (exit {proc.returncode}): {tail.last()}") from None
@@ -164,13 +175,23 @@ def launch(opts: SlurmOptions, info: Callable[[str], None]) -> Iterator[Cluster]
     finally:
         if cluster is not None:
             cluster.cleanup = cluster.shutdown()
-        _reap(proc)
+        _reap(proc, wait_s=SRUN_EXIT_WAIT_S if cluster is not None else 0.0)  # never started: stop it
         tail.thread.join(timeout=5)  # the agents' last words reach our stderr before we exit
 
 
-def _reap(proc: subprocess.Popen[str]) -> None:
+def step_nodes(job_name: str) -> list[str]:
+    """The nodes of the running job step named `job_name` (squeue -s), one name each."""
+    with contextlib.suppress(StorekitError, OSError):
+        for line in run_slurm(["squeue", "-h", "-s", "-o", "%j|%N"]).splitlines():
+            name, _, nodelist = line.partition("|")
+            if name == job_name and nodelist:
+                return run_slurm(["scontrol", "show", "hostnames", nodelist]).split()
+    return []
+
+
+def _reap(proc: subprocess.Popen[str], wait_s: float = SRUN_EXIT_WAIT_S) -> None:
     """srun ends when its agents do; if it does not, it is stopped (and with it the job step)."""
-    deadline = time.monotonic() + SRUN_EXIT_WAIT_S
+    deadline = time.monotonic() + wait_s
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     if proc.poll() is None:

@@ -152,7 +152,7 @@ def agents(tmp_path: Path) -> Iterator[Any]:
         procs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))
 
     def accept(count: int, alive: Any = lambda: True) -> Cluster:
-        return Cluster.accept(listener, count, token, alive=alive, deadline=None)
+        return Cluster.accept(listener, count, token, alive=alive, connect_s=None)
 
     yield start, accept, procs
     listener.close()

@@ -143,3 +143,26 @@ def test_unknown_target_and_bad_tasks(tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.startswith("error: --tasks")
     res = run_storekit(["jobs", "run-task", str(tmp_path), "--tasks", "1"], cwd=tmp_path)
     assert res.returncode == 3 and "not a job work dir" in res.stderr
+
+
+def test_status_shows_one_row_per_error_and_log_whole_in_a_pipe(tmp_path: Path) -> None:
+    """Failed tasks with the same error and log are one row (their task ranges); --tasks lists each;
+    piped, a row is one line with the whole log path (no table wrapping at 80 columns)."""
+    from tests.unit.jobs import echo_job
+
+    work = echo_job.make(tmp_path / "job", [10] * 6, threads_per_process=1)
+    log = str(
+        tmp_path / "a-rather-long-directory-name-for-logs" / "storekit-prepare-web-v1-0123" / "77_1.out"
+    )
+    for task in (1, 2, 3, 5):
+        work.record_failure(task, "bad input: /corpus/c.jsonl line 1", exit_code=1, log=log)
+    grouped = run_storekit(["jobs", "status", str(work.path)])
+    assert grouped.returncode == 0, grouped.stderr
+    rows = [line for line in grouped.stdout.splitlines() if log in line]
+    assert rows == [
+        f"  tasks 1-3,5: exit 1 on {rows[0].split(' on ')[1].split(':')[0]}: bad input: "
+        f"/corpus/c.jsonl line 1 (log: {log})"
+    ], grouped.stdout
+    each = run_storekit(["jobs", "status", str(work.path), "--tasks"])
+    spans = [ln.split(":")[0].strip() for ln in each.stdout.splitlines() if log in ln]
+    assert spans == ["tasks 1", "tasks 2", "tasks 3", "tasks 5"], each.stdout

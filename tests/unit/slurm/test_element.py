@@ -16,13 +16,20 @@ from tests.conftest import run_storekit
 
 
 def test_workers_follow_slurm_cpus_per_task_not_the_host() -> None:
-    assert element_workers({"SLURM_CPUS_PER_TASK": "3"}) == 3
+    assert element_workers({"SLURM_CPUS_PER_TASK": "1"}) == 1
+    assert element_workers({"SLURM_CPUS_PER_TASK": "999"}) == default_workers()  # never more
     assert element_workers({}) == default_workers()
     assert element_workers({"SLURM_CPUS_PER_TASK": "0"}) == default_workers()
+    # no --cpus-per-task: what Slurm allocated on this node, not the node's cores (task/none)
+    assert element_workers({"SLURM_CPUS_ON_NODE": "1"}) == 1
 
 
 def test_requeue_needs_a_job_and_then_ignores_further_stop_signals() -> None:
     assert own_job_id({"SLURM_JOB_ID": "42"}) == "42"
+    # an element is named ARRAYID_INDEX: the bare id of the element whose JobId equals the array's
+    # names the whole array, and `scontrol requeue` would requeue every element of it
+    element = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "3"}
+    assert own_job_id(element) == "42_3"
     old = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
     try:
         with pytest.raises(StorekitError, match="not inside a Slurm job"):

@@ -82,13 +82,20 @@ def test_a_task_with_a_failure_record_is_left_to_its_owner(tmp_path: Path) -> No
     assert result.helped == 5 and work.done_tasks() == {0, 1, 2, 3, 4, 5, 7}
 
 
-def test_a_helped_task_that_fails_records_the_helpers_log_like_an_owned_one(tmp_path: Path) -> None:
+def test_a_helped_task_that_fails_is_handed_back_to_its_owner_and_the_helper_succeeds(tmp_path: Path) -> None:
+    """One bad input fails one element: the helper's record names the owner (77_1) and its log, the
+    helper stops helping and returns as its own tasks did; the owner then fails it itself."""
     work = make(tmp_path, fail=(5,))
-    with pytest.raises(InputError, match="task 5: bad input"):
-        run_element(work.path, None, env=env(0, cpus=1), say=lambda line: None)
+    said: list[str] = []
+    result = run_element(work.path, None, env=env(0, cpus=1), say=said.append)
+    assert result.ran == 2 and result.finalized is None  # its own tasks; no finalize (5 failed)
     failure = work.read_failure(5)
-    assert failure is not None and failure["log"] == str(tmp_path / "logs" / "77_0.out")
+    assert failure is not None and failure["log"] == str(tmp_path / "logs" / "77_1.out")
+    assert failure["element"] == "77_1" and failure["helper"] == "77_0", failure
     assert failure["exit_code"] == int(ExitCode.ERROR) and not work.scan().in_flight
+    assert any("task 5 failed while helping; left to 77_1" in line for line in said), said
+    with pytest.raises(InputError, match="task 5: bad input"):  # the owner runs it: it fails there
+        run_element(work.path, None, env=env(1, cpus=1), say=lambda line: None)
 
 
 def test_an_owner_skips_its_tasks_a_helper_completed_after_it_started(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from storekit.errors import ExitCode, StorekitError
-from storekit.slurm.script import JobScript, SlurmOptions, render
+from storekit.slurm.script import JobScript, SlurmOptions, notice_signal, render, sbatch_line
 
 COMMAND = [
     "/venv/bin/python",
@@ -82,6 +82,14 @@ def test_the_script_parses_in_bash() -> None:
         (SlurmOptions(extra=("--a\n--b",)), "--slurm-extra"),
         (SlurmOptions(setup="export AWS_SECRET_ACCESS_KEY=abc"), "credential"),
         (SlurmOptions(setup="echo a\necho b"), "one line"),
+        (SlurmOptions(extra=("--array=0-1",)), "storekit sets --array itself"),
+        (SlurmOptions(extra=("-o",)), "storekit sets -o itself"),
+        (SlurmOptions(extra=("--output=/x/%j.out",)), "storekit sets --output itself"),
+        (SlurmOptions(extra=("-J x",)), "storekit sets -J itself"),
+        (SlurmOptions(extra=("--dependency=afterok:1",)), "storekit sets --dependency itself"),
+        (SlurmOptions(mem="1G", mem_per_cpu="1G"), "give one"),
+        (SlurmOptions(dependency="after ok"), "--slurm-dependency"),
+        (SlurmOptions(job_name="my job"), "--slurm-job-name"),
     ],
 )
 def test_bad_options_are_refused_before_anything_is_written(opts: SlurmOptions, words: str) -> None:
@@ -89,3 +97,16 @@ def test_bad_options_are_refused_before_anything_is_written(opts: SlurmOptions, 
         opts.check()
     assert info.value.exit_code == ExitCode.USAGE
     assert words in info.value.message
+
+
+def test_the_time_limit_notice_never_comes_at_the_start_of_a_short_limit() -> None:
+    """USR1 90 s before the limit; under 6 minutes a quarter of it: a limit of 1 minute signalled at
+    -90 s would come at the element's start, and each requeued run would be requeued again."""
+    assert notice_signal(None) == notice_signal("2:00:00") == notice_signal("6") == "B:USR1@90"
+    assert notice_signal("1") == "B:USR1@15" and notice_signal("0:30") == "B:USR1@10"
+    assert notice_signal("0-0:04:00") == "B:USR1@60"
+
+
+def test_an_extra_option_with_spaces_is_quoted_for_sbatch() -> None:
+    assert sbatch_line(" --comment=my job ") == '--comment="my job"'
+    assert sbatch_line("--constraint=a&b") == "--constraint=a&b"
