@@ -62,7 +62,7 @@ def corpus(path: Path, sample_mb: float, giant_mb: float) -> dict[str, Any]:
         (prose * (n // max(1, len(prose)) + 1))[:n],
         ("<|sep|>   " * (n // 10 + 1))[:n],  # an rstrip added token
     ]
-    docs = texts[: len(texts) // 2] + [giants[0], noise, "\x1c\x1d\x1e\x1f"] + texts[len(texts) // 2 :]
+    docs = [*texts[: len(texts) // 2], giants[0], noise, "\x1c\x1d\x1e\x1f", *texts[len(texts) // 2 :]]
     docs += giants[1:]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out:
@@ -124,7 +124,9 @@ def main() -> None:
             if differ:
                 k = differ[0]
                 g, e = got[k] if k < len(got) else [], expected[k] if k < len(expected) else []
-                at = next((i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), min(len(g), len(e)))
+                at = next(
+                    (i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), min(len(g), len(e))
+                )
                 first = f"doc {k}: token {at} ({len(g)} vs {len(e)} tokens)"
             row = {
                 "tokenizer": family,
