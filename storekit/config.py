@@ -164,7 +164,17 @@ def find_config_file(explicit: str | None) -> Path | None:
         if not path.is_file():
             raise NotFoundError(f"config file {env} (from ${ENV_CONFIG}) does not exist")
         return path
-    return next((p for p in config_search_path() if p.is_file()), None)
+    return next((p for p in config_search_path() if _found(p)), None)
+
+
+def _found(path: Path) -> bool:
+    """A search-path candidate counts when it is a file this user can see: one behind a directory it
+    may not search (another user's ~/.config, with $HOME left pointing there by `su`/setuid) is not
+    its config, so the search goes on rather than failing on it."""
+    try:
+        return path.is_file()
+    except PermissionError:
+        return False
 
 
 def load_config(explicit: str | None = None) -> SiteConfig:

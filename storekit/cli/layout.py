@@ -150,7 +150,8 @@ def check(
     writable in read-only areas), quota, symlink-escape, incomplete-checkpoint (a writer did not
     finish it), bad-pointer (a tracker or latest naming a missing or incomplete unit), ambiguous-checkpoint
     (the markers of two writers), bad-stub (an unreadable *.storekit-stub), stub-beside-unit (an
-    interrupted recall). `storekit layout show` describes each. Read-only: it changes nothing.
+    interrupted recall), fs-settings (a quota or striping on the file system that differs from the
+    layout's). `storekit layout show` describes each. Read-only: it changes nothing.
 
     Exit 0 when clean, 4 when there are findings, 5 when a tier cannot be reached (every other tier
     is still checked and reported; the unreachable one is a row with its error).

@@ -102,4 +102,4 @@ def test_a_finished_recall_rerun_is_exit_0_and_an_unknown_tier_names_the_option(
     assert again.json()["results"] == [] and snapshot(tmp_path / "lustre" / UNIT) == before
     assert again.json()["note"] == f"already here, no stub: {UNIT} (nothing to recall)"
     bad = sk(tmp_path, "tier", "--recall", UNIT, "--tier", "nosuch")
-    assert bad.code == 2 and bad.stderr.startswith("error: --tier nosuch: no such tier")
+    assert bad.code == 3 and bad.stderr.startswith("error: no tier named 'nosuch'"), bad.stderr
