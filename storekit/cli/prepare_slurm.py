@@ -46,7 +46,12 @@ CpusOpt = Annotated[
 ]
 MemOpt = Annotated[
     str | None,
-    typer.Option("--slurm-mem", metavar="SIZE", help="Memory per element, e.g. 8G.", rich_help_panel=_PANEL),
+    typer.Option(
+        "--slurm-mem",
+        metavar="SIZE",
+        help="Memory per element, e.g. 8G (sbatch --mem: Slurm's units, M if none).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 PerElementOpt = Annotated[
     int,
@@ -117,7 +122,10 @@ LogDirOpt = Annotated[
 MemPerCpuOpt = Annotated[
     str | None,
     typer.Option(
-        "--slurm-mem-per-cpu", metavar="SIZE", help="Memory per CPU, e.g. 2G.", rich_help_panel=_PANEL
+        "--slurm-mem-per-cpu",
+        metavar="SIZE",
+        help="Memory per CPU, e.g. 2G (sbatch --mem-per-cpu: Slurm's units, M if none).",
+        rich_help_panel=_PANEL,
     ),
 ]
 DependencyOpt = Annotated[

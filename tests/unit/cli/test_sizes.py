@@ -16,7 +16,7 @@ from tests.conftest import Ran
 from tests.unit.pipeline.helpers import TOKENIZER
 
 # options whose value is a size; --slurm-mem is passed to Slurm as it is (Slurm's own M/G, also 1024^n)
-NOT_OURS = {"--slurm-mem"}
+NOT_OURS = {"--slurm-mem", "--slurm-mem-per-cpu"}  # passed to sbatch as given: Slurm reads them
 
 
 def size_options() -> list[tuple[str, click.Option]]:

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import IN_CI, REPO
 
 
+@pytest.mark.slow  # a 10k-task simulation under strace (~10-20 s)
 def test_metadata_operations_per_task_do_not_grow_with_the_task_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

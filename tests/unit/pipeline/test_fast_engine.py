@@ -137,7 +137,14 @@ def test_identical_ids_on_real_and_hard_text(name: str, tmp_path: Path) -> None:
     assert fast.hf_documents <= 2
 
 
-@pytest.mark.parametrize(("name", "step"), [("bundled-65k", 1), ("tekken", 1), ("llama3-style", 13)])
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [  # every code point through the big vocabularies is a sweep for CI; --fast keeps a strided one
+        pytest.param("bundled-65k", 1, marks=pytest.mark.slow),
+        pytest.param("tekken", 1, marks=pytest.mark.slow),
+        ("llama3-style", 13),
+    ],
+)
 def test_identical_ids_on_every_assigned_code_point(name: str, step: int, tmp_path: Path) -> None:
     hf, fast = engines_for(name, tmp_path)
     assert_identical(hf, fast, sweep_texts(step))

@@ -130,7 +130,10 @@ def test_a_walk_left_early_stops_its_thread(tmp_path: Path, monkeypatch: pytest.
     scanmod.load.cache_clear()
 
 
-@pytest.mark.parametrize("names_bytes", [0, scanmod.NAMES_BYTES])
+@pytest.mark.parametrize(
+    "names_bytes",
+    [0, pytest.param(scanmod.NAMES_BYTES, marks=pytest.mark.slow)],  # the full-size batch is slow
+)
 def test_a_big_directory_spans_batches(
     tmp_path: Path, listing_kind: str, names_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

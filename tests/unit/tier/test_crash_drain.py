@@ -28,6 +28,24 @@ from tests.unit.tier.helpers import (
 from tests.unit.tier.kills import SEED, io_event_count, io_events_until, killed_at_event, moments
 
 UNIT = "checkpoints/run_001/step_100"
+FILE_UNIT = "checkpoints/run_001/model_0001.pt"
+UNITS = [UNIT, FILE_UNIT, "datasets/tokenized/web/v1"]
+
+
+def crash_matrix(phases: list[str], units: list[str], *, gc: bool = False) -> list[object]:
+    """(phase, unit[, gc_first]) cases, each but one representative marked slow: scripts/test.sh
+    --fast runs a drain of one file killed everywhere (the inner loop), CI runs the whole matrix."""
+    cases = []
+    for phase in phases:
+        for unit in units:
+            for gc_first in (False, True) if gc else (None,):
+                values = (phase, unit) if gc_first is None else (phase, unit, gc_first)
+                ident = f"{phase}-{unit}" + (
+                    "" if gc_first is None else ("-gc-then-rerun" if gc_first else "-rerun")
+                )
+                fast = phase == "drain" and unit == FILE_UNIT and gc_first is not False
+                cases.append(pytest.param(*values, id=ident, marks=() if fast else pytest.mark.slow))
+    return cases
 
 
 def _setup(base: Path, phase: str, unit: str) -> tuple[Path, Path, Path, Callable[[], object]]:
@@ -89,9 +107,9 @@ def _one_committed_state(burst: Path, parallel: Path, unit: str, phase: str) -> 
         assert (parallel / f"{unit}.storekit-archive.json").exists()
 
 
-@pytest.mark.parametrize("gc_first", [False, True], ids=["rerun", "gc-then-rerun"])
-@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
-@pytest.mark.parametrize("phase", ["drain", "recall", "redrain"])
+@pytest.mark.parametrize(
+    ("phase", "unit", "gc_first"), crash_matrix(["drain", "recall", "redrain"], UNITS, gc=True)
+)
 def test_sigkill_at_every_point_then_rerun(tmp_path: Path, phase: str, unit: str, gc_first: bool) -> None:
     tmp_path = memory_dir(tmp_path)
     try:
@@ -151,8 +169,7 @@ def _kill_then_rerun(
 RANDOM_KILLS = 12  # per phase and unit: 108 in all, beside the ~500 at fault points above
 
 
-@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt", "datasets/tokenized/web/v1"])
-@pytest.mark.parametrize("phase", ["drain", "recall", "redrain"])
+@pytest.mark.parametrize(("phase", "unit"), crash_matrix(["drain", "recall", "redrain"], UNITS))
 @pytest.mark.parametrize("seed", [SEED], ids=lambda s: f"seed={s}")
 def test_sigkill_at_random_moments_then_rerun(tmp_path: Path, phase: str, unit: str, seed: int) -> None:
     """Kills inside the steps: just before a seeded-random N-th file-system call of the move (an open,
@@ -172,8 +189,7 @@ def test_sigkill_at_random_moments_then_rerun(tmp_path: Path, phase: str, unit: 
 AROUND_THE_FREE_KILLS = 6  # per phase and unit, drawn after the commit: the stub, the tombstone, the free
 
 
-@pytest.mark.parametrize("unit", [UNIT, "checkpoints/run_001/model_0001.pt"])
-@pytest.mark.parametrize("phase", ["drain", "redrain"])
+@pytest.mark.parametrize(("phase", "unit"), crash_matrix(["drain", "redrain"], [UNIT, FILE_UNIT]))
 @pytest.mark.parametrize("seed", [SEED], ids=lambda s: f"seed={s}")
 def test_sigkill_at_random_moments_around_the_stub_and_the_free(
     tmp_path: Path, phase: str, unit: str, seed: int
