@@ -133,7 +133,7 @@ KillWait=5
 SlurmdTimeout=60
 SlurmctldTimeout=60
 MaxArraySize=$MAX_ARRAY
-# a job in `urgent` (higher PriorityTier) preempts debug/cpu jobs; Slurm kills and requeues them
+# a job in "urgent" (higher PriorityTier) preempts debug/cpu jobs; Slurm kills and requeues them
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 $(i=0; for n in $NODELIST; do
