@@ -416,7 +416,7 @@ class _progress:
         if self.out.quiet:
             return
         self._cm = self.out.progress(
-            f"tokenizing {tasks - done} tasks",
+            f"tokenizing {tasks - done} task{'' if tasks - done == 1 else 's'}",
             total=max(total_bytes, 1),
             transfer=True,
             rates={"docs": "docs", "tokens": "tok"},
