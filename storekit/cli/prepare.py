@@ -245,8 +245,9 @@ def prepare_dataset_command(
             "-w",
             metavar="N",
             help=(
-                f"{WORKERS_HELP} on this machine, one task and one core each (forked processes "
-                "of threads with the fast engine). Default: every core this process may run on. "
+                f"{WORKERS_HELP} on this machine, one task and one core each (a forked process each "
+                "with the fast engine, else threads of a few processes). Default: every core this "
+                "process may run on. "
                 "--executor slurm: each element runs --slurm-cpus workers."
             ),
         ),
