@@ -12,6 +12,7 @@ from rich.console import Console
 
 from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
 from storekit.cli.common import (
+    WORKERS_HELP,
     ConfigOpt,
     DryRunOpt,
     JsonOpt,
@@ -208,7 +209,13 @@ def io(
         ),
     ] = DEFAULTS["file_size"],
     workers: Annotated[
-        str, typer.Option("--workers", "-w", help="Worker processes; a list sweeps, e.g. 1,2,4,8.")
+        str,
+        typer.Option(
+            "--workers",
+            "-w",
+            metavar="N[,N...]",
+            help=f"{WORKERS_HELP} on each node, one I/O process each; a list sweeps, e.g. 1,2,4,8.",
+        ),
     ] = DEFAULTS["workers"],
     block_size: Annotated[
         str,

@@ -44,6 +44,8 @@ TyperArgument.__init__ = _keep_argument_help  # type: ignore[method-assign]
 
 
 _METAVARS = {"INTEGER": "N", "FLOAT": "NUM"}
+# what --workers counts, in every command that has it; each help goes on to say where and what each does
+WORKERS_HELP = "Workers running at once"
 
 
 def tidy_options(command: click.Command) -> click.Command:
@@ -51,9 +53,13 @@ def tidy_options(command: click.Command) -> click.Command:
     option's own last word, never Click's TEXT/INTEGER/FLOAT), and a default said once (an option
     whose help states its default shows no second `[default: ...]`)."""
     ctx = click.Context(command)
+    renamed: dict[str, str] = {}
     for param in command.params:
         if not isinstance(param, click.Option):
             continue
+        for old in [o for o in param.opts if RENAMED.get(o) in param.opts]:
+            param.opts.remove(old)  # help shows the one name; the old one still parses, with a warning
+            renamed[old] = RENAMED[old]
         if param.help and "Default" in param.help:
             param.show_default = False
         if param.is_flag or param.metavar is not None:
@@ -62,10 +68,40 @@ def tidy_options(command: click.Command) -> click.Command:
         if shown in _METAVARS or shown == "TEXT":
             long = max(param.opts, key=len).lstrip("-")
             param.metavar = _METAVARS.get(shown) or long.split("-")[-1].upper()
+    if renamed:
+        _accept_old_names(command, renamed)
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             tidy_options(sub)
     return command
+
+
+# old spelling -> the one name an option now has everywhere; an option declared with both keeps the
+# old one working for scripts, hidden from help, with a warning on stderr
+RENAMED = {
+    "--partition": "--slurm-partition",
+    "--time-limit": "--slurm-time",
+    "--account": "--slurm-account",
+}
+
+
+def _accept_old_names(command: click.Command, renamed: dict[str, str]) -> None:
+    parse_args = command.parse_args
+
+    def parse_with_old_names(ctx: click.Context, args: list[str]) -> list[str]:
+        quiet = "-q" in args or "--quiet" in args
+        given = list(args)
+        for i, arg in enumerate(given):
+            if arg == "--":
+                break
+            name, eq, value = arg.partition("=")
+            if name in renamed:
+                given[i] = renamed[name] + eq + value
+                if not quiet:
+                    click.echo(f"warning: {name} is deprecated; use {renamed[name]}", err=True)
+        return parse_args(ctx, given)
+
+    command.parse_args = parse_with_old_names  # type: ignore[method-assign]
 
 
 def noun_app(name: str | None, help_text: str, **extra: Any) -> typer.Typer:

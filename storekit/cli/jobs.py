@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from storekit.cli.common import (
+    WORKERS_HELP,
     ConfigOpt,
     DryRunOpt,
     JsonOpt,
@@ -177,7 +178,14 @@ def run_task_command(
     work_dir: WorkDirArg,
     tasks: Annotated[str, typer.Option("--tasks", metavar="3,4,7-9", help="Plan tasks to run.")],
     workers: Annotated[
-        int | None, typer.Option("--workers", help="Threads; default: $SLURM_CPUS_PER_TASK or the CPUs.")
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            metavar="N",
+            help=f"{WORKERS_HELP} in this element, one task each (threads). "
+            "Default: $SLURM_CPUS_PER_TASK, else every core.",
+        ),
     ] = None,
     log: Annotated[
         str | None, typer.Option("--log", metavar="FILE", help="Log file named in failure records.")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from storekit.cli.common import (
+    WORKERS_HELP,
     ConfigOpt,
     DryRunOpt,
     JsonOpt,
@@ -243,7 +244,12 @@ def prepare_dataset_command(
             "--workers",
             "-w",
             metavar="N",
-            help="Workers (cores used). Default: all cores the process may run on.",
+            help=(
+                f"{WORKERS_HELP} on this machine, one task and one core each (a forked process each "
+                "with the fast engine, else threads of a few processes). Default: every core this "
+                "process may run on. "
+                "--executor slurm: each element runs --slurm-cpus workers."
+            ),
         ),
     ] = None,
     on_error: Annotated[
@@ -353,6 +359,8 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
+    if workers is not None and executor == "slurm":
+        raise UsageError("--workers counts a local run's workers; with --executor slurm give --slurm-cpus")
     if slurm_wait and executor != "slurm":
         raise UsageError("--slurm-wait needs --executor slurm (a local run always waits)")
     if executor == "slurm":
@@ -416,7 +424,7 @@ class _progress:
         if self.out.quiet:
             return
         self._cm = self.out.progress(
-            f"tokenizing {tasks - done} tasks",
+            f"tokenizing {tasks - done} task{'' if tasks - done == 1 else 's'}",
             total=max(total_bytes, 1),
             transfer=True,
             rates={"docs": "docs", "tokens": "tok"},

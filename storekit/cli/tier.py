@@ -281,6 +281,22 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
     _run(out, site, plan, {**plan.to_dict(), **({"finished_interrupted": finished} if finished else {})})
 
 
+def _same_place(fd: int, other: int) -> bool:
+    """stdout and stderr are one terminal or one file (`>log 2>&1`, a Slurm log)."""
+    try:
+        a, b = os.fstat(fd), os.fstat(other)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
+
+
+def _summary(results: list[UnitResult]) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return f"{len(results)} units: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
 def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
     """Committed moves a kill interrupted are finished first: their units are in no plan any more
     (stub beside the unit, or the unit gone), so a plain rerun is their way forward."""
@@ -311,9 +327,14 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
     code = exit_code_of(results)
     full = {**doc, "dry_run": False, "results": [r.to_dict() for r in results], "exit_code": code}
 
+    logged = bool(done) and not out.quiet and not out.json_mode and _same_place(1, 2)
+
     def human(console: Console) -> None:
         _show_plan(console, doc, "plan:")
-        _show_results(console, results, False)
+        if logged:  # each result was just logged where this goes too (a terminal, one Slurm log)
+            console.print(_summary(results), markup=False, soft_wrap=True)
+        else:
+            _show_results(console, results, False)
 
     out.result("tier", full, human)
     if code:

@@ -175,17 +175,25 @@ def make_scratch_area(store: Store, work_path: Path) -> None:
     wants it (1777 in llm-cluster: every user's jobs write there), not with this process's umask, so
     what prepare creates passes `storekit layout check`."""
     scratch = store.local_path("scratch")
-    if scratch is None or work_path.parent != Path(scratch) or os.path.isdir(scratch):
+    if scratch is not None and work_path.parent == Path(scratch):
+        make_area(store, "scratch", 0o1777)
+
+
+def make_area(store: Store, name: str, fallback_mode: int) -> None:
+    """The tier's area `name` (scratch/, logs/), when missing, made with the layout's mode for it (or
+    `fallback_mode`), not the umask's."""
+    path = store.local_path(name)
+    if path is None or os.path.isdir(path):
         return
     from storekit.layout.spec import load_layout
 
-    area = next((a for a in load_layout(store.tier.layout).areas if a.name == "scratch"), None)
-    os.makedirs(os.path.dirname(scratch), exist_ok=True)
+    area = next((a for a in load_layout(store.tier.layout).areas if a.name == name), None)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
-        os.mkdir(scratch, 0o700)  # opened up below, once it is a directory we made
+        os.mkdir(path, 0o700)  # opened up below, once it is a directory we made
     except FileExistsError:
         return  # another run made it first
-    os.chmod(scratch, area.mode if area is not None else 0o1777)
+    os.chmod(path, area.mode if area is not None else fallback_mode)
 
 
 def remove_after_commit(work: WorkDir) -> None:

@@ -29,7 +29,7 @@ from storekit.pipeline.commit import check_existing
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.prepare import check_space, draft_plan, with_engine
+from storekit.pipeline.prepare import check_space, draft_plan, make_area, make_scratch_area, with_engine
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.workdir import WorkDir
 from storekit.slurm import commands
@@ -64,9 +64,24 @@ def log_dir_for(work: Path, location: DatasetLocation | None = None, chosen: str
     if work.parent.name == "scratch" and (work.parent.parent / "logs").is_dir():
         return work.parent.parent / "logs" / work.name
     local = location.store.local_path("logs") if location is not None else None
-    if local and Path(local).is_dir():
-        return Path(local) / work.name
+    if local and (Path(local).is_dir() or _under_tier(work, location)):
+        return Path(local) / work.name  # a missing logs/ is made with the layout's mode (make_areas)
     return work.parent / "storekit-logs" / work.name
+
+
+def _under_tier(work: Path, location: DatasetLocation | None) -> bool:
+    root = location.store.local_path("") if location is not None else None
+    return root is not None and work.is_relative_to(Path(root))
+
+
+def make_areas(location: DatasetLocation, work: Path, log_dir: Path) -> None:
+    """The tier's scratch/ and logs/ a submission is first to need, with the layout's modes (1777,
+    2775 in llm-cluster) instead of the umask's: what storekit writes passes `layout check`."""
+    store = location.store
+    make_scratch_area(store, work)
+    logs = store.local_path("logs")
+    if logs is not None and log_dir.parent == Path(logs):
+        make_area(store, "logs", 0o2775)
 
 
 def submit_prepare(
@@ -119,6 +134,7 @@ def submit_prepare(
         work.start(outcome.plan, fresh=force, meta=meta)
         copy_tokenizer(outcome.plan, work.path)
 
+    make_areas(location, work.path, outcome.submit_plan.log_dir)
     refused: list[bool] = []
     try:
         with work.leased():

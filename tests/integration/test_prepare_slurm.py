@@ -385,3 +385,35 @@ def test_more_tasks_than_max_array_size_run_several_per_element_and_complete(
     local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "2"))
     assert local.returncode == 0, local.stderr
     assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
+
+
+def test_a_submission_without_init_makes_what_layout_check_wants(slurm_cluster: None, tmp_path: Path) -> None:
+    """A Slurm prepare on a tier nobody ran `init` on: the scratch/ its work dir needs and the logs/
+    its scripts and element logs go to are made with the layout's modes (1777, 2775), not the umask's,
+    and the job's log dir is under logs/ (not scratch/, which is cleaned by age)."""
+    root = tmp_path / "shared"
+    (root / "storage").mkdir(parents=True)
+    cfg = root / "storekit.toml"
+    cfg.write_text('default_tier = "shared"\n[tiers.shared]\nurl = "./storage"\nrole = "parallel"\n')
+    write_jsonl(root / "corpus" / "a.jsonl", sample_records(40_000))
+    old = os.umask(0o022)
+    try:
+        proc = run_storekit(
+            prepare_args(
+                cfg, root / "corpus", "v1", "--executor", "slurm", "--slurm-cpus", "1", "--slurm-wait"
+            )
+        )
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    storage = root / "storage"
+    assert doc["status"] == "prepared", doc
+    log_dir = Path(doc["slurm"]["log_dir"])
+    assert log_dir.parent == storage / "logs" and (log_dir / "array.sbatch").is_file()
+    assert oct(os.stat(storage / "scratch").st_mode & 0o7777) == "0o1777"
+    assert oct(os.stat(storage / "logs").st_mode & 0o7777) == "0o2775"
+    wait_gone([doc["slurm"]["array_job_id"], doc["slurm"]["finalize_job_id"]])
+    assert run_storekit(["init", "-q", "--config", str(cfg)]).returncode == 0
+    check = run_storekit(["layout", "check", "--json", "--config", str(cfg)])
+    assert check.returncode == 0 and json.loads(check.stdout)["clean"] is True, check.stdout

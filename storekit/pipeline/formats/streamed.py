@@ -9,6 +9,8 @@ from storekit.pipeline.formats.base import InputFormat, SourceFile
 from storekit.pipeline.inputs import InputFS, read_range
 from storekit.pipeline.streams import Decompressed, TruncatedInput
 
+DEFLATE_MAX_RATIO = 1032  # deflate's best case: 258 bytes per 2-bit code, about 1032:1
+
 
 def uncompressed_size(fs: InputFS, url: str, size: int, compression: str) -> int:
     """From the gzip ISIZE trailer or the zstd frame header; counted by decompressing otherwise.
@@ -22,7 +24,11 @@ def uncompressed_size(fs: InputFS, url: str, size: int, compression: str) -> int
         if size < 18:
             return 0
         (isize,) = struct.unpack("<I", read_range(fs, url, size - 4, 4))
-        return int(isize)
+        if isize <= size * DEFLATE_MAX_RATIO:
+            return int(isize)
+        # more than deflate can ever expand to: the trailer is not one (a truncated file's last bytes),
+        # so its progress total and task split would be invented ("0 B/3.7 GiB" for 101 bytes)
+        return count_uncompressed(fs, url, compression)
     import zstandard
 
     head = read_range(fs, url, 0, 18)

@@ -34,7 +34,16 @@ SHORT = {
     "-f": "--format",
 }
 # options that exist in one command only because they mean one thing: where they are
-ONE_MEANING = {"--max-chars": {"prepare dataset"}, "--show-chars": {"dataset inspect"}}
+ONE_MEANING = {
+    "--max-chars": {"prepare dataset"},
+    "--show-chars": {"dataset inspect"},
+    # workers running at once: a local prepare's tasks, a Slurm element's tasks, bench's I/O processes
+    "--workers": {"prepare dataset", "jobs run-task", "bench io"},
+    # renamed to the --slurm-* names: accepted with a warning, never shown
+    "--partition": None,
+    "--time-limit": None,
+    "--account": None,
+}
 # the Slurm options of `prepare dataset --executor slurm`, by the names bench io takes too
 SLURM_NAMES = {"--slurm-partition", "--slurm-time", "--slurm-account"}
 
@@ -95,3 +104,39 @@ def test_metavars_say_what_to_give_and_defaults_are_said_once(tmp_path: Path, sk
             if "Default:" in flat and "[default:" in flat:
                 found.append(f"{path}: {flat}")
     assert found == []
+
+
+def test_workers_counts_workers_running_at_once_everywhere() -> None:
+    helps = {path: " ".join((opt.help or "").split()) for path, opt in options() if "--workers" in opt.opts}
+    assert set(helps) == ONE_MEANING["--workers"]
+    for path, text in helps.items():
+        assert text.startswith("Workers running at once "), (path, text)
+        assert "-w" in next(o.opts for p, o in options() if p == path and "--workers" in o.opts)
+    # a prepare on Slurm runs --slurm-cpus workers per element: --workers there is refused, not ignored
+    assert "--executor slurm: each element runs --slurm-cpus workers" in helps["prepare dataset"]
+
+
+def test_a_renamed_option_still_works_with_a_warning(tmp_path: Path, sk: Callable[..., Ran]) -> None:
+    page = sk(tmp_path, "bench", "io", "--help").stdout
+    assert "--slurm-partition NAME" in page and "--partition" not in page.replace("--slurm-partition", "")
+    for old, new, value in (
+        ("--partition", "--slurm-partition", "debug"),
+        ("--time-limit", "--slurm-time", "30"),
+        ("--account", "--slurm-account", "ops"),
+    ):
+        then = sk(tmp_path, "bench", "io", "--target", str(tmp_path / "b"), new, value, "--dry-run")
+        for spelling in (f"{old} {value}", f"{old}={value}"):
+            ran = sk(tmp_path, "bench", "io", "--target", str(tmp_path / "b"), *spelling.split(), "--dry-run")
+            assert ran.stderr == f"warning: {old} is deprecated; use {new}\n" + then.stderr
+            assert (ran.code, ran.stdout) == (then.code, then.stdout)
+        quiet = sk(tmp_path, "bench", "io", "--target", str(tmp_path / "b"), old, value, "--dry-run", "-q")
+        assert "deprecated" not in quiet.stderr
+
+
+def test_prepare_on_slurm_refuses_workers_in_one_line(tmp_path: Path, sk: Callable[..., Ran]) -> None:
+    ran = sk(tmp_path, "prepare", "dataset", "--executor", "slurm", "--workers", "4", "--dry-run")
+    assert ran.code == 2
+    assert ran.stderr.splitlines()[0] == (
+        "error: --workers counts a local run's workers; with --executor slurm give --slurm-cpus"
+    )
+    assert not (tmp_path / "storage").exists()

@@ -45,6 +45,7 @@ PATHS = {
     "~/src/linux": "SITE_DIR/src/linux",
     "/etc/storekit/storekit.toml": "SITE_DIR/storekit.toml",
     "/lustre/scratch/": "SITE_DIR/lustre/scratch/",
+    "/scratch/old/run_7": "SITE_DIR/lustre/checkpoints/run_001",  # a run by path, not by name
 }
 MUTATING = {
     ("init",),
@@ -115,10 +116,24 @@ def storekit_args(line: str) -> list[str] | None:
     return args
 
 
+def command_words(args: list[str]) -> list[str]:
+    """The words naming the command and its arguments: options are left out, and so is the value of
+    a common option given before the subcommand (`storekit --config FILE tier --drain`)."""
+    words, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg in ("--config", "-c") and not words:
+            skip = i + 1 < len(args)
+        elif not arg.startswith("-"):
+            words.append(arg)
+    return words
+
+
 def runnable(args: list[str]) -> bool:
     """A whole command, not a command's name in prose (`storekit dataset verify`, `storekit tier`)."""
     cmd: click.Command = get_command(build_app())
-    words = [a for a in args if not a.startswith("-")]
+    words = command_words(args)
     while isinstance(cmd, click.Group) and words and words[0] in cmd.commands:
         cmd = cmd.commands[words.pop(0)]
     if isinstance(cmd, click.Group) and not cmd.invoke_without_command:
@@ -155,7 +170,7 @@ def documented_commands() -> list[str]:
 
 
 def with_dry_run(args: list[str]) -> list[str]:
-    words = tuple(a for a in args[:2] if not a.startswith("-"))
+    words = tuple(command_words(args)[:2])
     mutating = any(words[: len(m)] == m for m in MUTATING) and words[:2] != ("tier", "verify")
     if mutating and "--dry-run" not in args and "--plan-out" not in args:
         return [*args, "--dry-run"]
@@ -207,6 +222,9 @@ def test_the_readme_shows_commands_to_run() -> None:
         "storekit layout check --all --json",
         "bench io --target /lustre/storage",
         "--workers 8 --ranks 32",
+        # the Slurm epilog's line and the cron line, run as written
+        "storekit --config /etc/storekit.toml tier --drain --quiet || true",
+        "storekit status --prometheus /var/lib/node_exporter/textfile/storekit.prom --quiet",
     ):
         assert expected in joined
 

@@ -292,3 +292,42 @@ def test_fail_from_a_worker_names_file_and_line(tmp_path: Path, workers: str) ->
     assert json.loads(res.stdout)["error"]["exit_code"] == 1
     assert not (tmp_path / FINAL).exists()
     assert not [p for p in (tmp_path / "storage").rglob("*") if "storekit-tmp-" in p.name]
+
+
+def test_a_gzip_cut_before_its_first_line_is_one_error_with_a_true_progress_total(tmp_path: Path) -> None:
+    """101 bytes of a 2 MB .jsonl.gz: its last 4 bytes are no gzip trailer, so the size shown and the
+    task split come from what decompresses (never "0 B/3.7 GiB"); nothing is kept, so nothing is
+    committed and the one error line names the file (exit 1)."""
+    rng = random.Random(7)
+    words = ["alpha", "beta", "gamma", "delta"]
+    body = "".join(
+        json.dumps({"text": " ".join(rng.choice(words) for _ in range(200))}) + "\n" for _ in range(2000)
+    )
+    packed = gzip.compress(body.encode())
+    (tmp_path / "in.jsonl.gz").write_bytes(packed[:101])
+    trailer = int.from_bytes(packed[97:101], "little")
+    assert trailer > 101 * 1032  # the bytes the old code took for the uncompressed size
+    ran = run_storekit(
+        [
+            "prepare",
+            "dataset",
+            "-i",
+            "in.jsonl.gz",
+            "--tokenizer",
+            TOKENIZER,
+            "--name",
+            "cut",
+            "--workers",
+            "1",
+        ],
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 1, ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{tmp_path / 'in.jsonl.gz'}:1: compressed stream is truncated" in errors[0]
+    progress = [line for line in ran.stderr.splitlines() if line.startswith("progress:")]
+    assert progress and all(line.startswith("progress: tokenizing 1 task, ") for line in progress), progress
+    totals = {line.split(", ")[2].split("/")[1] for line in progress}
+    assert len(totals) == 1 and totals.pop().endswith(" B")  # bytes, not KiB/MiB/GiB of a made-up size
+    assert not (tmp_path / "storage/datasets/text/cut/v1").exists()
+    assert not list((tmp_path / "storage/datasets").rglob("manifest.json"))

@@ -170,3 +170,32 @@ def test_a_stale_copy_at_the_destination_is_refused_and_left_alone(
     after_vault = snapshot(vault)
     old = {p: s for p, s in before_vault.items() if p.startswith(f"{RUN1}/step_000100")}
     assert old and {p: after_vault.get(p) for p in old} == old  # the stale copy: not touched
+
+
+def test_apply_shows_each_result_once_where_stdout_and_stderr_meet(
+    site_dir: Path, sk: Callable[..., Ran]
+) -> None:
+    """`tier --apply plan.json >log 2>&1` (a terminal, a Slurm log): the per-unit line is logged as
+    each unit finishes and the report after it does not repeat it; with stdout alone (a pipe) the
+    report still lists every result."""
+    import subprocess
+    import sys
+
+    from tests.conftest import storekit_env
+
+    assert sk(site_dir, "tier", "--archive", "old-runs", "--plan-out", "plan.json", "-q").code == 0
+    assert sk(site_dir, "tier", "--archive", "old-runs", "--plan-out", "plan2.json", "-q").code == 0
+    with open(site_dir / "both.log", "w") as log:
+        proc = subprocess.run(
+            [sys.executable, "-m", "storekit", "tier", "--apply", "plan.json"],
+            cwd=site_dir, env=storekit_env(), stdout=log, stderr=subprocess.STDOUT, timeout=120,
+        )  # fmt: skip
+    text = (site_dir / "both.log").read_text()
+    assert proc.returncode == 0, text
+    for step in ("step_000100", "step_000200"):
+        assert text.count(f"archive {RUN1}/{step}") == 1, text
+    assert "2 units: 2 done" in text
+    # stdout apart from stderr (a pipe): the report keeps every result; the rerun skips them both
+    ran = sk(site_dir, "tier", "--apply", "plan2.json")
+    assert ran.code == 0, ran.stderr
+    assert [line.split()[0] for line in ran.stdout.splitlines() if RUN1 in line][-2:] == ["skipped"] * 2
