@@ -11,7 +11,9 @@ The anchor is the configured tier root (the site's admin chose it) or the user's
 at the anchor nothing is checked. Without an anchor the walk goes up to `/`.
 
 A directory storekit created is also pinned: its (device, inode) is recorded when it is made and
-looked at again before anything read from it is published (`DirPin.check`).
+looked at again before anything read from it is published (`DirPin.check`), and held open
+(`HeldDir`): what feeds a commit is read through that descriptor, never by the name again, so a
+rename of the directory or of anything above it cannot change what is read.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from storekit.errors import MismatchError, StorekitError
 
@@ -106,3 +110,73 @@ class DirPin:
                 f"{self.path} was replaced while this run used it: nothing was published",
                 hint="someone else can rename entries of its parent; use a private --work-dir",
             )
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class HeldDir:
+    """A directory opened once, by its name, with O_DIRECTORY|O_NOFOLLOW; every later read resolves
+    names from that descriptor (openat), one component at a time and never through a link. Renaming
+    the directory, or any directory above it, afterwards changes nothing read through it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, _DIR_FLAGS)
+        self._closer = weakref.finalize(self, os.close, self.fd)
+
+    def close(self) -> None:
+        self._closer()
+
+    def identity(self) -> tuple[int, int]:
+        st = os.fstat(self.fd)
+        return st.st_dev, st.st_ino
+
+    def _open_dir(self, parts: list[str]) -> int:
+        """A new descriptor of the directory `parts` below this one (the caller closes it)."""
+        fd = os.dup(self.fd)
+        for part in parts:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = nxt
+        return fd
+
+    def open(self, rel: str) -> BinaryIO:
+        """The regular file `rel` (a/b/c) below this directory, for reading."""
+        *dirs, name = rel.split("/")
+        folder = self._open_dir(dirs)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder)
+        finally:
+            os.close(folder)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(f"{self.path / rel}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.open(rel) as fh:
+            return fh.read()
+
+    def listdir(self, rel: str = "") -> list[str]:
+        fd = self._open_dir([p for p in rel.split("/") if p])
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    def is_dir(self, rel: str) -> bool:
+        try:
+            os.close(self._open_dir(rel.split("/")))
+        except (FileNotFoundError, NotADirectoryError, OSError):
+            return False
+        return True
+
+    def via(self, rel: str) -> Path:
+        """A name for `rel` that the kernel resolves through the descriptor (/proc/self/fd/N/rel),
+        for what takes a path (numpy, scratch files); the directory's own name where /proc is absent."""
+        proc = Path(f"/proc/self/fd/{self.fd}")
+        return proc / rel if os.path.isdir(proc) else self.path / rel

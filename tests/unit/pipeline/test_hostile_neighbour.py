@@ -5,6 +5,7 @@ at fault points (storekit.faults), never by timing."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 from collections.abc import Iterator
@@ -78,6 +79,58 @@ def test_a_work_dir_swapped_while_tasks_run_is_never_published(here: Path, capsy
     assert "was replaced while this run used it: nothing was published" in res.stderr
     assert not (here / FINAL).exists()
     assert not list((here / FINAL).parent.glob(".v1.storekit-tmp-*"))
+
+
+def _bins(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*.bin"))}
+
+
+def test_what_finalize_reads_goes_through_the_held_work_dir_not_its_name(here: Path, capsys: Any) -> None:
+    """The tier's admin (uid 1001 owns the tier root, which the ancestor rule trusts) renames
+    `scratch/` away once root's tasks are done, puts a look-alike with poisoned tokens (and matching
+    completion records) at the name, and swaps back just before the manifest, so the pin check
+    passes. Finalize reads through the descriptor it opened at the start: root's own tokens."""
+    reference = run_cli([*BASE, "-o", str(here / "ref" / "v1")], capsys)
+    assert reference.code == 0, reference.stderr
+    storage = here / "storage"
+    storage.mkdir()
+    os.chown(storage, NEIGHBOUR_UID, NEIGHBOUR_UID)  # the admin's tier root: trusted as the anchor
+    scratch, real, evil = storage / "scratch", storage / "scratch-real", storage / "scratch-evil"
+    poisoned: list[str] = []
+
+    def plant_and_swap() -> None:
+        (work,) = scratch.glob("storekit-prepare-cn-*")
+        copy = evil / work.name
+        shutil.copytree(work, copy)  # the test plays the admin's foreknowledge of the bytes
+        task = copy / "tasks" / "000000"
+        tokens = bytes(len((task / "tokens.bin").read_bytes()))  # every token id 0
+        (task / "tokens.bin").write_bytes(tokens)
+        done = json.loads((task / "done.json").read_bytes())
+        done["parts"]["tokens.bin"] = [len(tokens), xxh3(tokens)]
+        (task / "done.json").write_text(json.dumps(done))
+        for p in [evil, *evil.rglob("*")]:
+            os.chown(p, NEIGHBOUR_UID, NEIGHBOUR_UID)
+        poisoned.append(work.name)
+
+        def swap() -> None:
+            scratch.rename(real)
+            evil.rename(scratch)
+
+        as_neighbour(swap)
+
+    def swap_back() -> None:
+        def back() -> None:
+            scratch.rename(evil)
+            real.rename(scratch)
+
+        as_neighbour(back)
+
+    with faults.at("prepare.tasks-done", plant_and_swap), faults.at("finalize.before-manifest", swap_back):
+        res = run_cli(BASE, capsys)
+    assert poisoned
+    assert res.code == 0, res.stderr
+    assert _bins(here / FINAL) == _bins(here / "ref" / "v1")  # root's tokens, not the zeros
+    assert verify(capsys).code == 0
 
 
 # -- item 2: a planted "old copy" of a replace, or a planted final dataset ----------------------
