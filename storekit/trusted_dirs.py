@@ -171,13 +171,6 @@ class HeldDir:
         finally:
             os.close(fd)
 
-    def is_dir(self, rel: str) -> bool:
-        try:
-            os.close(self._open_dir(rel.split("/")))
-        except (FileNotFoundError, NotADirectoryError, OSError):
-            return False
-        return True
-
     def via(self, rel: str) -> Path:
         """A name for `rel` that the kernel resolves through the descriptor (/proc/self/fd/N/rel),
         for what takes a path (numpy, scratch files); the directory's own name where /proc is absent."""
