@@ -11,16 +11,23 @@ The anchor is the configured tier root (the site's admin chose it) or the user's
 at the anchor nothing is checked. Without an anchor the walk goes up to `/`.
 
 A directory storekit created is also pinned: its (device, inode) is recorded when it is made and
-looked at again before anything read from it is published (`DirPin.check`).
+looked at again before anything read from it is published (`DirPin.check`), and held open
+(`HeldDir`): what feeds a commit is read through that descriptor, never by the name again, so a
+rename of the directory or of anything above it cannot change what is read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
+import secrets
 import stat
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from storekit.errors import MismatchError, StorekitError
 
@@ -106,3 +113,141 @@ class DirPin:
                 f"{self.path} was replaced while this run used it: nothing was published",
                 hint="someone else can rename entries of its parent; use a private --work-dir",
             )
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class HeldDir:
+    """A directory opened once, by its name, with O_DIRECTORY|O_NOFOLLOW; every later read resolves
+    names from that descriptor (openat), one component at a time and never through a link. Renaming
+    the directory, or any directory above it, afterwards changes nothing read through it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, _DIR_FLAGS)
+        self._closer = weakref.finalize(self, os.close, self.fd)
+
+    def close(self) -> None:
+        self._closer()
+
+    def identity(self) -> tuple[int, int]:
+        st = os.fstat(self.fd)
+        return st.st_dev, st.st_ino
+
+    def _open_dir(self, parts: list[str]) -> int:
+        """A new descriptor of the directory `parts` below this one (the caller closes it)."""
+        fd = os.dup(self.fd)
+        for part in parts:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = nxt
+        return fd
+
+    def open(self, rel: str) -> BinaryIO:
+        """The regular file `rel` (a/b/c) below this directory, for reading."""
+        *dirs, name = rel.split("/")
+        folder = self._open_dir(dirs)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder)
+        finally:
+            os.close(folder)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(f"{self.path / rel}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.open(rel) as fh:
+            return fh.read()
+
+    def listdir(self, rel: str = "") -> list[str]:
+        fd = self._open_dir([p for p in rel.split("/") if p])
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    def via(self, rel: str) -> Path:
+        """A name for `rel` that the kernel resolves through the descriptor (/proc/self/fd/N/rel),
+        for what takes a path (numpy, scratch files); the directory's own name where /proc is absent."""
+        proc = Path(f"/proc/self/fd/{self.fd}")
+        return proc / rel if os.path.isdir(proc) else self.path / rel
+
+
+# -- the user's own key: what tells a rerun that something beside a dataset was made by this user's
+# storekit, not merely owned by this user or root (a copy made by hand, by root, by another tool)
+KEY_NAME = "owner.key"
+
+
+def state_dir() -> Path | None:
+    """$STOREKIT_STATE_DIR, else $XDG_STATE_HOME/storekit, else ~/.local/state/storekit."""
+    explicit = os.environ.get("STOREKIT_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    if xdg:
+        return Path(xdg) / "storekit"
+    home = home_dir()
+    return home / ".local" / "state" / "storekit" if home is not None else None
+
+
+def user_key(*, create: bool) -> bytes | None:
+    """32 random bytes in a 0600 file of this user's private state dir (0700), made on first use
+    (`create`); None where there is none and none can be made (no home, not writable, not private)."""
+    folder = state_dir()
+    if folder is None:
+        return None
+    path = folder / KEY_NAME
+    with contextlib.suppress(OSError):
+        return _read_key(path)
+    if not create:
+        return None
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass  # another run made it first
+    except OSError:
+        return None
+    else:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+            fh.flush()
+            os.fsync(fh.fileno())
+    try:
+        return _read_key(path)
+    except OSError:
+        return None
+
+
+def _read_key(path: Path) -> bytes:
+    """The key, only from a regular file and dir of this user's that nobody else may read or write."""
+    me = os.geteuid()
+    folder = os.lstat(path.parent)
+    if not stat.S_ISDIR(folder.st_mode) or folder.st_uid != me or folder.st_mode & 0o077:
+        raise PermissionError(f"{path.parent} is not a private directory of uid {me}")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != me or st.st_mode & 0o077:
+            raise PermissionError(f"{path} is not a private file of uid {me}")
+        key = fh.read(64)
+    if len(key) != 32:
+        raise PermissionError(f"{path} is not a storekit key")
+    return key
+
+
+def mark(key: bytes, nonce: str, st: os.stat_result) -> str:
+    """A tag for a directory this run set aside under a name holding `nonce`: it binds the user's
+    key to that very directory (its inode: a rename keeps it, a copy does not; not the device
+    number, which an NFS remount changes), so neither a copy nor a look-alike carries it."""
+    msg = f"{nonce}\0{st.st_ino}".encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()[:32]
+
+
+def marked(key: bytes | None, nonce: str, tag: str, st: os.stat_result) -> bool:
+    return key is not None and hmac.compare_digest(mark(key, nonce, st), tag)

@@ -232,6 +232,18 @@ def _private_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ["STOREKIT_CACHE_DIR"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The user's key (trusted_dirs.user_key) goes into the session's own state dir, not ~."""
+    old = os.environ.get("STOREKIT_STATE_DIR")
+    os.environ["STOREKIT_STATE_DIR"] = str(tmp_path_factory.mktemp("storekit-state") / "state")
+    yield
+    if old is None:
+        os.environ.pop("STOREKIT_STATE_DIR", None)
+    else:
+        os.environ["STOREKIT_STATE_DIR"] = old
+
+
 @pytest.fixture
 def promtool() -> Callable[[str], None]:
     """`check(text)`: the real `promtool check metrics` (Debian package prometheus) must accept text."""

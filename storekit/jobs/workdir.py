@@ -44,8 +44,8 @@ from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, re
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path
 from storekit.liveness import process_alive, process_start
-from storekit.ops import FileDigest, hash_local
-from storekit.trusted_dirs import DirPin, check_ancestors
+from storekit.ops import FileDigest, hash_local, hash_stream
+from storekit.trusted_dirs import DirPin, HeldDir, check_ancestors
 
 DONE = "done.json"
 PLAN = "plan.json"
@@ -109,6 +109,7 @@ class JobDir:
         self.anchor = anchor
         self.owner = owner
         self.pin: DirPin | None = None  # what `path` was when this run first made or checked it
+        self.held: HeldDir | None = None  # that directory, open: what feeds a commit is read through it
         self.tasks = path / "tasks"
         self.failed = path / "failed"
         # what names this run's temp dirs; forked workers keep their parent's, so a run (not a
@@ -147,9 +148,21 @@ class JobDir:
             write_file_atomic(self.header_file, json.dumps(asdict(header), indent=1).encode(), mode=0o600)
         return header
 
+    def read(self, rel: str) -> bytes:
+        """A file below the work dir: through the held descriptor once this run made or checked
+        the dir (a rename of it or of its parents cannot substitute it), else by name."""
+        if self.held is not None:
+            return self.held.read_bytes(rel)
+        return (self.path / rel).read_bytes()
+
+    def at(self, rel: str) -> Path:
+        """A name for `rel` below the work dir that resolves through the held descriptor (for what
+        takes a path: numpy, the finalize scratch files)."""
+        return self.held.via(rel) if self.held is not None else self.path / rel
+
     def header(self) -> JobHeader:
         try:
-            doc = json.loads(self.header_file.read_bytes())
+            doc = json.loads(self.read(HEADER))
         except FileNotFoundError:
             raise NotFoundError(
                 f"{self.path} is not a job work dir (no {HEADER})",
@@ -168,7 +181,7 @@ class JobDir:
         """The plan's bytes, checked against job.json's digest (MismatchError, exit 4)."""
         header = header or self.header()
         with io_errors(self.plan_file):
-            data = self.plan_file.read_bytes()
+            data = self.read(PLAN)
         if xxhash.xxh3_128_hexdigest(data) != header.plan_xxh3_128:
             raise MismatchError(
                 f"{self.plan_file}: differs from the digest in {self.header_file}",
@@ -195,7 +208,7 @@ class JobDir:
         return self.task_dir(index).is_dir()
 
     def read_done(self, index: int) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads((self.task_dir(index) / DONE).read_bytes())
+        doc: dict[str, Any] = json.loads(self.read(f"tasks/{index:06d}/{DONE}"))
         return doc
 
     def new_task_dir(self, index: int) -> Path:
@@ -228,11 +241,13 @@ class JobDir:
                 f"{folder / DONE}: the completion record lists no part digests",
                 hint=f"remove {self.path} (not written by this storekit version) and rerun",
             )
-        on_disk = {p.name for p in folder.iterdir() if p.name != DONE}
+        rel = f"tasks/{index:06d}"
+        listed = self.held.listdir(rel) if self.held is not None else os.listdir(folder)
+        on_disk = {n for n in listed if n != DONE}
         for name in sorted(on_disk | set(parts)):
             expected = parts.get(name)
             try:
-                got = part_digest(folder / name)
+                got = self._part_digest(f"{rel}/{name}")
             except FileNotFoundError:
                 got = None
             if expected is None or got is None or [got.size, got.xxh3_128] != expected:
@@ -241,6 +256,12 @@ class JobDir:
                     f"({'not listed' if expected is None else 'missing' if got is None else 'other bytes'})",
                     hint=f"the work dir was changed behind storekit's back; remove {self.path} and rerun",
                 )
+
+    def _part_digest(self, rel: str) -> FileDigest:
+        if self.held is None:
+            return part_digest(self.path / rel)
+        with self.held.open(rel) as fh:
+            return hash_stream(fh.read)
 
     def record_failure(
         self,
@@ -345,7 +366,16 @@ class JobDir:
     def _make_private(self) -> None:
         make_private_dir(self.path, self.anchor, self.owner)
         if self.pin is None:
-            self.pin = DirPin.take(self.path)
+            # opened once, right after the checks, and checked again as opened: later reads that
+            # feed the commit go through this descriptor, whatever is renamed afterwards
+            held = HeldDir(self.path)
+            st = os.fstat(held.fd)
+            uid = os.geteuid() if self.owner is None else self.owner
+            if st.st_uid != uid or st.st_mode & 0o022:
+                held.close()
+                check_private(self.path, self.owner)  # what the name leads to now: one error line
+                raise MismatchError(f"work dir {self.path} changed while it was checked: refusing it")
+            self.pin, self.held = DirPin(self.path, st.st_dev, st.st_ino), held
         else:
             self.pin.check()
 

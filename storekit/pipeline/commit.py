@@ -33,7 +33,7 @@ from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.workdir import WorkDir
-from storekit.trusted_dirs import anchor_for, check_ancestors
+from storekit.trusted_dirs import anchor_for, check_ancestors, mark, marked, user_key
 
 _STAGING_RECORD = "finalize.json"
 _OLD = "old-"  # .<version>.storekit-tmp-old-*: the previous copy during a --force replace
@@ -154,16 +154,30 @@ def settle_leftovers(location: DatasetLocation) -> None:
         ]
     except NotFoundError:
         return
-    olds = sorted(
-        e.path for e in leftovers if e.name.startswith(prefix + _OLD) and TOMBSTONE_MARK not in e.name
-    )
+    olds = [e for e in leftovers if e.name.startswith(prefix + _OLD) and TOMBSTONE_MARK not in e.name]
+    ours = sorted(e.path for e in olds if _set_aside_by_us(location, e.name[len(prefix + _OLD) :], e.path))
     restored = None
-    if olds and not store.exists(location.rel):
-        restored = olds[-1]
+    if ours and not store.exists(location.rel):
+        restored = ours[-1]
         store.rename(restored, location.rel)
     for entry in leftovers:
-        if entry.path != restored:
+        if entry.path != restored and (entry not in olds or entry.path in ours):
             store.delete(entry.path, recursive=True)
+
+
+def _set_aside_by_us(location: DatasetLocation, suffix: str, rel: str) -> bool:
+    """An old copy's name is `.<version>.storekit-tmp-old-NONCE-TAG`: TAG binds this user's key
+    (trusted_dirs.user_key) to that directory. Owning it is not enough: a copy made by hand, by
+    root or by another tool under that name is neither put in place nor removed."""
+    nonce, _, tag = suffix.partition("-")
+    local = location.store.local_path(rel)
+    if local is None or not tag:
+        return False
+    try:
+        st = os.lstat(local)
+    except OSError:
+        return False
+    return marked(user_key(create=False), nonce, tag, st)
 
 
 def _occupied(location: DatasetLocation) -> bool:
@@ -234,7 +248,7 @@ class Staging:
             check_existing(self.location, plan_id, force=self.force, work=None)
             if self._exchange(final):
                 return
-            old_name = f".{self.location.name}{TMP_MARK}{_OLD}{uuid.uuid4().hex[:8]}"
+            old_name = f".{self.location.name}{TMP_MARK}{_OLD}{self._old_suffix(final)}"
             self.old = join_rel(self.location.parent, old_name)
             self.store.rename(final, self.old)
             faults.point("commit.old-moved")
@@ -242,6 +256,16 @@ class Staging:
         self.committed = True
         faults.point("commit.renamed")
         self._drop_old()
+
+    def _old_suffix(self, final: str) -> str:
+        """NONCE-TAG: what lets a rerun of this user (and only it) put this old copy back after a
+        kill; without a key (no private state dir) the copy is only set aside, never put back by
+        a rerun (a stop in this run still puts it back)."""
+        nonce = uuid.uuid4().hex[:8]
+        key, local = user_key(create=True), self.store.local_path(final)
+        if key is None or local is None:
+            return nonce
+        return f"{nonce}-{mark(key, nonce, os.lstat(local))}"
 
     def _exchange(self, final: str) -> bool:
         """A replace in one step where the file system can: the new copy takes the final name and

@@ -46,7 +46,7 @@ def finalize(
     drops = None
     if plan.options["dedup"]:
         drops = find_cross_task_duplicates(
-            [work.task_dir(i) / "hashes.rec" for i in range(len(plan.tasks))], work.path / "dedup"
+            [work.at(f"tasks/{i:06d}/hashes.rec") for i in range(len(plan.tasks))], work.at("dedup")
         )
     staging = Staging(location, work, force=force, lease=lease)
     staging.begin()
@@ -146,7 +146,7 @@ def _write_shards(
     dtype = np.dtype(plan.tokenizer.dtype)
     limit = plan.options["shard_tokens"] or max(1, plan.options["shard_bytes"] // dtype.itemsize)
     with_meta = bool(plan.options["keep_fields"])
-    scratch = work.path / "finalize"
+    scratch = work.at("finalize")
     scratch.mkdir(exist_ok=True)
     closed = [0]
 
@@ -184,7 +184,7 @@ def _add_task(
     series: dict[str, ShardSeries],
     with_meta: bool,
 ) -> None:
-    folder = work.task_dir(index)
+    folder = work.at(f"tasks/{index:06d}")  # through the work dir's held descriptor
     lengths = read_task_array(folder / "lengths.i32", np.int32)
     if not len(lengths):
         return

@@ -9,7 +9,7 @@ from typing import Any
 
 from storekit import faults
 from storekit.config import SiteConfig, load_config
-from storekit.errors import StorekitError
+from storekit.errors import MismatchError, StorekitError
 from storekit.executors.base import TaskRunner
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
@@ -88,8 +88,15 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
                 work.remove()  # finished before (a finalize killed after its commit, then rerun)
             return {"status": "unchanged", "dataset": location.display, "plan_id": plan.plan_id}
         with work.leased():
+            # the plan was read by name before the work dir was held: read it again through the
+            # descriptor, and every record that feeds the commit from there on
+            if read_plan(work) != plan:
+                raise MismatchError(
+                    f"{work.plan_file}: changed while this finalize started",
+                    hint=f"the work dir was changed behind storekit's back; remove {work.path} and rerun",
+                )
             _check_all_done(work, len(plan.tasks))
-            recorded = recorded_digests(plan, work.path)  # hashed by the tasks (Slurm elements)
+            recorded = recorded_digests(plan, work.at(""))  # hashed by the tasks (Slurm elements)
             if recorded is not None:
                 manifest = finalize(
                     plan, work, location, force=force, source_digests=lambda: recorded, lease=lease

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import MismatchError
-from storekit.trusted_dirs import DirPin, unsafe_ancestor
+from storekit.trusted_dirs import DirPin, HeldDir, mark, marked, unsafe_ancestor, user_key
 from tests.hostile import NEIGHBOUR_UID, need_root, shared_base
 
 
@@ -58,3 +58,46 @@ def test_a_pin_tells_a_swapped_directory(base: Path) -> None:
     work.mkdir()
     with pytest.raises(MismatchError, match="was replaced while this run used it"):
         pin.check()
+
+
+def test_the_users_key_is_private_and_binds_a_tag_to_one_directory(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = base / "state"
+    monkeypatch.setenv("STOREKIT_STATE_DIR", str(state))
+    assert user_key(create=False) is None
+    key = user_key(create=True)
+    assert key is not None and len(key) == 32 and user_key(create=False) == key
+    assert (state.stat().st_mode & 0o777, (state / "owner.key").stat().st_mode & 0o777) == (0o700, 0o600)
+    aside, copy = base / "aside", base / "copy"
+    aside.mkdir()
+    copy.mkdir()
+    tag = mark(key, "n0nce", aside.stat())
+    assert marked(key, "n0nce", tag, aside.stat())
+    aside.rename(base / "renamed")  # a rename keeps it
+    assert marked(key, "n0nce", tag, (base / "renamed").stat())
+    assert not marked(key, "n0nce", tag, copy.stat())  # another directory does not carry it
+    assert not marked(key, "other", tag, (base / "renamed").stat())
+    assert not marked(None, "n0nce", tag, (base / "renamed").stat())
+    (state / "owner.key").chmod(0o644)  # readable by others: no longer a secret, not used
+    assert user_key(create=False) is None
+    (state / "owner.key").chmod(0o600)
+    os.chown(state / "owner.key", NEIGHBOUR_UID, NEIGHBOUR_UID)  # someone else's file
+    assert user_key(create=True) is None
+
+
+def test_a_held_dir_reads_through_its_descriptor_after_a_rename(base: Path) -> None:
+    work = base / "work"
+    (work / "tasks" / "000000").mkdir(parents=True)
+    (work / "tasks" / "000000" / "done.json").write_bytes(b"mine")
+    held = HeldDir(work)
+    work.rename(base / "aside")
+    (work / "tasks" / "000000").mkdir(parents=True)
+    (work / "tasks" / "000000" / "done.json").write_bytes(b"theirs")
+    assert held.read_bytes("tasks/000000/done.json") == b"mine"
+    assert held.listdir("tasks") == ["000000"]
+    assert held.via("tasks/000000/done.json").read_bytes() == b"mine"
+    (base / "aside" / "tasks" / "000000" / "link").symlink_to(work / "tasks" / "000000" / "done.json")
+    with pytest.raises(OSError):
+        held.open("tasks/000000/link")  # never through a link
+    held.close()

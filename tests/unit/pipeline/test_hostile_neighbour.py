@@ -4,7 +4,9 @@ at fault points (storekit.faults), never by timing."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import signal
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ import pytest
 
 from storekit import faults
 from tests.conftest import run_cli, run_storekit
-from tests.hostile import NEIGHBOUR_UID, as_neighbour, need_root, shared_base
+from tests.hostile import NEIGHBOUR_UID, as_neighbour, need_root, neighbour_cli, shared_base
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 FINAL = Path("storage/datasets/text/cn/v1")
@@ -80,6 +82,58 @@ def test_a_work_dir_swapped_while_tasks_run_is_never_published(here: Path, capsy
     assert not list((here / FINAL).parent.glob(".v1.storekit-tmp-*"))
 
 
+def _bins(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*.bin"))}
+
+
+def test_what_finalize_reads_goes_through_the_held_work_dir_not_its_name(here: Path, capsys: Any) -> None:
+    """The tier's admin (uid 1001 owns the tier root, which the ancestor rule trusts) renames
+    `scratch/` away once root's tasks are done, puts a look-alike with poisoned tokens (and matching
+    completion records) at the name, and swaps back just before the manifest, so the pin check
+    passes. Finalize reads through the descriptor it opened at the start: root's own tokens."""
+    reference = run_cli([*BASE, "-o", str(here / "ref" / "v1")], capsys)
+    assert reference.code == 0, reference.stderr
+    storage = here / "storage"
+    storage.mkdir()
+    os.chown(storage, NEIGHBOUR_UID, NEIGHBOUR_UID)  # the admin's tier root: trusted as the anchor
+    scratch, real, evil = storage / "scratch", storage / "scratch-real", storage / "scratch-evil"
+    poisoned: list[str] = []
+
+    def plant_and_swap() -> None:
+        (work,) = scratch.glob("storekit-prepare-cn-*")
+        copy = evil / work.name
+        shutil.copytree(work, copy)  # the test plays the admin's foreknowledge of the bytes
+        task = copy / "tasks" / "000000"
+        tokens = bytes(len((task / "tokens.bin").read_bytes()))  # every token id 0
+        (task / "tokens.bin").write_bytes(tokens)
+        done = json.loads((task / "done.json").read_bytes())
+        done["parts"]["tokens.bin"] = [len(tokens), xxh3(tokens)]
+        (task / "done.json").write_text(json.dumps(done))
+        for p in [evil, *evil.rglob("*")]:
+            os.chown(p, NEIGHBOUR_UID, NEIGHBOUR_UID)
+        poisoned.append(work.name)
+
+        def swap() -> None:
+            scratch.rename(real)
+            evil.rename(scratch)
+
+        as_neighbour(swap)
+
+    def swap_back() -> None:
+        def back() -> None:
+            scratch.rename(evil)
+            real.rename(scratch)
+
+        as_neighbour(back)
+
+    with faults.at("prepare.tasks-done", plant_and_swap), faults.at("finalize.before-manifest", swap_back):
+        res = run_cli(BASE, capsys)
+    assert poisoned
+    assert res.code == 0, res.stderr
+    assert _bins(here / FINAL) == _bins(here / "ref" / "v1")  # root's tokens, not the zeros
+    assert verify(capsys).code == 0
+
+
 # -- item 2: a planted "old copy" of a replace, or a planted final dataset ----------------------
 def _poisoned_copy(capsys: Any, here: Path, dest: Path) -> None:
     """rtuser's dataset with the very plan id root's run will have (the plan id ignores the output
@@ -132,6 +186,110 @@ def test_a_planted_final_dataset_of_another_user_is_not_adopted(here: Path, caps
     forced = run_cli([*BASE, "--force"], capsys)  # nor does --force replace another user's data
     assert forced.code == 1, forced.stderr
     assert (here / FINAL / "manifest.json").read_bytes() == before
+
+
+def _plant_old_copy(capsys: Any, here: Path, dest: Path, owner: int) -> None:
+    """A copy of a dataset with the very plan id the victim's run will have, set beside the final
+    name as an "old copy of an interrupted replace", one extra file listed with its digest."""
+    made = here / "made" / "v1"
+    assert run_cli([*BASE, "-o", str(made)], capsys).code == 0
+    shutil.copytree(made, dest)
+    (dest / "poison.txt").write_bytes(b"not made by the victim's storekit\n")
+    doc = json.loads((dest / "manifest.json").read_bytes())
+    data = (dest / "poison.txt").read_bytes()
+    doc["files"].append({"path": "poison.txt", "size": len(data), "xxh3_128": xxh3(data)})
+    (dest / "manifest.json").write_text(json.dumps(doc))
+    for p in [dest, *dest.rglob("*")]:
+        os.chown(p, owner, owner)
+
+
+def test_an_old_copy_owned_by_root_is_not_put_in_place_for_another_user(
+    here: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uid 1001 prepares into its own tier; an "old copy" it never set aside sits beside the empty
+    dataset path, owned by root (whom ownership alone trusts). Its storekit did not make it, so it
+    is neither put in place nor removed: the run builds the dataset itself."""
+    storage = here / "storage"
+    out = here / FINAL.parent
+    out.mkdir(parents=True)
+    for p in (storage, storage / "datasets", storage / "datasets" / "text", out):
+        os.chown(p, NEIGHBOUR_UID, NEIGHBOUR_UID)
+    planted = out / ".v1.storekit-tmp-old-deadbeef-0123456789abcdef0123456789abcdef"
+    _plant_old_copy(capsys, here, planted, owner=0)
+    state = here / "rt-state"
+    state.mkdir(mode=0o700)
+    os.chown(state, NEIGHBOUR_UID, NEIGHBOUR_UID)
+    monkeypatch.setenv("STOREKIT_STATE_DIR", str(state))  # the neighbour's own private state
+    code, stdout, stderr = neighbour_cli(BASE, here / "shared" / "result.json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["status"] == "prepared"  # was "unchanged": root's look-alike, adopted
+    final = here / FINAL
+    assert final.stat().st_uid == NEIGHBOUR_UID
+    assert (final / "manifest.json").stat().st_uid == NEIGHBOUR_UID
+    assert not (final / "poison.txt").exists()
+    assert (planted / "poison.txt").exists()  # not its own: left where it is
+    assert _bins(final) == _bins(here / "made" / "v1")
+    assert verify(capsys).code == 0
+
+
+def test_an_old_copy_made_by_hand_is_not_put_in_place(here: Path, capsys: Any) -> None:
+    """The same user's own directory under an old copy's name (a hand copy, another tool's) is not
+    something this user's storekit set aside: owning it is not enough."""
+    planted = here / FINAL.parent / ".v1.storekit-tmp-old-deadbeef"
+    (here / FINAL.parent).mkdir(parents=True)
+    _plant_old_copy(capsys, here, planted, owner=0)
+    res = run_cli(BASE, capsys)
+    assert res.code == 0, res.stderr
+    assert res.json()["status"] == "prepared"
+    assert not (here / FINAL / "poison.txt").exists()
+    assert (planted / "poison.txt").exists()
+    assert verify(capsys).code == 0
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_replace_of_another_user_is_put_back_by_its_rerun_with_another_plan(
+    here: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the key is for: uid 1001's replace killed between its two renames (no renameat2) leaves
+    the old copy aside; its next run, with a different plan, finds its own tag and puts it back."""
+    storage = here / "storage"
+    storage.mkdir()
+    os.chown(storage, NEIGHBOUR_UID, NEIGHBOUR_UID)
+    state = here / "rt-state"
+    state.mkdir(mode=0o700)
+    os.chown(state, NEIGHBOUR_UID, NEIGHBOUR_UID)
+    # a run as root first: the neighbour's forked runs use the modules it loaded (on some hosts
+    # uid 1001 may not read the interpreter's own files)
+    assert run_cli([*BASE, "-o", str(here / "made" / "v1")], capsys).code == 0
+    result = here / "shared" / "result.json"
+    monkeypatch.setenv("STOREKIT_STATE_DIR", str(state))  # the neighbour's own private state
+    first = neighbour_cli([*BASE, "--min-chars", "3"], result)
+    assert first[0] == 0, first
+    old = (here / FINAL / "manifest.json").read_bytes()
+
+    def no_exchange() -> None:  # a file system without renameat2: the two journaled renames
+        raise OSError(errno.EINVAL, "injected: no RENAME_EXCHANGE here")
+
+    def killed_replace() -> None:  # as uid 1001: its run killed where the old copy was moved
+        pid = os.fork()
+        if pid == 0:
+            with faults.at("durable.exchange", no_exchange), faults.at("commit.old-moved", _kill_self):
+                run_cli([*BASE, "--force"])
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == signal.SIGKILL
+
+    as_neighbour(killed_replace)
+    assert not (here / FINAL).exists()
+    (moved,) = (here / FINAL.parent).glob(".v1.storekit-tmp-old-*")
+    assert moved.stat().st_uid == NEIGHBOUR_UID
+    code, _, stderr = neighbour_cli([*BASE, "--min-chars", "5"], result)  # another plan
+    assert code == 1 and "already holds a different dataset" in stderr
+    assert (here / FINAL / "manifest.json").read_bytes() == old  # put back first
+    assert not list((here / FINAL.parent).glob(".v1.storekit-tmp-*"))
+    assert verify(capsys).code == 0
 
 
 # -- item 7: a replace never leaves the path empty, and what a stop leaves is settled -------------
