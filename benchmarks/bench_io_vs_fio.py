@@ -25,6 +25,11 @@ benchmarks/RESULTS.md.
   requests from a bare boto3 loop (same sizes, count, concurrency and key shapes, processes started
   on a barrier).
 
+  On a shared file system: --dir a directory on the mount, e.g. a ceph-fuse mount of CephFS
+  (scripts/services/cephfs-up.sh); both tools then go through the same FUSE daemon (O_DIRECT there
+  bypasses only the kernel's page cache, see `storekit bench io --help`). Without a block device to
+  watch, settling is a sync only; a statfs of 0 blocks (no ceph-mgr) skips the free-space check.
+
 Run it holding the machine-wide benchmark lock (it takes the lock itself when not run under flock):
   flock /tmp/storekit-bench.lock /tmp/venv/bin/python benchmarks/bench_io_vs_fio.py
 """
@@ -722,7 +727,8 @@ def main() -> None:
     sk_dir.mkdir()
     fio_dir.mkdir()
     need = 2 * (parse_bytes(args.size) + parse_bytes(args.rand_size)) + (1 << 30)
-    if shutil.disk_usage(work).free < need:
+    usage = shutil.disk_usage(work)
+    if usage.total and usage.free < need:  # a statfs of 0 blocks (CephFS without ceph-mgr): unknown
         raise SystemExit(f"{work}: less than {need >> 30} GiB free; lower --size/--rand-size")
     mount = mount_of(str(work))
     device = Path("/sys/class/block") / os.path.basename(mount["source"]) / "stat" if mount else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import multiprocessing as mp
 import os
 import queue
@@ -25,7 +26,7 @@ from storekit import faults
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.results import WorkerResult
 from storekit.bench.worker import StartBarrier, run_worker
-from storekit.errors import NoSpaceError, StorekitError, UnreachableError, error_class
+from storekit.errors import NoSpaceError, StorekitError, UnreachableError, error_class, storage_error
 
 # imported once by the forkserver, so each worker process starts in milliseconds
 PRELOAD = {
@@ -97,7 +98,19 @@ def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any, coordin
         with contextlib.suppress(Exception):
             barrier.abort()  # type: ignore[attr-defined]
         # classified here, where the exception still has its errno and cause: pickling loses them
-        results.put((task.worker, "error", (error_class(exc), f"{exc}" or type(exc).__name__)))
+        results.put((task.worker, "error", (error_class(exc), _worker_message(exc))))
+
+
+def _worker_message(exc: BaseException) -> str:
+    """The worker's failure in one line; a full quota (EDQUOT) names the area and its limit, asked of
+    the file system here, in the worker, where the exception still has its errno."""
+    text = f"{exc}" or type(exc).__name__
+    if isinstance(exc, OSError) and exc.errno == errno.EDQUOT:
+        where = str(exc.filename) if exc.filename else text.removesuffix(f": {os.strerror(errno.EDQUOT)}")
+        err = storage_error(exc, where)
+        if err is not None:
+            return str(err)
+    return text
 
 
 class PhaseRunner:

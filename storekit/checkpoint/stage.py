@@ -208,20 +208,40 @@ def commit(
     try:
         yield stage
         stage.finish_part()
-    except BaseException:
+    except BaseException as exc:
         if rank == 0:
             with contextlib.suppress(OSError):
                 remove_tree(stage_dir)
+        _raise_no_space(exc, final)
         raise
     sync()
     if rank == 0:
         try:
             _merge_and_publish(run, stage_dir, final, step, world, hash_threads)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 remove_tree(stage_dir)
+            _raise_no_space(exc, final)
             raise
     sync()  # nobody returns before the step is visible
+
+
+def _raise_no_space(exc: BaseException, final: Path) -> None:
+    """A full disk or quota anywhere in the commit (the script's writes too, also wrapped by a
+    library) as storekit's NoSpaceError (exit_code 6) naming the area whose quota is full and its
+    limit; the stage is already gone and nothing was committed."""
+    from storekit.errors import NO_SPACE_ERRNOS, NoSpaceError, storage_error  # only on this path
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in NO_SPACE_ERRNOS:
+            hint = "nothing was committed (`latest` unchanged): free space or raise the quota, commit again"
+            err = storage_error(cause, f"checkpoint {final}", hints={NoSpaceError: hint})
+            if err is not None:
+                raise err from exc
+        cause = cause.__cause__ or cause.__context__
 
 
 def _whole(name: str, value: object, *, least: int = 0) -> int:
