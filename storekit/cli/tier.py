@@ -19,6 +19,7 @@ from storekit.durable import write_file_atomic
 from storekit.errors import ExitCode, NotFoundError, UsageError, storage_errors
 from storekit.layout.spec import load_layout
 from storekit.places import tier_relative
+from storekit.rootprobe import guard_root
 from storekit.store import open_store
 from storekit.tier.apply import UnitResult, apply_plan, check_unit, exit_code_of, load_mover
 from storekit.tier.plan import PlanRequest, TierPlan, build_plan, load_plan, render_plan
@@ -307,6 +308,13 @@ def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
         journal = journal_dir_for(site)
     except UsageError:
         return []
+    # the journal lives on the shared tier: a stalled metadata server there is exit 5, not a hang
+    # (this listing is the command's first call on that tier, before the plan's own guard)
+    owner = next(
+        (t.name for t in site.tiers.values() if t.local_root and journal.is_relative_to(t.local_root)),
+        "journal",
+    )
+    guard_root(str(journal), owner)
     done = finish_interrupted(journal, site)
     for line in done:
         out.info(f"finished an interrupted move: {line}")
