@@ -16,6 +16,7 @@ import pytest
 from typer.main import get_command
 
 from storekit.cli.app import app
+from storekit.cli.common import RENAMED
 from storekit.errors import EXIT_CODE_TABLE
 from tests.conftest import REPO, Ran, run_cli, run_storekit
 
@@ -78,7 +79,7 @@ def test_leaf_help_is_readable_at_80_columns(path: tuple[str, ...]) -> None:
     command = LEAVES[path]
     for param in command.params:
         for opt in [*param.opts, *param.secondary_opts]:
-            if opt.startswith("-"):
+            if opt.startswith("-") and opt not in RENAMED:  # old spellings: accepted, never shown
                 assert opt in text, f"{opt} missing from the help of {' '.join(path)}"
     codes = text.split("Exit codes:", 1)[1].split()
     listed = [int(tok) for tok in codes if tok.isdigit()]
