@@ -151,11 +151,17 @@ def test_every_input_format_gives_the_same_tokens(tmp_path: Path, monkeypatch: A
     monkeypatch.chdir(tmp_path)
     records = sample_records(limit_bytes=60_000)
     want = expected_ids([r["text"] for r in records])
-    for name, args in _write_all_formats(tmp_path, records).items():
+    versions = {}  # one version per format: versions follow the layout's names (v1, v2, ...)
+    for i, (name, args) in enumerate(_write_all_formats(tmp_path, records).items(), start=1):
         kind = "code" if name == "text" else "text"
-        doc = _prepare(capsys, *args, "--version", name, "--task-size", "20KiB")
-        got = dataset_documents(tmp_path / f"storage/datasets/{kind}/rt/{name}")
+        versions[name] = f"v{i}"
+        doc = _prepare(capsys, *args, "--version", versions[name], "--task-size", "20KiB")
+        got = dataset_documents(tmp_path / f"storage/datasets/{kind}/rt/{versions[name]}")
         assert got == want, name
         assert doc["manifest"]["stats"]["docs_kept"] == len(records), name
-    meta = (tmp_path / "storage/datasets/text/rt/parquet/train-00000.meta.jsonl").read_text().splitlines()
+    meta = (
+        (tmp_path / f"storage/datasets/text/rt/{versions['parquet']}/train-00000.meta.jsonl")
+        .read_text()
+        .splitlines()
+    )
     assert [json.loads(m) for m in meta] == [{"id": i, "path": r["path"]} for i, r in enumerate(records)]
