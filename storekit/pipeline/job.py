@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,11 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
         with work.leased():
             # the plan was read by name before the work dir was held: read it again through the
             # descriptor, and every record that feeds the commit from there on
-            if read_plan(work) != plan:
+            fresh = read_plan(work)
+            # a Slurm element's plan names the tokenizer copy it staged (slurm/staging.py); that
+            # file's bytes are checked against the planned xxh3 wherever they are read
+            fresh = replace(fresh, tokenizer=replace(fresh.tokenizer, file=plan.tokenizer.file))
+            if fresh != plan:
                 raise MismatchError(
                     f"{work.plan_file}: changed while this finalize started",
                     hint=f"the work dir was changed behind storekit's back; remove {work.path} and rerun",
