@@ -247,6 +247,8 @@ def test_every_documented_command_runs(ready_site: Path, sk: Callable[..., Ran])
         )
         if "layout check" in line:
             allowed.add(4)  # findings are its answer
+        if args[:2] == ["bench", "io"] and ran.code == 6 and "this run needs" in ran.stderr:
+            continue  # a documented 64G/70B example on a test machine's disk: "no space" is its answer
         if line.startswith(("sbatch ", "srun ")) and "outside an sbatch/salloc allocation" in ran.stderr:
             continue  # it runs inside the allocation that line asks for
         if ran.code not in allowed or "Traceback" in ran.stderr:
