@@ -122,7 +122,7 @@ Examples:
       --endpoint-url http://rgw:7480 --pattern meta --files 2000
   storekit bench io --json --prometheus /var/lib/node_exporter/sk.prom \\
       --plot bench.png
-  storekit bench io --executor slurm --nodes 4 --slurm-partition cpu \\
+  storekit bench io --executor slurm --nodes 2 --slurm-partition cpu \\
       --target /lustre/storage --pattern shards,checkpoint --ranks 16
 """
 
