@@ -10,22 +10,10 @@ SVC_NAME=ceph-down
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DIR=$(realpath -m "${STOREKIT_CEPH_DIR:-$REPO_ROOT/.services/ceph}")
-PURGE=0
-for a in "$@"; do
-  case $a in
-  --purge) PURGE=1 ;;
-  *) echo "usage: $0 [--purge]" >&2; exit 2 ;;
-  esac
-done
+purge_flag "$@"
 [ -d "$DIR/pids" ] || { svc_log "nothing recorded in $DIR"; exit 0; }
 
-ours() {
-  local pid=$1 exe
-  running "$pid" || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  case ${exe##*/} in ceph-mon | ceph-osd | radosgw) ;; *) return 1 ;; esac
-  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "CEPH_CONF=$DIR/ceph.conf"
-}
+ours() { started_by_us "$1" "CEPH_CONF=$DIR/ceph.conf" ceph-mon ceph-osd radosgw; }
 
 # the gateway first (clients see a clean refusal), the mon last (the others talk to it)
 for name in rgw osd.0 mon.a; do

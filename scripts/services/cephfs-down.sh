@@ -12,22 +12,10 @@ SVC_NAME=cephfs-down
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DIR=$(realpath -m "${STOREKIT_CEPHFS_DIR:-$REPO_ROOT/.services/cephfs}")
-PURGE=0
-for a in "$@"; do
-  case $a in
-  --purge) PURGE=1 ;;
-  *) echo "usage: $0 [--purge]" >&2; exit 2 ;;
-  esac
-done
+purge_flag "$@"
 [ -d "$DIR" ] || { svc_log "nothing recorded in $DIR"; exit 0; }
 
-ours() {
-  local pid=$1 exe
-  running "$pid" || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  case ${exe##*/} in ceph-mds | ceph-fuse) ;; *) return 1 ;; esac
-  { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "STOREKIT_CEPHFS_DIR=$DIR"
-}
+ours() { started_by_us "$1" "STOREKIT_CEPHFS_DIR=$DIR" ceph-mds ceph-fuse; }
 
 # a stopped (SIGSTOP) MDS would keep every unmount waiting: let it run again first
 pid=$(pid_of "$DIR/pids/mds.pid") && ours "$pid" && kill -CONT "$pid" 2>/dev/null

@@ -39,6 +39,34 @@ alive() {
   [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$2")" ]
 }
 
+# started_by_us PID MARKER EXE... -> PID runs one of the executables EXE and was started with the
+# environment entry MARKER (NAME=VALUE): a down script signals only its own daemons, never by name
+started_by_us() {
+  local pid=$1 marker=$2 exe name
+  shift 2
+  running "$pid" || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  for name in "$@"; do
+    if [ "${exe##*/}" = "$name" ]; then
+      { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "$marker"
+      return
+    fi
+  done
+  return 1
+}
+
+# purge_flag ARGS... -> sets PURGE=1 for --purge (a down script's one option), exit 2 on anything else
+purge_flag() {
+  PURGE=0
+  local a
+  for a in "$@"; do
+    case $a in
+    --purge) PURGE=1 ;;
+    *) echo "usage: $0 [--purge]" >&2; exit 2 ;;
+    esac
+  done
+}
+
 # port_in_use PORT -> something listens on 127.0.0.1:PORT
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
