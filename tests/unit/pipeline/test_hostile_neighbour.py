@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,10 @@ import pytest
 
 from storekit import faults
 from tests.conftest import run_cli, run_storekit
-from tests.hostile import NEIGHBOUR_UID, as_neighbour, need_root, neighbour_cli, shared_base
+from tests.hostile import NEIGHBOUR_UID, as_neighbour, neighbour_cli, shared_dir
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
+
+__all__ = ["shared_dir"]  # the fixture, imported for pytest
 
 FINAL = Path("storage/datasets/text/cn/v1")
 BASE = ["prepare", "dataset", "--tokenizer", TOKENIZER, "--name", "cn", "-i", "corpus.jsonl"]
@@ -26,17 +27,10 @@ BASE += ["--json", "--quiet", "--workers", "1", "--shard-size", "8KiB", "--task-
 
 
 @pytest.fixture
-def here(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def here(shared_dir: Path) -> Path:
     """A run directory both users can reach, with a corpus and a 1777 `shared/` (like /tmp)."""
-    need_root()
-    for base in shared_base():
-        monkeypatch.chdir(base)
-        monkeypatch.delenv("STOREKIT_CONFIG", raising=False)
-        monkeypatch.delenv("STOREKIT_FAULTS", raising=False)
-        write_jsonl(base / "corpus.jsonl", sample_records(limit_bytes=24_000, max_doc=4_000))
-        (base / "shared").mkdir(mode=0o777)
-        (base / "shared").chmod(0o1777)
-        yield base
+    write_jsonl(shared_dir / "corpus.jsonl", sample_records(limit_bytes=24_000, max_doc=4_000))
+    return shared_dir
 
 
 def verify(capsys: Any, where: str = "datasets/text/cn/v1") -> Any:
