@@ -565,7 +565,10 @@ def agent(
 ) -> None:
     from storekit.bench.cluster.agent import main
 
-    raise typer.Exit(main(connect))
+    # SystemExit, not typer.Exit: Click hands typer.Exit's 130 back as a return value, which the
+    # CLI reads as an unexplained interrupt and adds "error: interrupted"; the agent has already
+    # said why it stopped, and the coordinator reports the run's one error
+    raise SystemExit(main(connect))
 
 
 def _render_plan(console: Console, plan: BenchPlan) -> None:

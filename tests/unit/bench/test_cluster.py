@@ -195,3 +195,15 @@ def test_a_node_that_cannot_see_the_run_directory_stops_every_node(agents: Any, 
         cluster.setup(seen, str(tmp_path / "elsewhere"), 0, direct=False, meta=False)
     cluster.shutdown()
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
+
+
+def test_a_signalled_agent_says_why_once_and_exits_130(agents: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun's SIGTERM (here: injected at the agent's connect step) stops an agent with its own line;
+    the coordinator reports the run's error, so the agent adds no 'error: interrupted' of its own."""
+    start, _accept, procs = agents
+    monkeypatch.setenv("STOREKIT_FAULTS", "bench.agent0.connect=term")
+    start(0)
+    assert procs[0].wait(timeout=60) == 130
+    stderr = procs[0].stderr.read()
+    assert "stopped by a signal; the coordinator reports why" in stderr, stderr
+    assert [line for line in stderr.splitlines() if "error" in line] == [], stderr
