@@ -24,15 +24,20 @@ _archive_driver.py), each contender in its own process, same gateway, same run, 
 storekit and boto3 use the same payload-signing setting (--sign-payload; default off = UNSIGNED-PAYLOAD,
 what `storekit tier` sends: its read-back checks every byte). rclone 1.60 has no such switch: it signs
 its multipart parts (SHA-256) and sends single PUTs unsigned either way.
-Targets (issue #11): upload >= 0.9x boto3; archive >= 1.4x rclone
-copy+check; recall >= 0.9x rclone copy back; drain >= 1.3x rclone copy+check. The OSD is warmed with
-one untimed upload; objects are deleted and `radosgw-admin gc process --include-all` run after each
-S3 contender (CEPH_CONF must name the cluster's conf). Every contender starts with the unit in the
-page cache (read once, untimed) and after `sync`. CPU-seconds are the client process tree's (user+sys;
-the gateway's and OSD's are not counted), per GB moved.
+Targets (issue #36, cold): upload >= 0.95x boto3; archive (+ read-back) >= 1.6x rclone copy +
+check --download; recall >= 1.0x rclone copy back + sync; drain >= 1.3x rclone copy + check.
+The OSD is warmed with one untimed upload; objects are deleted and `radosgw-admin gc process
+--include-all` run after each S3 contender (CEPH_CONF must name the cluster's conf).
 
-  /work/wt/quiet /work/main/.venv/bin/python benchmarks/bench_archive.py --part s3 --repeat 3
-  /work/wt/quiet /work/main/.venv/bin/python benchmarks/bench_archive.py --part drain --repeat 3
+Every contender starts cold by default, as an archive job meets checkpoints written hours earlier:
+after `sync`, every source file's pages are dropped (POSIX_FADV_DONTNEED); a recall reads the
+gateway's objects from the OSD. `--warm` reads the source once, untimed, instead. Where storekit
+fsyncs what it writes (recall, drain), rclone's time includes a trailing `sync -f` of its
+destination. CPU-seconds are the client process tree's (user+sys; the gateway's and OSD's are
+not counted), per GB moved.
+
+  python benchmarks/bench_archive.py --part s3            # 5 rounds, cold
+  python benchmarks/bench_archive.py --part drain --warm   # the source in the page cache
 Needs STOREKIT_TEST_S3_ENDPOINT/_KEY/_SECRET (or BENCH_S3_*) in the environment for --part s3.
 """
 
@@ -68,9 +73,9 @@ SHAPE = [
 ]
 UNIT = "ckpt/step_0000100"
 TARGETS = {  # op: (peer, storekit must reach this times the peer's MB/s)
-    "upload": ("boto3", 0.9),
-    "archive": ("rclone", 1.4),
-    "recall": ("rclone", 0.9),
+    "upload": ("boto3", 0.95),
+    "archive": ("rclone", 1.6),
+    "recall": ("rclone", 1.0),
     "drain": ("rclone", 1.3),
 }
 RCLONE_COPY = ["rclone", "copy", "--checksum", "--transfers", "8"]
@@ -110,6 +115,22 @@ def read_all(src: Path) -> None:
             with open(os.path.join(root, name), "rb") as fh:
                 while fh.read(16 * MiB):
                     pass
+
+
+def drop_pages(top: Path) -> None:
+    """Evict every file under `top` from the page cache (after a sync, so none is dirty)."""
+    for root, _, names in os.walk(top):
+        for name in names:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def flush(top: Path) -> list[str]:
+    """What rclone's copy needs to be as durable as storekit's fsynced one: the file system synced."""
+    return ["sync", "-f", str(top)]
 
 
 def tree_bytes(top: Path) -> int:
@@ -170,8 +191,12 @@ class Bench:
 
     def measure(self, cmds: list[list[str]], nbytes: int) -> dict[str, Any]:
         """The commands one after the other (one contender), each measured; walls and CPU summed."""
-        read_all(self.unit)  # every contender starts with the source in the page cache
         os.sync()
+        if self.unit.exists():  # a recall's source is the bucket; its destination has no pages yet
+            if self.args.warm:
+                read_all(self.unit)
+            else:
+                drop_pages(self.unit)
         wall = cpu = rss = 0.0
         for cmd in cmds:
             m = run_measured(cmd, env=self.env, timeout=1800)
@@ -236,7 +261,7 @@ class Bench:
         else:
             dst = self.peer_dst / UNIT
             cmd = ["rclone", "copy", "--transfers", "8", f"arch:{self.bucket}/{prefix}/{UNIT}", str(dst)]
-            result = self.measure([cmd], nbytes)
+            result = self.measure([cmd, flush(self.peer_dst)], nbytes)  # storekit fsyncs each file
             got = tree_bytes(dst)
             shutil.rmtree(self.peer_dst / UNIT.split("/")[0])
         if got != nbytes:
@@ -259,7 +284,8 @@ class Bench:
             return result
         dst = self.peer_dst / UNIT
         check = ["rclone", "check", "--download", str(self.unit), str(dst)]
-        result = self.measure([[*RCLONE_COPY, str(self.unit), str(dst)], check], nbytes)
+        copy = [*RCLONE_COPY, str(self.unit), str(dst)]
+        result = self.measure([copy, flush(self.peer_dst), check], nbytes)
         if tree_bytes(dst) != nbytes:
             raise SystemExit(f"rclone drain wrote {tree_bytes(dst)} bytes, expected {nbytes}")
         shutil.rmtree(self.peer_dst / UNIT.split("/")[0])
@@ -306,7 +332,8 @@ def drain_rounds(bench: Bench, nbytes: int, rows: dict[str, list[dict[str, Any]]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=["s3", "drain"], required=True)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="rounds, order alternating (default 5)")
+    ap.add_argument("--warm", action="store_true", help="start each contender with the source cached")
     ap.add_argument("--sign-payload", choices=["on", "off"], default="off")
     ap.add_argument("--workdir", default=str(HERE / ".work" / "archive"), help="holds src/ (the payload)")
     ap.add_argument("--scale", type=float, default=1.0, help="file sizes times this (smoke runs)")
@@ -343,10 +370,11 @@ def _size(n: int) -> str:
 def report(
     rows: dict[str, list[dict[str, Any]]], nbytes: int, args: argparse.Namespace, started: str, load: Any
 ) -> None:
-    shape = ", ".join(f"{c} x {_size(s)}" for c, s, _ in SHAPE)
+    shape = ", ".join(f"{c} x {_size(max(1, int(s * args.scale)))}" for c, s, _ in SHAPE)
     loads = " ".join(f"{x:.2f}" for x in load)
     sign = args.sign_payload
-    print(f"\n### storekit tier --part {args.part} — {started} (2 cores; payload signing {sign})\n")
+    cache = "warm (source read first)" if args.warm else "cold (source pages dropped per contender)"
+    print(f"\n### storekit tier --part {args.part} — {started} (2 cores; payload signing {sign}; {cache})\n")
     print(f"Unit: {nbytes / 2**30:.2f} GiB in 40 files ({shape}); {args.repeat} rounds, order alternating,")
     print(f"medians. Load average at start: {loads}.\n")
     print("| run | MB/s (median) | per round | client CPU-s/GB | peak client RSS |")
