@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from storekit.errors import ConfigError, NotFoundError, UsageError
+from storekit.readers import Invalid, read_duration, read_int, read_positive, read_size
 from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
-from storekit.units import parse_duration, parse_size
 
 ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
@@ -254,15 +254,11 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
     )
 
 
-def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) else None
-
-
-_TRANSFER_KEYS: dict[str, tuple[Callable[[Any], float | None], str]] = {  # key -> (parser, a value's form)
-    "threads": (_whole, "a whole number of threads, e.g. 8"),
-    "max_in_flight": (parse_size, "a size, e.g. 512MiB"),
-    "bandwidth": (parse_size, "bytes per second as a size, e.g. 200MB"),
-    "retry_budget": (parse_duration, "a duration, e.g. 120s or 5m"),
+_TRANSFER_KEYS: dict[str, tuple[Callable[[Any], float], str]] = {  # key -> (reader, a value's form)
+    "threads": (lambda v: read_int(v, low=1), "a whole number of threads above 0, e.g. 8"),
+    "max_in_flight": (lambda v: read_size(v, low=1), "a size above 0, e.g. 512MiB"),
+    "bandwidth": (lambda v: read_size(v, low=1), "bytes per second as a size above 0, e.g. 200MB"),
+    "retry_budget": (lambda v: read_positive(read_duration(v)), "a duration above 0, e.g. 120s or 5m"),
 }
 
 
@@ -274,14 +270,12 @@ def _parse_transfer(raw: Any, source: str, key: str) -> dict[str, float]:
     reject_unknown(raw, set(_TRANSFER_KEYS), source, f"{key}.transfer")
     out: dict[str, float] = {}
     for name, value in raw.items():
-        parse, expected = _TRANSFER_KEYS[name]
+        read, expected = _TRANSFER_KEYS[name]
         try:
-            number = parse(value) if not isinstance(value, bool) else None
-        except (TypeError, ValueError):
-            number = None
-        if number is None or number <= 0:
-            raise ConfigError(source, f"{key}.transfer.{name}", f"expected {expected} above 0, got {value!r}")
-        out[name] = number
+            out[name] = read(value)
+        except Invalid:
+            problem = f"expected {expected}, got {value!r}"
+            raise ConfigError(source, f"{key}.transfer.{name}", problem) from None
     return out
 
 

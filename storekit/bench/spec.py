@@ -15,12 +15,19 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from storekit.errors import UsageError
-from storekit.units import parse_duration
-from storekit.units import parse_size as _parse_size_units
+from storekit.readers import (
+    Invalid,
+    read_duration,
+    read_int_list,
+    read_number,
+    read_size,
+    read_size_list,
+)
 
+T = TypeVar("T")
 PATTERNS = ("shards", "checkpoint", "tokens", "meta")
 DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers are multiples of this
 # Parameter counts of common open models (Llama family sizes); `--model 3.2b` works too.
@@ -191,32 +198,17 @@ class BenchSpec:
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def parse_size(text: str, option: str) -> int:
-    """A size of an option: storekit's one size grammar (units.parse_size), as fio reads it."""
-    value = text.strip()
-    if value.startswith("-"):
-        raise UsageError(f"{option} {text!r}: sizes cannot be negative")
+def read_option(option: str, read: Callable[[Any], T], value: Any) -> T:
+    """An option's value through its reader (storekit.readers); a bad one names the option."""
     try:
-        return _parse_size_units(value)
-    except ValueError as exc:
+        return read(value)
+    except Invalid as exc:
         raise UsageError(f"{option}: {exc}") from None
 
 
-def parse_list(text: str, option: str, parse: Callable[[str, str], int] | None = None) -> tuple[int, ...]:
-    """`1,2,4` -> (1, 2, 4), sorted and without duplicates; `parse` reads sizes such as `1M`."""
-    items = [p.strip() for p in text.split(",") if p.strip()]
-    if not items:
-        raise UsageError(f"{option}: expected a comma-separated list, got {text!r}")
-    values = []
-    for item in items:
-        if parse is not None:
-            values.append(parse(item, option))
-            continue
-        try:
-            values.append(int(item))
-        except ValueError:
-            raise UsageError(f"{option}: {item!r} is not a whole number") from None
-    return tuple(sorted(set(values)))
+def parse_size(text: str, option: str) -> int:
+    """A size of an option: storekit's one size grammar, as fio reads it."""
+    return read_option(option, read_size, text)
 
 
 def parse_model(text: str, *, bytes_per_param: float, optimizer_bytes_per_param: float) -> ModelSpec:
@@ -242,8 +234,7 @@ def parse_model(text: str, *, bytes_per_param: float, optimizer_bytes_per_param:
 
 
 def _check_range(option: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise UsageError(f"{option} {value:g} is out of range; expected {low:g} to {high:g}")
+    read_option(option, lambda v: read_number(v, low=low, high=high), value)
 
 
 def validate(spec: BenchSpec) -> BenchSpec:
@@ -324,10 +315,7 @@ def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
         o["size"] = DEFAULTS["size"]
     pattern = str(o["pattern"]).strip()
     patterns = PATTERNS if pattern == "all" else tuple(p.strip() for p in pattern.split(",") if p.strip())
-    try:
-        seconds = parse_duration(str(o["duration"]))
-    except ValueError as exc:
-        raise UsageError(f"--duration: {exc}") from None
+    seconds = read_option("--duration", read_duration, str(o["duration"]))
     model = parse_model(
         str(o["model"]),
         bytes_per_param=float(o["bytes_per_param"]),
@@ -338,9 +326,9 @@ def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
         target=target,
         size=parse_size(str(o["size"]), "--size"),
         file_size=parse_size(str(o["file_size"]), "--file-size"),
-        workers=parse_list(str(o["workers"]), "--workers"),
-        block_sizes=parse_list(str(o["block_size"]), "--block-size", parse_size),
-        queue_depths=parse_list(str(o["queue_depth"]), "--queue-depth"),
+        workers=read_option("--workers", read_int_list, str(o["workers"])),
+        block_sizes=read_option("--block-size", read_size_list, str(o["block_size"])),
+        queue_depths=read_option("--queue-depth", read_int_list, str(o["queue_depth"])),
         duration=seconds,
         repeat=int(o["repeat"]),
         direct=bool(o["direct"]),

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
+from storekit.readers import Invalid, read_duration, read_int, read_size
 from storekit.resources import resolve_declarative
 from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, named_table, parse_toml, reject_unknown
-from storekit.units import parse_duration, parse_size
+
+T = TypeVar("T")
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _AREA_RULE = "area names are one path component: lowercase letters, digits, '-', '_'"
@@ -153,13 +156,12 @@ def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterPro
         read_only=read_only,
         create=tuple(create),
         levels=levels,
-        ttl_seconds=_optional(body, "ttl", parse_duration, source, key, "a duration such as 14d or 12h"),
-        quota_bytes=_optional(body, "quota", parse_size, source, key, "a size such as 50TiB"),
-        quota_files=_optional(body, "quota_files", _positive_int, source, key, "a positive integer"),
+        ttl_seconds=_optional(body, "ttl", read_duration, source, key),
+        quota_bytes=_optional(body, "quota", read_size, source, key),
+        quota_files=_optional(body, "quota_files", _positive_int, source, key),
         striping=_parse_striping(body.get("striping"), source, f"{key}.striping"),
         writers=_area_writers(body.get("writers", []), profiles, source, f"{key}.writers"),
-        quiet_seconds=_optional(body, "quiet_period", parse_duration, source, key, "a duration such as 10m")
-        or 600.0,
+        quiet_seconds=_optional(body, "quiet_period", read_duration, source, key) or 600.0,
         beside=_name_globs(body.get("beside", []), source, f"{key}.beside"),
     )
 
@@ -205,8 +207,8 @@ def _parse_striping(raw: Any, source: str, key: str) -> StripingSpec | None:
     if not isinstance(count, int) or isinstance(count, bool) or count == 0 or count < -1:
         raise ConfigError(source, f"{key}.count", "expected a positive integer or -1 (all OSTs)")
     try:
-        size = parse_size(raw.get("size", "1MiB"))
-    except ValueError as exc:
+        size = read_size(raw.get("size", "1MiB"))
+    except Invalid as exc:
         raise ConfigError(source, f"{key}.size", str(exc)) from None
     if size < 65536 or size % 65536:
         raise ConfigError(source, f"{key}.size", "Lustre stripe sizes are multiples of 64KiB")
@@ -214,18 +216,17 @@ def _parse_striping(raw: Any, source: str, key: str) -> StripingSpec | None:
 
 
 def _positive_int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{value!r} is not a positive integer")
-    return value
+    return read_int(value, low=1)
 
 
-def _optional(body: dict[str, Any], name: str, parse: Any, source: str, key: str, expected: str) -> Any:
+def _optional(body: dict[str, Any], name: str, read: Callable[[Any], T], source: str, key: str) -> T | None:
+    """body[name] through its reader (storekit.readers); None when absent."""
     if name not in body:
         return None
     try:
-        return parse(body[name])
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(source, f"{key}.{name}", f"expected {expected} ({exc})") from None
+        return read(body[name])
+    except Invalid as exc:
+        raise ConfigError(source, f"{key}.{name}", str(exc)) from None
 
 
 def _component(value: Any, source: str, key: str) -> str:

@@ -25,8 +25,17 @@ from typing import Any
 from storekit.config import URL_CREDENTIALS_HINT, mask_url, url_has_credentials
 from storekit.errors import ConfigError
 from storekit.pipeline import formats as input_formats
+from storekit.readers import (
+    Invalid,
+    read_bool,
+    read_choice,
+    read_fraction,
+    read_int,
+    read_size,
+    read_str,
+    read_str_list,
+)
 from storekit.tomlkeys import parse_toml
-from storekit.units import parse_size
 
 KINDS = ("text", "code", "multimodal")
 FORMATS = (*input_formats.DISCOVERY_MODES, *input_formats.FORMATS)  # --format: a mode or a format name
@@ -230,56 +239,51 @@ def _check(name: str, value: Any, origin: str) -> Any:
                 file, key, f"credentials in a URL are refused ({mask_url(text)})", hint=URL_CREDENTIALS_HINT
             )
 
-    if name == "inputs":
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) and i for i in items):
-            raise fail("expected a list of paths, globs, directories or s3:// URLs")
-        return tuple(items)
-    if name == "keep_fields":
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-            raise fail("expected a list of field names (or a,b,c on the command line)")
-        return tuple(i.strip() for i in items if i.strip())
-    if name in ("eos", "bos", "dedup", "allow_empty"):
-        if not isinstance(value, bool):
-            raise fail(f"expected true or false, got {value!r}")
-        return value
-    if name in _SIZE_FIELDS:
-        try:
-            size = parse_size(value)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-        if size <= 0:
-            raise fail("must be greater than zero")
-        return size
-    if name in ("min_chars", "max_chars", "shard_tokens", "workers"):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if "chars" in name else 1):
-            raise fail(
-                f"expected a {'non-negative' if 'chars' in name else 'positive'} integer, got {value!r}"
-            )
-        return value
-    if name == "holdout":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
-            raise fail(f"expected a fraction in [0, 1), e.g. 0.01, got {value!r}")
-        return float(value)
-    if not isinstance(value, str):
-        raise fail(f"expected a string, got {type(value).__name__} {value!r}")
-    choices = {
-        "kind": KINDS,
-        "input_format": FORMATS,
-        "on_error": ON_ERROR,
-        "tokenizer_engine": ENGINES,
-        "special_tokens": SPECIAL_TOKENS,
-    }.get(name)
-    if choices and value not in choices:
-        raise fail(f"expected one of {', '.join(choices)}, got {value!r}")
+    try:
+        value = _read(name, value)
+    except Invalid as exc:
+        raise fail(str(exc)) from None
     if name in ("name", "version") and not _NAME_RE.match(value):
         raise fail(f"{value!r} is not a valid {name}: use letters, digits, '.', '_' and '-'")
     if name == "version" and _BARE_VERSION.fullmatch(value):
         return f"v{value}"  # `--version 2` is v2: the layout names versions v1, v2, ... or dates
-    if name == "text_key" and not value:
-        raise fail("must not be empty")
     return value
+
+
+_CHOICES = {
+    "kind": KINDS,
+    "input_format": FORMATS,
+    "on_error": ON_ERROR,
+    "tokenizer_engine": ENGINES,
+    "special_tokens": SPECIAL_TOKENS,
+}
+
+
+def _read(name: str, value: Any) -> Any:
+    """The value of one pipeline option with its type's reader (storekit.readers)."""
+    if name == "inputs":
+        try:
+            return read_str_list(value, nonempty_items=True)
+        except Invalid:
+            raise Invalid("expected a list of paths, globs, directories or s3:// URLs") from None
+    if name == "keep_fields":
+        try:
+            return tuple(i.strip() for i in read_str_list(value, split_commas=True) if i.strip())
+        except Invalid:
+            raise Invalid("expected a list of field names (or a,b,c on the command line)") from None
+    if name in ("eos", "bos", "dedup", "allow_empty"):
+        return read_bool(value)
+    if name in _SIZE_FIELDS:
+        return read_size(value, low=1)
+    if name in ("min_chars", "max_chars"):
+        return read_int(value, low=0)
+    if name in ("shard_tokens", "workers"):
+        return read_int(value, low=1)
+    if name == "holdout":
+        return read_fraction(value)
+    if name in _CHOICES:
+        return read_choice(value, _CHOICES[name])
+    return read_str(value, nonempty=name == "text_key")
 
 
 def _check_relations(spec: PipelineSpec, origin: Mapping[str, str]) -> None:

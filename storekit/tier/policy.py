@@ -9,13 +9,13 @@ Selecting units is `storekit.tier.select`; this module is data and validation on
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from storekit.errors import ConfigError
+from storekit.readers import Invalid, read_duration, read_int, read_percent, read_size
 from storekit.tomlkeys import get_bool, get_str, named_table
-from storekit.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
     from storekit.config import SiteConfig
@@ -24,11 +24,11 @@ ACTIONS = ("drain", "archive", "recall", "purge")
 # where each action moves units when the policy names no tier: by the tiers' roles
 DEFAULT_FROM_ROLE = {"drain": "burst", "archive": "parallel", "purge": "parallel", "recall": "archive"}
 DEFAULT_TO_ROLE = {"drain": "parallel", "archive": "archive", "purge": "archive", "recall": "parallel"}
+T = TypeVar("T")
 PER_STUB = "(each stub's tier)"
 ADHOC = "command line"  # the source of a policy made from --archive PATH / --drain / --recall PATH
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _NAME_RULE = "policy names use lowercase letters, digits, '-', '_'"
-_PERCENT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 _KEYS = {
     "description",
     "action",
@@ -126,16 +126,16 @@ def parse_policy(name: str, body: Any, source: str) -> Policy:
         to_tier=_opt_str(body, "to", source, key),
         paths=_globs(body, "paths", source, key),
         pinned=_globs(body, "pinned", source, key),
-        older_than_s=_opt(body, "older_than", parse_duration, source, key, "a duration such as 30d"),
-        larger_than=_opt(body, "larger_than", parse_size, source, key, "a size such as 10GiB"),
-        smaller_than=_opt(body, "smaller_than", parse_size, source, key, "a size such as 10GiB"),
-        idle_for_s=_opt(body, "idle_for", parse_duration, source, key, "a duration such as 7d"),
-        keep_last=_opt(body, "keep_last", _count, source, key, "a whole number ≥ 0") or 0,
-        keep_every=_opt(body, "keep_every", _positive, source, key, "a whole number ≥ 1"),
-        high_watermark=_opt(body, "high_watermark", _percent, source, key, 'a percentage such as "85%"'),
-        low_watermark=_opt(body, "low_watermark", _percent, source, key, 'a percentage such as "70%"'),
+        older_than_s=_opt(body, "older_than", read_duration, source, key),
+        larger_than=_opt(body, "larger_than", read_size, source, key),
+        smaller_than=_opt(body, "smaller_than", read_size, source, key),
+        idle_for_s=_opt(body, "idle_for", read_duration, source, key),
+        keep_last=_opt(body, "keep_last", _at_least(0), source, key) or 0,
+        keep_every=_opt(body, "keep_every", _at_least(1), source, key),
+        high_watermark=_opt(body, "high_watermark", read_percent, source, key),
+        low_watermark=_opt(body, "low_watermark", read_percent, source, key),
         free_source=get_bool(body, "free_source", source, f"{key}.free_source", True),
-        verify_max_age_s=_opt(body, "verify_max_age", parse_duration, source, key, "a duration such as 7d"),
+        verify_max_age_s=_opt(body, "verify_max_age", read_duration, source, key),
     )
     check_conditions(policy)
     return policy
@@ -261,38 +261,15 @@ def _globs(body: Mapping[str, Any], name: str, source: str, key: str) -> tuple[s
     return tuple(v.strip("/") for v in value)
 
 
-def _opt(body: Mapping[str, Any], name: str, parse: Any, source: str, key: str, expected: str) -> Any:
+def _opt(body: Mapping[str, Any], name: str, read: Callable[[Any], T], source: str, key: str) -> T | None:
+    """body[name] through its reader (storekit.readers); None when absent."""
     if name not in body:
         return None
-    value = body[name]
-    if isinstance(value, bool):
-        raise ConfigError(source, f"{key}.{name}", f"expected {expected}, got {value!r}")
     try:
-        parsed = parse(value)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(source, f"{key}.{name}", f"expected {expected} ({exc})") from None
-    if isinstance(parsed, float) and parsed < 0:
-        raise ConfigError(source, f"{key}.{name}", f"expected {expected}, got a negative value")
-    return parsed
+        return read(body[name])
+    except Invalid as exc:
+        raise ConfigError(source, f"{key}.{name}", str(exc)) from None
 
 
-def _count(value: Any) -> int:
-    if not isinstance(value, int) or value < 0:
-        raise ValueError(f"{value!r} is not a whole number ≥ 0")
-    return value
-
-
-def _positive(value: Any) -> int:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{value!r} is not a whole number ≥ 1")
-    return value
-
-
-def _percent(value: Any) -> float:
-    match = _PERCENT_RE.match(value) if isinstance(value, str) else None
-    if match is None:
-        raise ValueError(f"{value!r} is not a percentage")
-    fraction = float(match.group(1)) / 100
-    if not 0 < fraction < 1:
-        raise ValueError(f"{value!r} is not between 0% and 100%")
-    return fraction
+def _at_least(low: int) -> Callable[[Any], int]:
+    return lambda value: read_int(value, low=low)

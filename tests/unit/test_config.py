@@ -67,7 +67,7 @@ BAD_CONFIGS = [
         "transfer-threads-float",
         '[tiers.a]\nurl = "s3://b/x"\n[tiers.a.transfer]\nthreads = 2.5\n',
         "tiers.a.transfer.threads",
-        "expected a whole number of threads, e.g. 8 above 0, got 2.5",
+        "expected a whole number of threads above 0, e.g. 8, got 2.5",
     ),
     (
         "transfer-bandwidth-words",
