@@ -32,7 +32,7 @@ def _why_not(store: Store) -> str:
     root = store.local_path("") if store.capabilities.directories else None
     if root is None:
         return "an object store has no quotas or striping"
-    return "storekit sets quotas and striping on CephFS and Lustre only (this is neither, or lfs is missing)"
+    return "quotas and striping are set on CephFS and Lustre only; this is neither, or lfs is missing"
 
 
 def plan_settings(spec: LayoutSpec, store: Store) -> tuple[list[tuple[str, str]], list[str]]:
