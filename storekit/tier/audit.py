@@ -22,6 +22,7 @@ from storekit.config import SiteConfig, TierConfig, file_url_path
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
 from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
+from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
@@ -37,7 +38,6 @@ from storekit.tier.relpath import bad_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
-from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
 from storekit.tier.verified import remove_temps as remove_verified_temps
 
 
@@ -128,7 +128,7 @@ def verify_stub(
             result.problems.append(f"{source.manifest_url}: manifest digest differs from the stub's")
             return result
         try:
-            manifest = parse_manifest(data, source.manifest_url)
+            manifest = parse_unit_manifest(data, source.manifest_url)
         except MismatchError as exc:
             result.problems.append(str(exc))
             return result

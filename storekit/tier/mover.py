@@ -33,6 +33,14 @@ from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, UsageError
 from storekit.lease import Lease, sibling_lease_path
+from storekit.manifest import (
+    FILE,
+    UNIT_MANIFEST_SUFFIX,
+    UnitEntry,
+    UnitManifest,
+    manifest_digest,
+    parse_unit_manifest,
+)
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
 from storekit.tier.dest import (
@@ -47,16 +55,7 @@ from storekit.tier.relpath import check_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
-from storekit.tier.unitmanifest import (
-    FILE,
-    MANIFEST_SUFFIX,
-    UnitEntry,
-    UnitManifest,
-    fingerprint,
-    manifest_digest,
-    parse_manifest,
-    walk_unit,
-)
+from storekit.tier.unitwalk import fingerprint, walk_unit
 from storekit.tier.verified import record_failed, record_verified
 
 
@@ -236,7 +235,7 @@ def _refuse_another_units_copy(dest: Destination, src: Path) -> bytes | None:
     if data is None:
         return None
     try:
-        source = parse_manifest(data, dest.manifest_url).source
+        source = parse_unit_manifest(data, dest.manifest_url).source
     except StorekitError:
         source = "an unreadable manifest"
     if source != src.as_uri():
@@ -393,7 +392,7 @@ def _new_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManife
         action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
         to_tier=str(journal.doc["tier"]),
         to_path=str(journal.doc["to_path"]),
-        manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
+        manifest=str(journal.doc["to_path"]) + UNIT_MANIFEST_SUFFIX,
         manifest_xxh3=digest,
         bytes=manifest.total_bytes,
         files=len(manifest.files),
@@ -419,7 +418,7 @@ def _ensure_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitMan
 
 def remove_own_temps(unit: Path) -> None:
     """Temps of the stub's or a sibling manifest's atomic write that a crash left (we hold the lease)."""
-    prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, MANIFEST_SUFFIX))
+    prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, UNIT_MANIFEST_SUFFIX))
     for name in os.listdir(unit.parent):
         if name.startswith(prefixes):
             remove_partial(unit.parent / name)
@@ -471,7 +470,7 @@ def _saved_manifest(journal: UnitJournal) -> tuple[UnitManifest, bytes]:
         raise MismatchError(
             f"{journal.manifest_path}: missing or not the journaled manifest", hint="see `tier gc`"
         )
-    return parse_manifest(data, str(journal.manifest_path)), data
+    return parse_unit_manifest(data, str(journal.manifest_path)), data
 
 
 def _log_verified(jdir: Path, action: str, uid: str, manifest: UnitManifest) -> None:
@@ -700,7 +699,7 @@ def _recall_copy(
             f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} is not the stub's {stub.manifest_xxh3}"
         )
     journal.save_manifest(data)
-    manifest = parse_manifest(data, source.manifest_url)
+    manifest = parse_unit_manifest(data, source.manifest_url)
     remove_partial(temp)
     check_space(unit.parent, manifest.total_bytes, len(manifest.entries), f"the tier at {unit.parent}")
     log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
