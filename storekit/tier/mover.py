@@ -65,15 +65,21 @@ class UnitChanged(StorekitError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class UnitResult:
-    unit: str  # relative to its tier root
-    action: str  # archive | drain | recall
-    state: str  # done | already-moved | already-present
-    files: int
-    bytes: int
-    dest_url: str
-    manifest_xxh3_128: str
-    resumed: bool  # a journal of an earlier, interrupted run was found and finished
-    freed: bool  # the source was removed (archive/drain) or the stub (recall)
+    """What became of one unit: the mover's record of a move and the line `tier --apply` reports
+    (a unit the plan's re-check skipped, or whose move failed, has only the first six fields)."""
+
+    path: str  # the unit, relative to its tier root
+    action: str  # archive | drain | recall | purge
+    status: str = "done"  # done | skipped | failed
+    reason: str = ""  # why it was skipped or failed; for a move done, what was done
+    bytes: int = 0
+    exit_code: int = 0  # a failed unit's (storekit.errors.ExitCode)
+    state: str = "done"  # of a move done: done | already-moved | already-present
+    files: int = 0
+    dest_url: str = ""
+    manifest_xxh3_128: str = ""
+    resumed: bool = False  # a journal of an earlier, interrupted run was found and finished
+    freed: bool = False  # the source was removed (archive/drain) or the stub (recall)
     not_owned: tuple[str, ...] = ()  # entries written without their recorded owner (not root)
 
     def to_dict(self) -> dict[str, Any]:
@@ -496,7 +502,7 @@ def _done(
 ) -> UnitResult:
     return UnitResult(
         not_owned=tuple(str(p) for p in not_owned),
-        unit=unit_rel,
+        path=unit_rel,
         action=action,
         state="done",
         files=len(m.files),
@@ -512,7 +518,7 @@ def _result(
     action: str, unit_rel: str, url: str, stub: Stub, state: str, *, resumed: bool, freed: bool
 ) -> UnitResult:
     return UnitResult(
-        unit=unit_rel,
+        path=unit_rel,
         action=action,
         state=state,
         files=stub.files,
@@ -558,7 +564,7 @@ def recall_unit(
             if stub is None:
                 if os.path.lexists(unit):
                     return UnitResult(
-                        unit=unit_rel,
+                        path=unit_rel,
                         action="recall",
                         state="already-present",
                         files=0,
@@ -670,7 +676,7 @@ def _recall(
         log_action(jdir, "recall.stub-removed", uid, stub=str(spath), bytes=manifest.total_bytes)
     journal.finish()
     return UnitResult(
-        unit=unit_rel,
+        path=unit_rel,
         action="recall",
         state="done",
         files=len(manifest.files),
@@ -728,10 +734,3 @@ def _check_tree(root: Path, manifest: UnitManifest) -> None:
         same = same and (w.type == "symlink" or g.mode == w.mode) and (w.type != FILE or g.size == w.size)
         if not same:
             raise MismatchError(f"{root}/{path}: not restored as the manifest says ({g} vs {w})")
-
-
-def move_unit(unit: Any, *, site: SiteConfig) -> Any:
-    """A plan unit's move (`tier --apply` loads this name): see storekit.tier.moveunit."""
-    from storekit.tier.moveunit import move_unit as move
-
-    return move(unit, site=site)

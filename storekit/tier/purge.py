@@ -151,7 +151,7 @@ def _differs(src: Path, entries: list[UnitEntry], manifest: UnitManifest) -> str
 
 def _already(unit_rel: str, dest: Destination, digest: str, size: int, files: int) -> UnitResult:
     return UnitResult(
-        unit=unit_rel,
+        path=unit_rel,
         action="purge",
         state="already-moved",
         files=files,
