@@ -42,7 +42,7 @@ from storekit.tier.verified import remove_temps as remove_verified_temps
 
 
 @dataclass
-class VerifyResult:
+class ArchiveVerifyResult:
     stub: str
     url: str
     manifest_url: str = ""
@@ -87,7 +87,7 @@ def _moved_on(stub: Stub, site: SiteConfig) -> Path | None:
 
 def _verify_chain(
     stub: Stub, upstream: Path, *, site: SiteConfig, sample: float, seed: int | None, depth: int
-) -> VerifyResult:
+) -> ArchiveVerifyResult:
     """First hop: its manifest must still be the stub's; the bytes are verified where they went."""
     first = source_of_stub(stub, site)
     try:
@@ -102,7 +102,7 @@ def _verify_chain(
 
 def verify_stub(
     stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None, depth: int = 0
-) -> VerifyResult:
+) -> ArchiveVerifyResult:
     """Re-read the archived unit a stub names; problems listed (never raised) except a damaged stub."""
     stub = read_stub(stub_file)
     if stub is None:
@@ -113,7 +113,7 @@ def verify_stub(
         result.stub = f"{stub_file} (moved on: {result.stub})"
         return result
     source = source_of_stub(stub, site)
-    result = VerifyResult(
+    result = ArchiveVerifyResult(
         stub=str(stub_file),
         url=source.url,
         manifest_url=source.manifest_url,
