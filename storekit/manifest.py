@@ -20,6 +20,7 @@ Store methods they call.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -311,7 +312,7 @@ def parse_unit_manifest(data: bytes, where: str) -> UnitManifest:
     )
 
 
-def _unit_manifest(doc: dict[str, Any], bad: Any) -> Manifest:
+def _unit_manifest(doc: dict[str, Any], bad: Callable[[str], StorekitError]) -> Manifest:
     """A unit manifest's document as a Manifest: its files, and the whole tree in body['entries']."""
     try:
         entries = [_unit_entry(raw) for raw in doc["entries"]]
