@@ -12,9 +12,10 @@ Two on-disk shapes are read, both through `parse_manifest` (one JSON/depth/schem
   directories, symlinks with mode, mtime_ns, owner) under `entries`. Stubs and journals hold the
   xxh3-128 of these exact bytes, so the shape is kept as written; `UnitManifest` is its typed view.
 
-Imports neither fsspec nor the store package: `storekit.checkpoint.commit`, which training scripts
-import, writes its manifests with this module. The Store-based helpers take any object with the
-Store methods they call.
+Imports neither fsspec nor the store, config or ops packages (`.importlinter` forbids it):
+`storekit.checkpoint.commit`, which training scripts import, writes its manifests with this module.
+The helpers that read, write and verify through a tier take any `ManifestStore` (storekit.store's
+stores are).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 import xxhash
 
@@ -37,9 +38,6 @@ from storekit.errors import (
     StorekitError,
 )
 from storekit.paths import clean_rel, join_rel
-
-if TYPE_CHECKING:
-    from storekit.store import Store
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -169,7 +167,20 @@ def _depth(doc: Any) -> int:
 
 
 # -- datasets and checkpoints on a store ------------------------------------------------------------
-def read_manifest(store: Store, directory: str) -> Manifest:
+class ManifestStore(Protocol):
+    """What the helpers below use of a storekit.store.Store (named here, never imported)."""
+
+    @property
+    def display_url(self) -> str: ...
+
+    def read_bytes(self, rel: str) -> bytes: ...
+
+    def write_bytes(self, rel: str, data: bytes) -> None: ...
+
+    def open_read(self, rel: str) -> IO[bytes]: ...
+
+
+def read_manifest(store: ManifestStore, directory: str) -> Manifest:
     rel = join_rel(directory, MANIFEST_NAME)
     try:
         data = store.read_bytes(rel)
@@ -180,7 +191,7 @@ def read_manifest(store: Store, directory: str) -> Manifest:
     return parse_manifest(data, source=f"{store.display_url}/{rel}")
 
 
-def write_manifest(store: Store, directory: str, manifest: Manifest) -> None:
+def write_manifest(store: ManifestStore, directory: str, manifest: Manifest) -> None:
     """Atomic: temp + rename on POSIX, a single PUT on S3. Call only after every file is in place."""
     store.write_bytes(join_rel(directory, MANIFEST_NAME), manifest.to_json())
 
@@ -200,7 +211,7 @@ def file_problem(want: ManifestFile, got: FileDigest) -> str | None:
     return None
 
 
-def verify_manifest(store: Store, directory: str, manifest: Manifest) -> list[VerifyProblem]:
+def verify_manifest(store: ManifestStore, directory: str, manifest: Manifest) -> list[VerifyProblem]:
     """Re-hash every file the manifest names; return what is missing or different."""
     problems = []
     for f in manifest.files:
@@ -222,7 +233,7 @@ def verify_manifest(store: Store, directory: str, manifest: Manifest) -> list[Ve
     return problems
 
 
-def require_verified(store: Store, directory: str, manifest: Manifest) -> None:
+def require_verified(store: ManifestStore, directory: str, manifest: Manifest) -> None:
     problems = verify_manifest(store, directory, manifest)
     if problems:
         first = problems[0]
