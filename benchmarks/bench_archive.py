@@ -269,8 +269,8 @@ class Bench:
         return result
 
     def drain(self, who: str, nbytes: int) -> dict[str, Any]:
+        from storekit.manifest import UNIT_MANIFEST_SUFFIX
         from storekit.tier.stubfile import stub_path
-        from storekit.tier.unitmanifest import MANIFEST_SUFFIX
 
         if who == "storekit":
             cmd = self.driver("storekit-drain", str(self.root), UNIT, str(self.parallel), str(self.journal))
@@ -280,7 +280,7 @@ class Bench:
                 raise SystemExit(f"storekit drain: {moved} is not the whole unit, or the source remains")
             os.rename(moved, self.unit)  # untimed: back for the next contender
             stub_path(self.unit).unlink()
-            (moved.parent / f"{moved.name}{MANIFEST_SUFFIX}").unlink()
+            (moved.parent / f"{moved.name}{UNIT_MANIFEST_SUFFIX}").unlink()
             return result
         dst = self.peer_dst / UNIT
         check = ["rclone", "check", "--download", str(self.unit), str(dst)]

@@ -62,8 +62,8 @@ def remove_write_temps(path: str | os.PathLike[str]) -> None:
 
 
 def remove_write_temps_in(directory: str | os.PathLike[str]) -> None:
-    """Temps that killed writes left in `directory`, whatever file they were for. Only the one writer
-    of every file there may call this (e.g. `tier gc` for the verified records)."""
+    """Temps that killed writes left in `directory`, whatever file they were for. Only a process that
+    alone writes every file there may call this (e.g. `tier gc` for the verified records)."""
     _unlink_entries(directory, lambda entry: TMP_MARK in entry)
 
 

@@ -1,4 +1,4 @@
-"""Prometheus text exposition for node_exporter's textfile collector: the one writer every command uses.
+"""Prometheus text exposition for node_exporter's textfile collector: every command renders its metrics here.
 
 A family has one name, one HELP and one TYPE, declared once before its samples; quantiles only appear
 on summaries (with their `_sum` and `_count`); label values and HELP text are escaped as the format

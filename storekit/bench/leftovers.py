@@ -118,7 +118,7 @@ def _bytes_under(path: str) -> int:
     return total
 
 
-def reclaim(scratch: str) -> list[dict[str, Any]]:
+def reclaim_dead_runs(scratch: str) -> list[dict[str, Any]]:
     """Remove the dead predecessors' run directories; what was removed, for --json."""
     done = []
     for path in _our_tombstones(scratch):

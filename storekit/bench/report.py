@@ -49,7 +49,9 @@ _QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99_9": 0.999}
 DATA_OPS = ("write", "read", "randread")  # phases that move data (the others are metadata operations)
 
 
-def prometheus_text(doc: dict[str, Any]) -> str:
+def bench_prometheus_text(doc: dict[str, Any]) -> str:
+    """A bench io document as storekit_bench_io_* metrics (rendered by storekit.metrics, as
+    `storekit status --prometheus` is: layout.status.status_prometheus_text)."""
     m = Metrics()
     prefix = "storekit_bench_io_"
 
@@ -170,7 +172,7 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def write_prometheus(path: str, doc: dict[str, Any]) -> None:
-    write_textfile(path, prometheus_text(doc))
+    write_textfile(path, bench_prometheus_text(doc))
 
 
 def require_matplotlib() -> None:

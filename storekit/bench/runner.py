@@ -86,7 +86,9 @@ def _exit_when_gone(coordinator: int, pidfd: int) -> None:
     os._exit(1)
 
 
-def _process_main(task: WorkerTask, barrier: StartBarrier, results: Any, coordinator: int) -> None:
+def worker_process_main(task: WorkerTask, barrier: StartBarrier, results: Any, coordinator: int) -> None:
+    """One worker process's body (here and in a multi-node agent): run its task, put the outcome on
+    `results`, and die with the process that started it."""
     _die_with_coordinator(coordinator)
     # The coordinator owns Ctrl-C: it stops workers with SIGTERM and then cleans up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -125,7 +127,7 @@ class PhaseRunner:
         results = self.ctx.Queue()
         procs = [
             self.ctx.Process(
-                target=_process_main, args=(t, barrier, results, os.getpid()), name=f"bench-w{t.worker}"
+                target=worker_process_main, args=(t, barrier, results, os.getpid()), name=f"bench-w{t.worker}"
             )
             for t in tasks
         ]

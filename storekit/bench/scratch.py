@@ -47,7 +47,7 @@ class PosixScratch:
     def reclaim_dead(self) -> list[dict[str, Any]]:
         """Remove run directories our own killed predecessors left (see bench.leftovers)."""
         if os.path.isdir(self.scratch) and not os.path.islink(self.scratch):
-            self.reclaimed = leftovers.reclaim(self.scratch)
+            self.reclaimed = leftovers.reclaim_dead_runs(self.scratch)
         return self.reclaimed
 
     def reclaimable(self) -> list[str]:

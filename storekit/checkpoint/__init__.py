@@ -1,7 +1,7 @@
 """Checkpoints as units: writer profiles, completeness, and the commit API training scripts call.
 
 `from storekit.checkpoint import commit` pulls in neither fsspec nor torch: only the standard
-library, xxhash and storekit's durable-write helpers.
+library, xxhash and storekit's small modules (durable writes, digests, the manifest format).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from storekit.store import Store
 
 
 @dataclass
-class VerifyResult:
+class CheckpointVerifyResult:
     unit: Unit
     digest: bool  # a storekit manifest exists and was re-hashed
     ok: bool
@@ -43,7 +43,7 @@ class VerifyResult:
         }
 
 
-def verify_unit(store: Store, unit: Unit) -> VerifyResult:
+def verify_unit(store: Store, unit: Unit) -> CheckpointVerifyResult:
     """Re-hash a unit against its manifest: missing, changed and added files are all problems; a
     manifest that cannot be read is one too (exit 4 like any damage), so a run's verify goes on."""
     if unit.has_manifest and not unit.is_file:
@@ -51,7 +51,7 @@ def verify_unit(store: Store, unit: Unit) -> VerifyResult:
             manifest = read_manifest(store, unit.path)
         except (InputError, NotFoundError) as exc:
             source = f"{store.display_url}/{manifest_path(unit)}"
-            return VerifyResult(
+            return CheckpointVerifyResult(
                 unit=unit,
                 digest=True,
                 ok=False,
@@ -65,7 +65,7 @@ def verify_unit(store: Store, unit: Unit) -> VerifyResult:
         ]
         problems += [{"path": rel, "problem": "not in the manifest (added after the commit)"} for rel in
                      _extra_files(store, unit, manifest)]  # fmt: skip
-        return VerifyResult(
+        return CheckpointVerifyResult(
             unit=unit,
             digest=True,
             ok=not problems and unit.state == COMPLETE,
@@ -74,7 +74,7 @@ def verify_unit(store: Store, unit: Unit) -> VerifyResult:
             problems=problems,
             note="" if unit.state == COMPLETE else unit.reason,
         )
-    return VerifyResult(
+    return CheckpointVerifyResult(
         unit=unit,
         digest=False,
         ok=unit.state == COMPLETE,

@@ -19,7 +19,7 @@ torch.distributed when the script has initialised it (never imported otherwise).
 a function of the step alone, so ranks on different nodes sharing a Lustre directory agree on it.
 A rank whose block raises skips the barriers, so the others wait: end the job then, as a failed rank
 of any torch.distributed job must (the stage stays behind and the next commit removes it). Only the
-standard library, xxhash and storekit's own small helpers (durable, digest) are imported.
+standard library, xxhash and storekit's own small modules (durable, digest, manifest) are imported.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ from typing import Any
 
 import xxhash
 
-from storekit import __version__, faults
+from storekit import faults
 from storekit.digest import hash_local
 from storekit.durable import fsync_dir, purge_tombstones, remove_tree, write_file_atomic
+from storekit.manifest import MANIFEST_NAME, Manifest, ManifestFile
 
-MANIFEST = "manifest.json"
+MANIFEST = MANIFEST_NAME
 LATEST = "latest"
 PART_PREFIX = ".storekit-part-"
 STAGE_SUFFIX = ".storekit-tmp-stage"
@@ -342,17 +343,17 @@ def _merge_and_publish(run: Path, stage_dir: Path, final: Path, step: int, world
     faults.point("ckpt.commit.hashed")
     for r in range(world):
         (stage_dir / f"{PART_PREFIX}{r:05d}.json").unlink()
-    doc = {
-        "schema_version": 1,
-        "kind": "checkpoint",
-        "storekit_version": __version__,
-        "writer": "storekit",
-        "step": step,
-        "ranks": world,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": [{"path": p, "size": files[p][0], "xxh3_128": files[p][1]} for p in sorted(files)],
-    }
-    write_file_atomic(stage_dir / MANIFEST, json.dumps(doc, indent=2).encode() + b"\n")
+    manifest = Manifest(
+        kind="checkpoint",
+        files=tuple(ManifestFile(p, *files[p]) for p in sorted(files)),
+        body={
+            "writer": "storekit",
+            "step": step,
+            "ranks": world,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
+    write_file_atomic(stage_dir / MANIFEST, manifest.to_json())
     fsync_dir(stage_dir)
     faults.point("ckpt.commit.manifest-written")
     os.rename(stage_dir, final)

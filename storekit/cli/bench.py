@@ -31,7 +31,7 @@ from storekit.store import S3Store
 from storekit.units import SIZE_HELP, format_bytes
 
 if TYPE_CHECKING:
-    from storekit.bench.cluster.launch import SlurmOptions
+    from storekit.bench.cluster.launch import AgentSrunOptions
     from storekit.bench.plan import BenchPlan
 
 bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
@@ -536,8 +536,8 @@ def _slurm_options(
     account: str | None,
     coordinator_address: str | None,
     connect_timeout: float | None = None,
-) -> SlurmOptions | None:
-    from storekit.bench.cluster.launch import CONNECT_AFTER_START_S, SlurmOptions, in_allocation
+) -> AgentSrunOptions | None:
+    from storekit.bench.cluster.launch import CONNECT_AFTER_START_S, AgentSrunOptions, in_allocation
 
     if executor not in ("local", "slurm"):
         raise UsageError(f"--executor {executor!r}: expected local or slurm")
@@ -555,7 +555,7 @@ def _slurm_options(
         if not in_allocation():
             raise UsageError("--executor slurm needs --nodes N outside an sbatch/salloc allocation")
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
-    return SlurmOptions(nodes=nodes, partition=partition, time_limit=time_limit, account=account,
+    return AgentSrunOptions(nodes=nodes, partition=partition, time_limit=time_limit, account=account,
                         coordinator_address=coordinator_address,
                         connect_timeout=connect_timeout or CONNECT_AFTER_START_S)  # fmt: skip
 

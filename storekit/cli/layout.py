@@ -29,7 +29,7 @@ from storekit.layout.check import RULES, CheckReport, check_layout
 from storekit.layout.clean import CleanPlan
 from storekit.layout.init import LayoutPlan, apply_init, plan_init
 from storekit.layout.spec import LayoutSpec, load_layout
-from storekit.layout.status import AreaUsage, TierStatus, prometheus_text, root_missing, tier_status
+from storekit.layout.status import AreaUsage, TierStatus, root_missing, status_prometheus_text, tier_status
 from storekit.metrics import write_textfile
 from storekit.store import S3Store, Store, open_store
 from storekit.units import format_bytes, format_duration
@@ -407,7 +407,7 @@ def status(
         spec = load_layout(layout or store.tier.layout)
         statuses.append(tier_status(spec, store))
     if prometheus:
-        write_textfile(prometheus, prometheus_text(statuses))
+        write_textfile(prometheus, status_prometheus_text(statuses))
     out.result(
         "status",
         {"tiers": [s.to_dict() for s in statuses], "prometheus_file": prometheus},

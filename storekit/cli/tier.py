@@ -21,7 +21,8 @@ from storekit.layout.spec import load_layout
 from storekit.places import tier_relative
 from storekit.rootprobe import guard_root
 from storekit.store import open_store
-from storekit.tier.apply import UnitResult, apply_plan, check_unit, exit_code_of, load_mover
+from storekit.tier.apply import apply_plan, check_unit, exit_code_of
+from storekit.tier.mover import UnitResult
 from storekit.tier.plan import PlanRequest, TierPlan, build_plan, load_plan, render_plan
 from storekit.tier.policy import Policy, adhoc_policy, merged_policies
 from storekit.units import format_bytes
@@ -272,7 +273,9 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
         stores = {n: open_store(site.tier(n)) for n in names}
         checked = [check_unit(plan, u, stores, now=time.time()) for u in plan.units]
         results = [
-            c if isinstance(c, UnitResult) else UnitResult(c.src_path, c.action, "done", "unchanged")
+            c
+            if isinstance(c, UnitResult)
+            else UnitResult(path=c.src_path, action=c.action, reason="unchanged")
             for c in checked
         ]
         doc = {**plan.to_dict(), "dry_run": True, "results": [r.to_dict() for r in results]}
@@ -322,7 +325,6 @@ def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
 
 
 def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> None:
-    mover = load_mover() if plan.units else None
     total = len(plan.units)
 
     def log(r: UnitResult) -> None:  # one line per unit on stderr: Slurm logs show how far a drain got
@@ -331,7 +333,7 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
         done.append(r)
 
     done: list[UnitResult] = []
-    results = apply_plan(plan, site, mover=mover, on_unit=log) if mover is not None else []
+    results = apply_plan(plan, site, on_unit=log) if plan.units else []
     code = exit_code_of(results)
     full = {**doc, "dry_run": False, "results": [r.to_dict() for r in results], "exit_code": code}
 

@@ -15,7 +15,7 @@ from storekit.cli.common import ConfigOpt, DryRunOpt, JsonOpt, QuietOpt, exit_co
 from storekit.config import SiteConfig
 from storekit.errors import ExitCode, MismatchError, NotFoundError, UsageError, storage_error
 from storekit.places import tier_relative
-from storekit.tier.audit import GcReport, VerifyResult, find_stubs, gc, verify_stub
+from storekit.tier.audit import ArchiveVerifyResult, GcReport, find_stubs, gc, verify_stub
 from storekit.tier.mover import tier_root
 from storekit.tier.moveunit import journal_dir_for
 from storekit.tier.verified import record_failed, record_verified
@@ -108,13 +108,13 @@ def verify_command(
         raise UsageError("--sample: give a fraction above 0 (e.g. 0.1), at most 1")
     site = site_config(config)
     stubs = list(find_stubs(_places(site, paths, tier)))
-    results: list[VerifyResult] = []
+    results: list[ArchiveVerifyResult] = []
     for n, stub in enumerate(stubs, 1):
         out.info(f"[{n}/{len(stubs)}] {stub}")
         try:
             results.append(verify_stub(stub, site=site, sample=sample, seed=seed))
         except (MismatchError, NotFoundError) as exc:  # a damaged stub or an unknown tier: this one only
-            results.append(VerifyResult(stub=str(stub), url="", problems=[exc.message]))
+            results.append(ArchiveVerifyResult(stub=str(stub), url="", problems=[exc.message]))
     ok = all(not r.problems for r in results)
     with one_line_storage_errors():
         _record(site, results, whole=sample >= 1.0)
@@ -142,7 +142,7 @@ def verify_command(
         raise typer.Exit(int(E.MISMATCH))
 
 
-def _record(site: SiteConfig, results: list[VerifyResult], *, whole: bool) -> None:
+def _record(site: SiteConfig, results: list[ArchiveVerifyResult], *, whole: bool) -> None:
     """Copies read back whole and right: a purge with verify_max_age may rely on this reading. A copy
     found bad (even in a sample) voids every earlier verification of it."""
     try:

@@ -49,7 +49,9 @@ def abandoned(path: Path, *, idle_for: float, now: float | None = None) -> bool:
     return not state.live and state.idle_seconds >= idle_for
 
 
-def reclaim(path: Path, *, idle_for: float, now: float | None = None, anchor: Path | None = None) -> bool:
+def reclaim_work_dir(
+    path: Path, *, idle_for: float, now: float | None = None, anchor: Path | None = None
+) -> bool:
     """Remove an abandoned work dir (see `abandoned`), safely against a run starting meanwhile: its
     lease is taken first, idleness checked again under it, then the dir goes tombstone-first.
     False when it is not abandoned or a run holds it; only the owner's (or root's) call succeeds.

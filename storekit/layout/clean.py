@@ -24,7 +24,7 @@ from pathlib import Path
 
 from storekit.durable import is_tombstone, remove_tree
 from storekit.errors import NoSpaceError, StorekitError, UnreachableError, UsageError, storage_errors
-from storekit.jobs.reclaim import reclaim, work_dir_state
+from storekit.jobs.reclaim import reclaim_work_dir, work_dir_state
 from storekit.layout.spec import LayoutSpec
 from storekit.lease import dir_lease_path
 from storekit.paths import join_rel
@@ -232,7 +232,7 @@ def _apply_entry(entry: CleanEntry, store: Store, anchor: Path) -> bool:
         return False
     if entry.leased and entry.ttl_s is not None:
         # under its lease, idleness checked again, then tombstone-first (jobs.reclaim.reclaim)
-        if reclaim(Path(path), idle_for=entry.ttl_s, anchor=anchor):
+        if reclaim_work_dir(Path(path), idle_for=entry.ttl_s, anchor=anchor):
             return True
         entry.action, entry.reason = "keep", "a run took its lease since it was planned"
         return False

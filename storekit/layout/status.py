@@ -139,8 +139,9 @@ _HELP = {
 }
 
 
-def prometheus_text(statuses: list[TierStatus], *, now: float | None = None) -> str:
-    """node_exporter textfile-collector format; metric names are storekit_*."""
+def status_prometheus_text(statuses: list[TierStatus], *, now: float | None = None) -> str:
+    """Tier and area usage as storekit_* metrics for node_exporter's textfile collector (rendered by
+    storekit.metrics, as bench io's are: bench.report.bench_prometheus_text)."""
     m = Metrics()
 
     def gauge(name: str, labels: dict[str, str], value: float | None) -> None:

@@ -3,16 +3,15 @@
 A unit whose fingerprint differs from the plan's (a file added, removed, rewritten or touched) is
 skipped with what changed. A unit the plan frees is judged again first: if it has become one that may
 never be freed (a tracker now names it), it is skipped. Moving one unit — journal, copy, verify,
-commit, stub, free — is `storekit.tier.mover` (tiermove's), which this module only calls.
+commit, stub, free — is `storekit.tier.moveunit.move_unit` (over storekit.tier.mover), which this
+module only calls; every unit's outcome is a mover.UnitResult.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,42 +23,13 @@ from storekit.rootprobe import guard_root
 from storekit.store import Store, open_store
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import fingerprint_of
+from storekit.tier.mover import UnitResult
+from storekit.tier.moveunit import move_unit
 from storekit.tier.plan import PlanUnit, TierPlan, with_stats
 from storekit.tier.stub import stub_rel
 
 DRAIN_LOCK = ".storekit-tier-drain.storekit-lease"  # in the burst tier's root: one drain per node
-MOVER_MODULE = "storekit.tier.mover"
-
-
-@dataclass(frozen=True)
-class UnitResult:
-    path: str
-    action: str
-    status: str  # done | skipped | failed
-    reason: str
-    bytes: int = 0
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        return self.__dict__.copy()
-
-
-Mover = Callable[..., Any]
-
-
-def load_mover() -> Mover:
-    """tiermove's `move_unit`; a clear error while this build has none."""
-    try:
-        module = importlib.import_module(MOVER_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != MOVER_MODULE:
-            raise
-        raise StorekitError(
-            "this storekit cannot move units yet (storekit.tier.mover is missing)",
-            hint="--dry-run and --plan-out work; --apply needs a storekit with the unit mover",
-        ) from None
-    mover: Mover = module.move_unit
-    return mover
+Mover = Callable[..., Any]  # move_unit, or a stand-in a test hands over
 
 
 def check_unit(
@@ -105,16 +75,15 @@ def _store(stores: dict[str, Store], plan: TierPlan, unit: PlanUnit) -> Store:
 
 
 def _skip(unit: PlanUnit, reason: str) -> UnitResult:
-    return UnitResult(
-        unit.src_path if unit.action != "recall" else unit.dst_path, unit.action, "skipped", reason
-    )
+    path = unit.src_path if unit.action != "recall" else unit.dst_path
+    return UnitResult(path=path, action=unit.action, status="skipped", reason=reason)
 
 
 def apply_plan(
     plan: TierPlan,
     site: SiteConfig,
     *,
-    mover: Mover,
+    mover: Mover = move_unit,
     on_unit: Callable[[UnitResult], None] | None = None,
 ) -> list[UnitResult]:
     """Every unit of the plan in order; a failed unit does not stop the others."""
@@ -140,20 +109,17 @@ def _move(mover: Mover, unit: PlanUnit, site: SiteConfig) -> UnitResult:
     try:
         out = mover(unit, site=site)
     except StorekitError as exc:
-        return UnitResult(path, unit.action, "failed", exc.message, 0, int(exc.exit_code))
+        return UnitResult(
+            path=path, action=unit.action, status="failed", reason=exc.message, exit_code=int(exc.exit_code)
+        )
     except OSError as exc:  # a read-only or vanished tier under one unit: that unit fails, in one line
         err = storage_error(exc, str(exc.filename) if exc.filename else path)
         if err is None:
             raise
-        return UnitResult(path, unit.action, "failed", err.message, 0, int(err.exit_code))
-    return UnitResult(
-        path,
-        unit.action,
-        str(getattr(out, "status", "done")),
-        str(getattr(out, "reason", "")),
-        int(getattr(out, "bytes", unit.bytes)),
-        int(getattr(out, "exit_code", 0)),
-    )
+        return UnitResult(
+            path=path, action=unit.action, status="failed", reason=err.message, exit_code=int(err.exit_code)
+        )
+    return out if isinstance(out, UnitResult) else UnitResult(path=path, action=unit.action, bytes=unit.bytes)
 
 
 def _tiers(plan: TierPlan) -> set[str]:

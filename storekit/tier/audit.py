@@ -22,6 +22,7 @@ from storekit.config import SiteConfig, TierConfig, file_url_path
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
 from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
+from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.journal import FileUploadJournal
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
@@ -37,12 +38,11 @@ from storekit.tier.relpath import bad_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
-from storekit.tier.unitmanifest import FILE, UnitEntry, manifest_digest, parse_manifest
 from storekit.tier.verified import remove_temps as remove_verified_temps
 
 
 @dataclass
-class VerifyResult:
+class ArchiveVerifyResult:
     stub: str
     url: str
     manifest_url: str = ""
@@ -87,7 +87,7 @@ def _moved_on(stub: Stub, site: SiteConfig) -> Path | None:
 
 def _verify_chain(
     stub: Stub, upstream: Path, *, site: SiteConfig, sample: float, seed: int | None, depth: int
-) -> VerifyResult:
+) -> ArchiveVerifyResult:
     """First hop: its manifest must still be the stub's; the bytes are verified where they went."""
     first = source_of_stub(stub, site)
     try:
@@ -102,7 +102,7 @@ def _verify_chain(
 
 def verify_stub(
     stub_file: Path, *, site: SiteConfig, sample: float = 1.0, seed: int | None = None, depth: int = 0
-) -> VerifyResult:
+) -> ArchiveVerifyResult:
     """Re-read the archived unit a stub names; problems listed (never raised) except a damaged stub."""
     stub = read_stub(stub_file)
     if stub is None:
@@ -113,7 +113,7 @@ def verify_stub(
         result.stub = f"{stub_file} (moved on: {result.stub})"
         return result
     source = source_of_stub(stub, site)
-    result = VerifyResult(
+    result = ArchiveVerifyResult(
         stub=str(stub_file),
         url=source.url,
         manifest_url=source.manifest_url,
@@ -128,7 +128,7 @@ def verify_stub(
             result.problems.append(f"{source.manifest_url}: manifest digest differs from the stub's")
             return result
         try:
-            manifest = parse_manifest(data, source.manifest_url)
+            manifest = parse_unit_manifest(data, source.manifest_url)
         except MismatchError as exc:
             result.problems.append(str(exc))
             return result

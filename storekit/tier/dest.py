@@ -41,6 +41,7 @@ from storekit.durable import (
     write_file_atomic,
 )
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
+from storekit.manifest import UNIT_MANIFEST_SUFFIX, UnitEntry, manifest_digest
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3delete import check_unversioned, delete_keys, list_keys
@@ -54,7 +55,6 @@ from storekit.ops.s3transfer import (
     fadvise_dontneed,
     tier_bucket_prefix,
 )
-from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry, manifest_digest
 from storekit.units import format_bytes
 
 CHUNK = 8 * 1024 * 1024
@@ -173,7 +173,7 @@ class S3Destination:
             self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
         bucket, prefix = tier_bucket_prefix(tier)
         self.base = f"{prefix}/{unit_rel}".strip("/")
-        self.manifest_key = f"{self.base}{MANIFEST_SUFFIX}"
+        self.manifest_key = f"{self.base}{UNIT_MANIFEST_SUFFIX}"
         self.url = f"s3://{bucket}/{self.base}"
         self.manifest_url = f"s3://{bucket}/{self.manifest_key}"
 
@@ -332,7 +332,7 @@ class PosixDestination:
         self.dest = dest
         self.tier_name = tier_name
         self.temp = dest.parent / f".{dest.name}{TMP_MARK}{temp_tag}"
-        self.manifest_path = dest.parent / f"{dest.name}{MANIFEST_SUFFIX}"
+        self.manifest_path = dest.parent / f"{dest.name}{UNIT_MANIFEST_SUFFIX}"
         self.url = dest.as_uri()
         self.manifest_url = self.manifest_path.as_uri()
         self.replaces = replaces

@@ -33,6 +33,14 @@ from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, UsageError
 from storekit.lease import Lease, sibling_lease_path
+from storekit.manifest import (
+    FILE,
+    UNIT_MANIFEST_SUFFIX,
+    UnitEntry,
+    UnitManifest,
+    manifest_digest,
+    parse_unit_manifest,
+)
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
 from storekit.tier.dest import (
@@ -47,16 +55,7 @@ from storekit.tier.relpath import check_rel
 from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
-from storekit.tier.unitmanifest import (
-    FILE,
-    MANIFEST_SUFFIX,
-    UnitEntry,
-    UnitManifest,
-    fingerprint,
-    manifest_digest,
-    parse_manifest,
-    walk_unit,
-)
+from storekit.tier.unitwalk import fingerprint, walk_unit
 from storekit.tier.verified import record_failed, record_verified
 
 
@@ -66,15 +65,21 @@ class UnitChanged(StorekitError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class UnitResult:
-    unit: str  # relative to its tier root
-    action: str  # archive | drain | recall
-    state: str  # done | already-moved | already-present
-    files: int
-    bytes: int
-    dest_url: str
-    manifest_xxh3_128: str
-    resumed: bool  # a journal of an earlier, interrupted run was found and finished
-    freed: bool  # the source was removed (archive/drain) or the stub (recall)
+    """What became of one unit: the mover's record of a move and the line `tier --apply` reports
+    (a unit the plan's re-check skipped, or whose move failed, has only the first six fields)."""
+
+    path: str  # the unit, relative to its tier root
+    action: str  # archive | drain | recall | purge
+    status: str = "done"  # done | skipped | failed
+    reason: str = ""  # why it was skipped or failed; for a move done, what was done
+    bytes: int = 0
+    exit_code: int = 0  # a failed unit's (storekit.errors.ExitCode)
+    state: str = "done"  # of a move done: done | already-moved | already-present
+    files: int = 0
+    dest_url: str = ""
+    manifest_xxh3_128: str = ""
+    resumed: bool = False  # a journal of an earlier, interrupted run was found and finished
+    freed: bool = False  # the source was removed (archive/drain) or the stub (recall)
     not_owned: tuple[str, ...] = ()  # entries written without their recorded owner (not root)
 
     def to_dict(self) -> dict[str, Any]:
@@ -236,7 +241,7 @@ def _refuse_another_units_copy(dest: Destination, src: Path) -> bytes | None:
     if data is None:
         return None
     try:
-        source = parse_manifest(data, dest.manifest_url).source
+        source = parse_unit_manifest(data, dest.manifest_url).source
     except StorekitError:
         source = "an unreadable manifest"
     if source != src.as_uri():
@@ -393,7 +398,7 @@ def _new_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitManife
         action=str(journal.doc.get("stub_action", action)),  # a purge says where the copy came from
         to_tier=str(journal.doc["tier"]),
         to_path=str(journal.doc["to_path"]),
-        manifest=str(journal.doc["to_path"]) + MANIFEST_SUFFIX,
+        manifest=str(journal.doc["to_path"]) + UNIT_MANIFEST_SUFFIX,
         manifest_xxh3=digest,
         bytes=manifest.total_bytes,
         files=len(manifest.files),
@@ -419,7 +424,7 @@ def _ensure_stub(src: Path, journal: UnitJournal, action: str, manifest: UnitMan
 
 def remove_own_temps(unit: Path) -> None:
     """Temps of the stub's or a sibling manifest's atomic write that a crash left (we hold the lease)."""
-    prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, MANIFEST_SUFFIX))
+    prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, UNIT_MANIFEST_SUFFIX))
     for name in os.listdir(unit.parent):
         if name.startswith(prefixes):
             remove_partial(unit.parent / name)
@@ -471,7 +476,7 @@ def _saved_manifest(journal: UnitJournal) -> tuple[UnitManifest, bytes]:
         raise MismatchError(
             f"{journal.manifest_path}: missing or not the journaled manifest", hint="see `tier gc`"
         )
-    return parse_manifest(data, str(journal.manifest_path)), data
+    return parse_unit_manifest(data, str(journal.manifest_path)), data
 
 
 def _log_verified(jdir: Path, action: str, uid: str, manifest: UnitManifest) -> None:
@@ -497,7 +502,7 @@ def _done(
 ) -> UnitResult:
     return UnitResult(
         not_owned=tuple(str(p) for p in not_owned),
-        unit=unit_rel,
+        path=unit_rel,
         action=action,
         state="done",
         files=len(m.files),
@@ -513,7 +518,7 @@ def _result(
     action: str, unit_rel: str, url: str, stub: Stub, state: str, *, resumed: bool, freed: bool
 ) -> UnitResult:
     return UnitResult(
-        unit=unit_rel,
+        path=unit_rel,
         action=action,
         state=state,
         files=stub.files,
@@ -559,7 +564,7 @@ def recall_unit(
             if stub is None:
                 if os.path.lexists(unit):
                     return UnitResult(
-                        unit=unit_rel,
+                        path=unit_rel,
                         action="recall",
                         state="already-present",
                         files=0,
@@ -671,7 +676,7 @@ def _recall(
         log_action(jdir, "recall.stub-removed", uid, stub=str(spath), bytes=manifest.total_bytes)
     journal.finish()
     return UnitResult(
-        unit=unit_rel,
+        path=unit_rel,
         action="recall",
         state="done",
         files=len(manifest.files),
@@ -700,7 +705,7 @@ def _recall_copy(
             f"{source.manifest_url}: xxh3-128 {manifest_digest(data)} is not the stub's {stub.manifest_xxh3}"
         )
     journal.save_manifest(data)
-    manifest = parse_manifest(data, source.manifest_url)
+    manifest = parse_unit_manifest(data, source.manifest_url)
     remove_partial(temp)
     check_space(unit.parent, manifest.total_bytes, len(manifest.entries), f"the tier at {unit.parent}")
     log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
@@ -729,10 +734,3 @@ def _check_tree(root: Path, manifest: UnitManifest) -> None:
         same = same and (w.type == "symlink" or g.mode == w.mode) and (w.type != FILE or g.size == w.size)
         if not same:
             raise MismatchError(f"{root}/{path}: not restored as the manifest says ({g} vs {w})")
-
-
-def move_unit(unit: Any, *, site: SiteConfig) -> Any:
-    """A plan unit's move (`tier --apply` loads this name): see storekit.tier.moveunit."""
-    from storekit.tier.moveunit import move_unit as move
-
-    return move(unit, site=site)

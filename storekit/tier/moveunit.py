@@ -1,36 +1,34 @@
 """The entry point a reviewed plan's `--apply` calls for each unit: `move_unit(unit, site=...)`.
 
 `unit` is a plan unit (storekit.tier.plan.PlanUnit: action, src_tier, src_path, dst_tier, dst_path,
-free_source, unit_kind, writer, step); the moves themselves are storekit.tier.mover's. The unit
+free_source, unit_kind, writer, step); the moves themselves are storekit.tier.mover's, and so is the
+result (mover.UnitResult, with the reason `tier --apply` reports filled in). The unit
 journals live on a shared tier: `$STOREKIT_TIER_JOURNAL`, else `.storekit-tier-journal/` in the
 root of the first POSIX tier that is not node-local (role burst).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig
 from storekit.errors import StorekitError, UsageError
-from storekit.tier.mover import UnitChanged, UnitInfo, archive_unit, drain_unit, recall_unit, tier_root
+from storekit.tier.mover import (
+    UnitChanged,
+    UnitInfo,
+    UnitResult,
+    archive_unit,
+    drain_unit,
+    recall_unit,
+    tier_root,
+)
 from storekit.tier.relpath import check_rel
 
 JOURNAL_ENV = "STOREKIT_TIER_JOURNAL"
 JOURNAL_DIR = ".storekit-tier-journal"
-
-
-@dataclass(frozen=True)
-class UnitOutcome:
-    status: str  # done | skipped | failed
-    reason: str
-    bytes: int
-    exit_code: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def journal_dir_for(site: SiteConfig) -> Path:
@@ -46,7 +44,7 @@ def journal_dir_for(site: SiteConfig) -> Path:
     )
 
 
-def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
+def move_unit(unit: Any, *, site: SiteConfig) -> UnitResult:
     """Carry out one plan unit; a unit that changed under the move is skipped (its copy rolled back
     or, once committed, kept without freeing the source)."""
     journal = journal_dir_for(site)
@@ -82,10 +80,13 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitOutcome:
         else:
             raise StorekitError(f"{unit.src_path}: the mover cannot {unit.action}")
     except UnitChanged as exc:
-        return UnitOutcome("skipped", exc.message, 0, int(exc.exit_code))
+        where = unit.dst_path if unit.action == "recall" else unit.src_path
+        return UnitResult(
+            path=where, action=unit.action, status="skipped", reason=exc.message, exit_code=int(exc.exit_code)
+        )
     why = "copied and verified; source kept" if not r.freed and r.action != "recall" else r.state
     if r.action == "purge" and r.state == "done":
         why = "freed: its copy is committed, the same bytes, and verified"
     if r.not_owned:  # the copy belongs to whoever ran the move: say so, never silently
         why += f"; owner and group not restored for {len(r.not_owned)} entries (run as root to keep them)"
-    return UnitOutcome("done", why, r.bytes, 0)
+    return dataclasses.replace(r, reason=why)

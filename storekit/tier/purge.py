@@ -17,6 +17,7 @@ from pathlib import Path
 
 from storekit.config import TierConfig
 from storekit.errors import MismatchError
+from storekit.manifest import FILE, LINK, UnitEntry, UnitManifest, manifest_digest, parse_unit_manifest
 from storekit.ops import FileDigest, hash_local
 from storekit.ops.s3transfer import TransferConfig
 from storekit.tier.dest import Destination, PosixDestination, S3Destination
@@ -31,16 +32,7 @@ from storekit.tier.mover import (
 )
 from storekit.tier.relpath import check_rel
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
-from storekit.tier.unitmanifest import (
-    FILE,
-    LINK,
-    UnitEntry,
-    UnitManifest,
-    fingerprint,
-    manifest_digest,
-    parse_manifest,
-    walk_unit,
-)
+from storekit.tier.unitwalk import fingerprint, walk_unit
 from storekit.tier.verified import record_failed, record_verified, verified_at
 from storekit.units import format_duration
 
@@ -109,7 +101,7 @@ def _verified_copy(
     data = dest.manifest()
     if data is None:
         raise NoVerifiedCopy(f"{src}: no committed copy at {dest.manifest_url}; not purged")
-    manifest = parse_manifest(data, dest.manifest_url)
+    manifest = parse_unit_manifest(data, dest.manifest_url)
     entries = walk_unit(src)
     differs = _differs(src, entries, manifest)
     if differs is not None:
@@ -159,7 +151,7 @@ def _differs(src: Path, entries: list[UnitEntry], manifest: UnitManifest) -> str
 
 def _already(unit_rel: str, dest: Destination, digest: str, size: int, files: int) -> UnitResult:
     return UnitResult(
-        unit=unit_rel,
+        path=unit_rel,
         action="purge",
         state="already-moved",
         files=files,

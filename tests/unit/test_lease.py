@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import BusyError, ExitCode
-from storekit.jobs.reclaim import abandoned, reclaim, work_dir_state
+from storekit.jobs.reclaim import abandoned, reclaim_work_dir, work_dir_state
 from storekit.lease import Lease, break_stale, covering_lease, read_lease, sibling_lease_path
 
 
@@ -140,8 +140,8 @@ def test_reclaim_removes_only_an_abandoned_work_dir(tmp_path: Path) -> None:
     for p in (work / "plan.json", work / "tasks", work):
         os.utime(p, (old, old))
     with Lease(work / ".storekit-lease", purpose="using w"):
-        assert not reclaim(work, idle_for=3600)  # a live run holds it
+        assert not reclaim_work_dir(work, idle_for=3600)  # a live run holds it
     os.utime(work, (old, old))
-    assert not reclaim(work, idle_for=3 * 3600)  # not idle long enough
-    assert reclaim(work, idle_for=3600)
+    assert not reclaim_work_dir(work, idle_for=3 * 3600)  # not idle long enough
+    assert reclaim_work_dir(work, idle_for=3600)
     assert not work.exists() and not list(tmp_path.iterdir())  # tombstone gone too

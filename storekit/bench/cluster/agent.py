@@ -27,7 +27,7 @@ from storekit.bench.cluster.barrier import NodeBarrier
 from storekit.bench.cluster.wire import TOKEN_ENV, Connection, target_from_wire, task_from_wire
 from storekit.bench.leftovers import OWNER_FILE
 from storekit.bench.plan import DATA_OPS, iter_names
-from storekit.bench.runner import PRELOAD, _process_main, phase_results, run_processes
+from storekit.bench.runner import PRELOAD, phase_results, run_processes, worker_process_main
 from storekit.bench.suite import RESIDENT_SAMPLE, probe_direct
 from storekit.diskspace import free_bytes
 from storekit.errors import Interrupted, NoSpaceError, StorekitError, error_class
@@ -173,7 +173,7 @@ class Agent:
         barrier = NodeBarrier(ready, go)
         results = self.ctx.Queue()
         procs = [
-            self.ctx.Process(target=_process_main, args=(t, barrier, results, os.getpid()),
+            self.ctx.Process(target=worker_process_main, args=(t, barrier, results, os.getpid()),
                              name=f"bench-{self.node}-w{t.worker}")
             for t in tasks
         ]  # fmt: skip

@@ -37,7 +37,10 @@ SRUN_EXIT_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
-class SlurmOptions:
+class AgentSrunOptions:
+    """How `bench io --executor slurm` starts one agent per node with srun (the sbatch options of
+    storekit's array jobs are storekit.slurm.script.SlurmOptions)."""
+
     nodes: int
     processes_per_node: int = 1  # the most workers one node runs at once: CPUs each agent asks for
     partition: str | None = None
@@ -52,7 +55,7 @@ def in_allocation() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
-def srun_command(opts: SlurmOptions, connect: str, cpus: int | None = None) -> list[str]:
+def srun_command(opts: AgentSrunOptions, connect: str, cpus: int | None = None) -> list[str]:
     """The srun line that starts one agent per node (no secret in it). `cpus`: what each agent asks
     for, so its workers are not all bound to the one CPU a task gets by default."""
     argv = ["srun", f"--nodes={opts.nodes}", f"--ntasks={opts.nodes}", "--ntasks-per-node=1",
@@ -65,7 +68,7 @@ def srun_command(opts: SlurmOptions, connect: str, cpus: int | None = None) -> l
     return [*argv, sys.executable, "-m", "storekit", "bench", "agent", "--connect", connect]
 
 
-def check_nodes(opts: SlurmOptions) -> int:
+def check_nodes(opts: AgentSrunOptions) -> int:
     """Refuse what cannot run before starting anything: no srun, no controller, too few nodes.
     Returns the CPUs each agent asks for: one per worker, at most what the smallest node has."""
     if shutil.which("srun") is None:
@@ -131,7 +134,7 @@ class _Tail:
 
 
 @contextlib.contextmanager
-def launch(opts: SlurmOptions, info: Callable[[str], None]) -> Iterator[Cluster]:
+def launch(opts: AgentSrunOptions, info: Callable[[str], None]) -> Iterator[Cluster]:
     """Start the agents, accept them, measure clocks; on leaving, shut them down and reap srun."""
     cpus = check_nodes(opts)
     token = secrets.token_hex(16)

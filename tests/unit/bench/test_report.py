@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from storekit.bench import schema
-from storekit.bench.report import prometheus_text, write_atomic
+from storekit.bench.report import bench_prometheus_text, write_atomic
 from storekit.bench.spec import TargetSpec, build_spec
 from storekit.bench.verdict import judge, verdict_lines
 from storekit.cli.bench_tables import render_human
@@ -72,7 +72,7 @@ def test_prometheus_text_escapes_labels_and_declares_every_metric(promtool: Call
         "verdict": {"checkpoint": None, "data": [], "pass": None, "model": {"name": "7b"}},
         "duration_s": 3.0,
     }
-    text = prometheus_text(doc)
+    text = bench_prometheus_text(doc)
     assert 'target="weird \\"path\\"\\\\x"' in text
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -164,7 +164,7 @@ def test_a_multi_node_run_shows_each_node_in_the_table_prometheus_and_plot(
     text = console.export_text()
     assert "2 nodes, clock offsets corrected: gpu-a01 (+1.50 ms +/- 0.04)" in text
     assert "gpu-a01" in text.split("per node")[1] and "1.50 GB/s" in text and "500.00 MB/s" in text
-    prom = prometheus_text(doc)
+    prom = bench_prometheus_text(doc)
     promtool(prom)
     assert "storekit_bench_io_node_bandwidth_bytes_per_second{" in prom and 'node="gpu-a02"' in prom
     pytest.importorskip("matplotlib")

@@ -69,6 +69,10 @@ def test_archive_drain_recall_through_the_cli(site_dir: Path, sk: Callable[..., 
         "vault",
         f"{RUN1}/step_000100",
     )
+    # one result type from the mover to the report: the move's record is in the unit's JSON result
+    (moved,) = [r for r in done["results"] if r["path"].endswith("step_000100")]  # type: ignore[attr-defined]
+    assert (moved["freed"], moved["dest_url"]) == (True, (vault / RUN1 / "step_000100").as_uri())
+    assert (moved["manifest_xxh3_128"], moved["files"]) == (stub.manifest_xxh3, stub.files)
     assert (lustre / RUN1 / "step_000200").is_dir() and not (vault / RUN1 / "step_000200").exists()
     assert snapshot(lustre / RUN1 / "step_000300") == before[300]
     again = ok(sk(site_dir, "tier", "--apply", "plan.json", "--json"))  # a rerun of the same plan

@@ -169,6 +169,9 @@ def test_move_unit_carries_out_plan_units(
         site=_site(tiers),
     )
     assert (out.status, out.exit_code) == ("done", 0) and out.bytes > 0
+    # the mover's own result, its reason filled in for the report (one type, not three)
+    assert isinstance(out, UnitResult) and (out.path, out.action, out.freed) == (UNIT, "drain", True)
+    assert out.reason == "done" and out.dest_url == (parallel / UNIT).as_uri()
     stub = read_stub(stub_path(burst / UNIT))
     assert stub is not None and (stub.writer, stub.step, stub.unit_kind) == ("storekit", 100, "checkpoint")
     assert (parallel / JOURNAL_DIR / "actions.log").exists()  # the journal is on the shared tier

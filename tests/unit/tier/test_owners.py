@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from storekit.tier.mover import drain_unit, recall_unit
-from storekit.tier.unitmanifest import walk_unit
+from storekit.tier.unitwalk import walk_unit
 from tests.unit.tier.helpers import child_says, make_unit, posix_site, snapshot
 
 USER, OTHER = 1234, 4321
