@@ -78,6 +78,7 @@ TARGETS = {  # op: (peer, storekit must reach this times the peer's MB/s)
     "recall": ("rclone", 1.0),
     "drain": ("rclone", 1.3),
 }
+PHASES = ("plan", "copy", "read_back", "commit", "free")
 RCLONE_COPY = ["rclone", "copy", "--checksum", "--transfers", "8"]
 
 
@@ -198,11 +199,14 @@ class Bench:
             else:
                 drop_pages(self.unit)
         wall = cpu = rss = 0.0
+        phases: dict[str, float] = {}
         for cmd in cmds:
             m = run_measured(cmd, env=self.env, timeout=1800)
             if m.returncode != 0:
                 raise SystemExit(f"{cmd[:3]} failed ({m.returncode}): {m.stderr[-2000:]}")
             wall, cpu, rss = wall + m.wall_s, cpu + m.cpu_s, max(rss, m.peak_tree_rss / MiB)
+            if cmd[1:2] == [str(HERE / "_archive_driver.py")] and m.stdout.strip():
+                phases = json.loads(m.stdout.strip().splitlines()[-1]).get("phases", {})
         os.sync()  # a contender that did not fsync leaves its writeback out of the next one's time
         gb = nbytes / 1e9
         return {
@@ -211,6 +215,7 @@ class Bench:
             "mb_s": gb * 1e3 / wall,
             "cpu_s_per_gb": cpu / gb,
             "rss_mib": rss,
+            "phases": phases,  # storekit's own laps of the move (UnitResult.phases), seconds
         }
 
     def sign(self) -> str:
@@ -296,6 +301,8 @@ def s3_rounds(bench: Bench, nbytes: int, rows: dict[str, list[dict[str, Any]]]) 
     def note(op: str, who: str, r: dict[str, Any]) -> None:
         rows.setdefault(f"{op}:{who}", []).append(r)
         line = f"{op} {who}: {r['mb_s']:.0f} MB/s, {r['cpu_s_per_gb']:.2f} CPU-s/GB"
+        if r["phases"]:
+            line += " (" + ", ".join(f"{k} {v:.1f}s" for k, v in r["phases"].items()) + ")"
         print(line, file=sys.stderr, flush=True)
 
     print(f"warming the OSD with one untimed upload of {nbytes / 1e9:.2f} GB", file=sys.stderr)
@@ -363,6 +370,19 @@ def main() -> None:
     report(rows, nbytes, args, started, load)
 
 
+def _report_phases(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """storekit's moves lap by lap (medians): the copy (read + send + hash) vs what the read-back
+    still took after the last byte was sent, commit and free."""
+    timed = {name: rs for name, rs in rows.items() if name.endswith(":storekit") and rs[0].get("phases")}
+    if not timed:
+        return
+    print("\n| storekit run | " + " | ".join(PHASES) + " | (seconds, medians) |")
+    print("| --- |" + " ---: |" * len(PHASES) + " --- |")
+    for name, rs in timed.items():
+        cells = [statistics.median(r["phases"].get(p, 0.0) for r in rs) for p in PHASES]
+        print(f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells) + " | |")
+
+
 def _size(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB else f"{n} B"
 
@@ -385,6 +405,7 @@ def report(
         cpu = statistics.median(r["cpu_s_per_gb"] for r in rs)
         rss = max(r["rss_mib"] for r in rs)
         print(f"| {name} | {mb_s:.0f} | {per} | {cpu:.2f} | {rss:.0f} MiB |")
+    _report_phases(rows)
     print("\n| ratio | median of per-round ratios | per-round range | target | verdict |")
     print("| --- | ---: | --- | ---: | --- |")
     for op, (peer, target) in TARGETS.items():

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,26 @@ class UnitResult:
     resumed: bool = False  # a journal of an earlier, interrupted run was found and finished
     freed: bool = False  # the source was removed (archive/drain) or the stub (recall)
     not_owned: tuple[str, ...] = ()  # entries written without their recorded owner (not root)
+    # wall seconds per phase of a move this run made (plan, copy, read_back, commit, free): where
+    # the time went, in --json and the log line; empty when nothing was moved
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+class PhaseTimer:
+    """Laps of one move. `copy` ends when every byte was sent (the manifest is recorded then);
+    `read_back` is what the read-back still took after that (it runs beside the copy)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._since = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._since, 3)
+        self._since = now
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -201,6 +219,7 @@ def _move(
     info: UnitInfo | None,
 ) -> UnitResult:
     src = src_root / unit_rel
+    timer = PhaseTimer()
     with unit_leased(action, src, journal) as resumed:
         if not resumed:
             stub = moved_stub(src)
@@ -228,7 +247,7 @@ def _move(
             )
         dest: Destination = make()
         try:
-            return _resume(action, src, unit_rel, journal, dest, resumed)
+            return _resume(action, src, unit_rel, journal, dest, resumed, timer)
         finally:
             dest.close()
 
@@ -288,14 +307,17 @@ def _resume(
     journal: UnitJournal,
     dest: Destination,
     resumed: bool,
+    timer: PhaseTimer | None = None,
 ) -> UnitResult:
     uid = journal.id
     jdir = journal.dir
+    timer = timer or PhaseTimer()
     if journal.state in ("planned", "copying"):
         entries = _unchanged(src, journal, dest, "planned")
         journal.advance("copying")
         dest.clear()  # an older copy's manifest must never vouch for this one
         log_action(jdir, f"{action}.copy", uid, unit=unit_rel, source=str(src), dest=dest.url)
+        timer.lap("plan")
 
         def copied(digests: dict[str, str]) -> None:
             """Every byte sent (read-back still going on): record the manifest from the reading pass."""
@@ -309,6 +331,7 @@ def _resume(
             journal.save_manifest(data)
             journal.advance("copied", manifest_xxh3_128=manifest_digest(data))
             log_action(jdir, f"{action}.copied", uid, bytes=manifest.total_bytes, files=len(manifest.files))
+            timer.lap("copy")
 
         try:
             dest.copy(src, entries, copied)
@@ -328,16 +351,19 @@ def _resume(
                 jdir, f"{action}.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned)
             )
         # copy returns only once every batch was read back and matched
+        timer.lap("read_back")
         journal.advance("verified", not_owned=not_owned[:100])
         _log_verified(jdir, action, uid, _saved_manifest(journal)[0])
     manifest, data = _saved_manifest(journal)
     if journal.state == "copied":  # killed before the read-back finished: read everything back
+        timer.lap("plan")
         problems = dest.readback(manifest.files)
+        timer.lap("read_back")
         if problems:  # the copy is not what was read: copy again (an uncommitted copy counts for nothing)
             log_action(jdir, f"{action}.read-back-differs", uid, problems=problems[:10], count=len(problems))
             record_failed(jdir, dest.manifest_url, problems[0])
             journal.advance("copying")
-            return _resume(action, src, unit_rel, journal, dest, resumed)
+            return _resume(action, src, unit_rel, journal, dest, resumed, timer)
         journal.advance("verified")
         _log_verified(jdir, action, uid, manifest)
     digest = manifest_digest(data)
@@ -347,11 +373,18 @@ def _resume(
         log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
         # every byte was read back before the commit; the stamp says which copy that was
         record_verified(jdir, dest.manifest_url, digest, stamp=dest.stamp(manifest.files))
-    return free_committed(action, src, unit_rel, journal, dest, resumed)
+        timer.lap("commit")
+    return free_committed(action, src, unit_rel, journal, dest, resumed, timer)
 
 
 def free_committed(
-    action: str, src: Path, unit_rel: str, journal: UnitJournal, dest: Destination, resumed: bool
+    action: str,
+    src: Path,
+    unit_rel: str,
+    journal: UnitJournal,
+    dest: Destination,
+    resumed: bool,
+    timer: PhaseTimer | None = None,
 ) -> UnitResult:
     """From `committed` on: stub the source and free it (unless the move keeps it), each step
     journaled; a source changed since `planned` is kept and loses its stub (UnitChanged)."""
@@ -364,7 +397,7 @@ def free_committed(
             journal.finish()
             return _done(
                 action, unit_rel, dest.url, manifest, digest, resumed, freed=False,
-                not_owned=journal.doc.get("not_owned", ()),
+                not_owned=journal.doc.get("not_owned", ()), timer=timer,
             )  # fmt: skip
         _unchanged(src, journal, dest, "committed")
         stub = _new_stub(src, journal, action, manifest, digest)
@@ -380,10 +413,12 @@ def free_committed(
             faults.point("tier.source-removed")
         journal.advance("freed")
         log_action(jdir, f"{action}.freed", uid, source=str(src), bytes=manifest.total_bytes)
+        if timer is not None:
+            timer.lap("free")
     journal.finish()
     return _done(
         action, unit_rel, dest.url, manifest, digest, resumed, freed=True,
-        not_owned=journal.doc.get("not_owned", ()),
+        not_owned=journal.doc.get("not_owned", ()), timer=timer,
     )  # fmt: skip
 
 
@@ -499,8 +534,10 @@ def _done(
     *,
     freed: bool,
     not_owned: Any = (),
+    timer: PhaseTimer | None = None,
 ) -> UnitResult:
     return UnitResult(
+        phases=dict(timer.phases) if timer is not None else {},
         not_owned=tuple(str(p) for p in not_owned),
         path=unit_rel,
         action=action,
@@ -644,10 +681,13 @@ def _recall(
 ) -> UnitResult:
     uid, jdir = journal.id, journal.dir
     temp = unit.parent / f".{unit.name}{TMP_MARK}recall-{uid}"
+    timer = PhaseTimer()
     if journal.state in ("planned", "copying"):
         journal.advance("copying", temp=str(temp))
         try:
+            timer.lap("plan")
             _recall_copy(unit, unit_rel, journal, stub, source, temp)
+            timer.lap("copy")  # fetched, hashed, fsynced and checked against the manifest
         except StorekitError:  # nothing was renamed into place: the temp and the journal go too
             remove_partial(temp)
             log_action(jdir, "recall.failed", uid, unit=str(unit), rolled_back=True)
@@ -667,6 +707,7 @@ def _recall(
         faults.point("tier.renamed")
         journal.advance("committed")
         log_action(jdir, "recall.committed", uid, unit=str(unit))
+        timer.lap("commit")
     if journal.state in ("committed", "stubbed"):
         spath = stub_path(unit)
         if spath.exists():
@@ -674,8 +715,10 @@ def _recall(
             fsync_dir(unit.parent)
         journal.advance("freed")
         log_action(jdir, "recall.stub-removed", uid, stub=str(spath), bytes=manifest.total_bytes)
+        timer.lap("free")
     journal.finish()
     return UnitResult(
+        phases=timer.phases,
         path=unit_rel,
         action="recall",
         state="done",

@@ -390,3 +390,15 @@ def test_a_read_only_tier_is_one_line_with_its_exit_code(
         assert steps and [after.get(k) for k in steps] == [before[k] for k in steps]
     finally:
         subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_moved_units_line_says_where_its_time_went() -> None:
+    from storekit.cli.tier import _timing
+    from storekit.tier.mover import UnitResult
+
+    laps = {"plan": 0.5, "copy": 14.0, "read_back": 6.0, "commit": 0.5, "free": 0.0}
+    moved = UnitResult(path="run/step_1", action="archive", bytes=3 << 30, phases=laps)
+    assert _timing(moved) == (
+        " (3.0 GiB in 21.0s, 153 MB/s: plan 0.5s, copy 14.0s, read_back 6.0s, commit 0.5s, free 0.0s)"
+    )
+    assert _timing(UnitResult(path="run/step_2", action="archive", status="skipped")) == ""

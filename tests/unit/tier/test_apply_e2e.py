@@ -73,6 +73,11 @@ def test_archive_drain_recall_through_the_cli(site_dir: Path, sk: Callable[..., 
     (moved,) = [r for r in done["results"] if r["path"].endswith("step_000100")]  # type: ignore[attr-defined]
     assert (moved["freed"], moved["dest_url"]) == (True, (vault / RUN1 / "step_000100").as_uri())
     assert (moved["manifest_xxh3_128"], moved["files"]) == (stub.manifest_xxh3, stub.files)
+    # where the time went, phase by phase (#36): a move made this run has each of its laps
+    assert list(moved["phases"]) == ["plan", "copy", "read_back", "commit", "free"]
+    assert all(isinstance(t, float) and t >= 0 for t in moved["phases"].values())
+    (skipped,) = [r for r in done["results"] if r["path"].endswith("step_000200")]  # type: ignore[attr-defined]
+    assert skipped["phases"] == {}  # nothing moved, nothing timed
     assert (lustre / RUN1 / "step_000200").is_dir() and not (vault / RUN1 / "step_000200").exists()
     assert snapshot(lustre / RUN1 / "step_000300") == before[300]
     again = ok(sk(site_dir, "tier", "--apply", "plan.json", "--json"))  # a rerun of the same plan
@@ -90,7 +95,8 @@ def test_archive_drain_recall_through_the_cli(site_dir: Path, sk: Callable[..., 
         check = sk(site_dir, "layout", "check", "--tier", tier, "--json")
         assert check.code == 0, (tier, check.stdout)
 
-    ok(sk(site_dir, "tier", "--recall", f"{RUN1}/step_000100", "--json"))
+    recalled = ok(sk(site_dir, "tier", "--recall", f"{RUN1}/step_000100", "--json"))
+    assert [list(r["phases"]) for r in recalled["results"]] == [["plan", "copy", "commit", "free"]]  # type: ignore[attr-defined]
     assert snapshot(lustre / RUN1 / "step_000100") == before[100]
     assert not stub_path(lustre / RUN1 / "step_000100").exists()
     gc = ok(sk(site_dir, "tier", "gc", "--json"))
