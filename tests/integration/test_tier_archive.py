@@ -338,7 +338,7 @@ def test_gateway_restart_mid_archive_is_ridden_out(tmp_path: Path, s3_tier: Tier
 def test_gateway_down_past_the_budget_is_exit_5_and_a_rerun_completes(
     tmp_path: Path, s3_tier: TierConfig
 ) -> None:
-    from storekit.ops.retry import RetryPolicy
+    from storekit.store.retry import RetryPolicy
 
     root, journal = tmp_path / "lustre", tmp_path / "journal"
     make_small_unit(root / RUN / "step_1", big=5 * MiB + 1, seed=10)
