@@ -192,8 +192,10 @@ def remove_bucket(store: Store, bucket: str, prefix: str = "") -> None:
         raise
     for up in uploads:
         client.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+    # every version and delete marker (a test may have turned versioning on)
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        found = page.get("Versions", []) + page.get("DeleteMarkers", [])
+        keys = [{"Key": o["Key"], "VersionId": o["VersionId"]} for o in found]
         if keys:
             client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
     if not prefix:

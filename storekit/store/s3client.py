@@ -3,7 +3,9 @@
 Every S3 request goes through a client from `s3_client`: the store (S3Store), the transfer engine
 (ops.s3transfer) and the benchmark workers (bench.engine_s3). botocore's session rather than boto3's:
 boto3 adds nothing a client needs and ~60 ms of imports (s3transfer, resources) to every command.
-One session per process (loading the S3 service model costs ~100 ms, a further client ~8 ms).
+A fresh botocore session per client (credentials are looked up anew: a rotated key in the
+environment is seen), sharing one model loader per process (loading the S3 service model costs
+~100 ms once; a further client then costs a few ms).
 """
 
 from __future__ import annotations
@@ -32,19 +34,21 @@ _CLIENT_ARGS = {
     "token": "aws_session_token",
 }
 
-_SESSION: Any = None
-_SESSION_LOCK = threading.Lock()
+_LOADER: Any = None
+_LOCK = threading.Lock()
 
 
 def _session() -> Any:
-    global _SESSION
-    if _SESSION is None:
-        import botocore.session
+    """A new botocore session on the process's one data loader (which caches the loaded models)."""
+    import botocore.session
 
-        session = botocore.session.get_session()
-        session.create_client("s3", region_name="us-east-1", endpoint_url="http://localhost:1").close()
-        _SESSION = session
-    return _SESSION
+    global _LOADER
+    session = botocore.session.get_session()
+    if _LOADER is None:
+        _LOADER = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _LOADER)
+    return session
 
 
 def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: bool | None = None) -> Any:
@@ -63,11 +67,12 @@ def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: b
     for ours, theirs in _CLIENT_ARGS.items():
         if opts.get(ours):
             kwargs[theirs] = opts[ours]
-    with _SESSION_LOCK:  # a botocore session is not thread-safe; its clients are
+    with _LOCK:  # botocore's sessions and loader are not thread-safe; its clients are
         return _session().create_client("s3", config=botocore.config.Config(**conf), **kwargs)
 
 
 def warm_up() -> None:
     """Load botocore and the S3 service model now (the bench's forkserver does, before forking)."""
-    with _SESSION_LOCK:
-        _session()
+    with _LOCK:
+        client = _session().create_client("s3", region_name="us-east-1", endpoint_url="http://localhost:1")
+    client.close()
