@@ -4,7 +4,7 @@ Every request goes through `S3Store.call`: the one retry rule (store.retry) with
 budget, so a dead endpoint is exit 5 in seconds. Listing is list_objects_v2 paging (a `/` delimiter
 for list, none for walk and glob), info a HEAD, reads ranged GETs pinned to the ETag, writes one PUT
 or a multipart upload whose parts grow (part_size), deletes DeleteObjects with every key's answer
-checked (ops.s3delete).
+checked (store.s3delete).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from storekit.paths import clean_rel
 from storekit.store.base import Capabilities, Entry, Store, check_metadata
 from storekit.store.retry import STORE_RETRY, RetryPolicy, call_with_retries
 from storekit.store.s3client import S3_CONFIG, s3_client
+from storekit.store.s3delete import delete_keys
 
 S3_DEFAULT_CONFIG = S3_CONFIG  # the name other modules knew it by
 S3_BLOCK_SIZE = 16 * 1024 * 1024
@@ -372,10 +373,7 @@ class S3Store(Store):
                 raise StorekitError(
                     f"{self.display_url}/{rel}: directory not empty", hint="delete it recursively"
                 )
-            # every key's answer checked and the keys listed again (a refusal is not a success)
-            from storekit.ops.s3delete import delete_keys
-
-            delete_keys(self, below)
+            delete_keys(self, below)  # every key's answer checked, the keys listed again
 
 
 class _ShortBody(ConnectionError):

@@ -43,7 +43,6 @@ from storekit.durable import (
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.ops.s3readback import readback_digest
 from storekit.ops.s3transfer import (
     DownloadItem,
@@ -54,6 +53,7 @@ from storekit.ops.s3transfer import (
     fadvise_dontneed,
     tier_bucket_prefix,
 )
+from storekit.store.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.tier.unitmanifest import MANIFEST_SUFFIX, UnitEntry, manifest_digest
 from storekit.units import format_bytes
 

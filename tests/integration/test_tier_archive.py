@@ -14,8 +14,8 @@ import pytest
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.errors import ExitCode, NotFoundError, StorekitError
-from storekit.ops.s3delete import delete_keys, list_keys
 from storekit.ops.s3transfer import DIGEST_META_KEY, S3Transfer, TransferConfig
+from storekit.store.s3delete import delete_keys, list_keys
 from storekit.tier.audit import gc, verify_stub
 from storekit.tier.mover import archive_unit, recall_unit
 from storekit.tier.stubfile import read_stub, stub_path
