@@ -12,7 +12,6 @@ from storekit.store.posix import PosixStore
 from storekit.store.registry import SCHEMES, open_store
 from storekit.store.s3 import (
     S3_BLOCK_SIZE,
-    S3_DEFAULT_CONFIG,
     S3_MAX_PARTS,
     S3Store,
     decode_s3_metadata,
@@ -22,7 +21,6 @@ from storekit.store.scan import ScanEntry, scan_tree
 
 __all__ = [
     "S3_BLOCK_SIZE",
-    "S3_DEFAULT_CONFIG",
     "S3_MAX_PARTS",
     "SCHEMES",
     "TMP_MARK",

@@ -31,10 +31,9 @@ from storekit.errors import (
 from storekit.paths import clean_rel
 from storekit.store.base import Capabilities, Entry, Store, check_metadata
 from storekit.store.retry import STORE_RETRY, RetryPolicy, call_with_retries
-from storekit.store.s3client import S3_CONFIG, s3_client
+from storekit.store.s3client import s3_client
 from storekit.store.s3delete import delete_keys
 
-S3_DEFAULT_CONFIG = S3_CONFIG  # the name other modules knew it by
 S3_BLOCK_SIZE = 16 * 1024 * 1024
 S3_READ_AHEAD = 16 * 1024 * 1024  # bytes a reader fetches per GET when the caller names no block size
 T = TypeVar("T")
@@ -481,6 +480,11 @@ class _ObjectWriter(io.RawIOBase):
             ),
         )
         self.parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+
+    def __del__(self) -> None:
+        # dropped without close() or abort(): nothing may appear (IOBase's __del__ would commit)
+        if not self.done:
+            self.abort()
 
     def close(self) -> None:
         if not self.done and not self.closed:

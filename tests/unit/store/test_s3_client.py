@@ -3,6 +3,7 @@ botocore client, under store.retry's one retry rule."""
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import subprocess
@@ -92,3 +93,20 @@ def test_a_store_call_is_retried_by_the_one_rule_not_by_botocore() -> None:
     assert exc.value.exit_code == 5
     assert str(exc.value).startswith(f"tier vault: cannot reach http://127.0.0.1:{port} for s3://bucket/p")
     assert len(retries) >= 2  # the same request sent again by store.retry, more than once
+
+
+@pytest.mark.ceph
+def test_a_writer_dropped_unclosed_leaves_nothing(s3_store: S3Store) -> None:
+    """A writer garbage-collected without close() or abort() (a caller's bug) does not commit:
+    IOBase's __del__ closes, and closing is what makes an object appear."""
+    from storekit.store.s3 import _ObjectWriter
+
+    s3_store.block_size = 5 << 20  # S3's smallest part: the second write starts a multipart upload
+    fh = _ObjectWriter(s3_store, "dropped.bin", s3_store._key("dropped.bin"), {})
+    fh.write(b"x" * (5 << 20))
+    fh.write(b"tail")
+    assert fh.upload_id is not None
+    del fh
+    gc.collect()
+    assert not s3_store.exists("dropped.bin")
+    assert not s3_store.client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads")
