@@ -16,7 +16,7 @@ import io
 import re
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import IO, Any, TypeVar, cast
+from typing import IO, Any, NoReturn, TypeVar, cast
 
 from storekit.config import TierConfig, mask_url
 from storekit.errors import (
@@ -172,7 +172,9 @@ class S3Store(Store):
     def _is_dir(self, key: str) -> bool:
         """Something is stored below `key/` (a marker or objects); the bucket itself always is one."""
         if not key:
-            return self._bucket_exists() or self._missing(key)
+            if not self._bucket_exists():
+                self._missing(key)
+            return True
         page = self.call(
             f"list {key}/",
             lambda: self.client.list_objects_v2(
@@ -181,7 +183,7 @@ class S3Store(Store):
         )
         return bool(page.get("Contents") or page.get("CommonPrefixes"))
 
-    def _missing(self, key: str) -> bool:
+    def _missing(self, key: str) -> NoReturn:
         raise FileNotFoundError(f"{self.bucket}/{key}")  # _errors: NotFoundError (exit 3) naming the path
 
     def info(self, rel: str) -> Entry:
@@ -193,7 +195,6 @@ class S3Store(Store):
             if self._is_dir(key):
                 return Entry(path=clean_rel(rel), size=0, mtime=None, is_dir=True)
             self._missing(key)
-            raise AssertionError("unreachable")
 
     def _not_a_directory(self, rel: str) -> NotFoundError:
         return NotFoundError(f"{self.display_url}/{rel}: not a directory")
@@ -275,8 +276,8 @@ class S3Store(Store):
                 if self._is_dir(key):
                     raise self._is_a_directory(rel)
                 self._missing(key)
-        size = int(head["ContentLength"])  # type: ignore[index]
-        raw = _ObjectReader(self, rel, key, size, str(head["ETag"]))  # type: ignore[index]
+        size = int(head["ContentLength"])
+        raw = _ObjectReader(self, rel, key, size, str(head["ETag"]))
         ahead = max(1, min(block_size or S3_READ_AHEAD, size))
         return cast(IO[bytes], io.BufferedReader(raw, buffer_size=ahead))
 
@@ -328,7 +329,7 @@ class S3Store(Store):
             head = self._head(key)
             if head is None:
                 self._missing(key)
-        return decode_s3_metadata(head.get("Metadata", {}))  # type: ignore[union-attr]
+        return decode_s3_metadata(head.get("Metadata", {}))
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
