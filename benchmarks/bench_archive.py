@@ -223,8 +223,8 @@ class Bench:
 
     def clear(self, prefix: str) -> None:
         from storekit.config import TierConfig
-        from storekit.ops.s3delete import delete_prefix
         from storekit.ops.s3transfer import S3Transfer
+        from storekit.store.s3delete import delete_prefix
 
         options = {k: self.env[f"BENCH_S3_{k.upper()}"] for k in ("key", "secret")}
         options["endpoint_url"] = self.env["BENCH_S3_ENDPOINT"]

@@ -319,19 +319,16 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
     return url.rstrip("/")
 
 
-# s3fs arguments that only make sense inside a program, never in a config file
-_S3_INTERNAL_OPTIONS = {"self", "kwargs", "session", "loop", "asynchronous"}
-_S3_STRING_OPTIONS = {"endpoint_url", "key", "secret", "token", "username", "password"}
-_S3_TABLE_OPTIONS = {"client_kwargs", "config_kwargs", "s3_additional_kwargs"}
+# an s3 tier's options: what store.s3client gives botocore (client_kwargs: create_client's arguments,
+# config_kwargs: botocore Config's)
+_S3_STRING_OPTIONS = {"endpoint_url", "key", "secret", "token"}
+_S3_TABLE_OPTIONS = {"client_kwargs", "config_kwargs"}
+S3_OPTIONS = frozenset(_S3_STRING_OPTIONS | _S3_TABLE_OPTIONS)
 
 
 def _check_s3_options(options: Mapping[str, Any], source: str, key: str) -> None:
     """Catch typos and wrong types here, with the key named, instead of as a traceback on first use."""
-    import inspect
-
-    import s3fs  # imported only when a config has an s3 tier
-
-    known = set(inspect.signature(s3fs.S3FileSystem.__init__).parameters) - _S3_INTERNAL_OPTIONS
+    known = S3_OPTIONS
     for name, value in options.items():
         where = f"{key}.{name}"
         if name not in known:

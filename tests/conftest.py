@@ -175,9 +175,31 @@ def s3_tier() -> Iterator[TierConfig]:
     store.makedirs("")
     yield tier
     try:
-        store.fs.rm(bucket, recursive=True)
+        remove_bucket(store, bucket)
     except Exception as exc:  # cleanup must not hide the test's own result
         print(f"warning: could not remove bucket {bucket}: {exc}")
+
+
+def remove_bucket(store: Store, bucket: str, prefix: str = "") -> None:
+    """Every object (and unfinished upload) under `prefix` of `bucket` removed; with no prefix, the
+    bucket too. Through the S3 store's own client; a missing bucket is fine."""
+    client = store.client  # type: ignore[attr-defined]
+    try:
+        uploads = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", [])
+    except Exception as exc:
+        if "NoSuchBucket" in str(exc):
+            return
+        raise
+    for up in uploads:
+        client.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+    # every version and delete marker (a test may have turned versioning on)
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        found = page.get("Versions", []) + page.get("DeleteMarkers", [])
+        keys = [{"Key": o["Key"], "VersionId": o["VersionId"]} for o in found]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+    if not prefix:
+        client.delete_bucket(Bucket=bucket)
 
 
 @pytest.fixture

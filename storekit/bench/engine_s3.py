@@ -1,8 +1,9 @@
-"""S3 I/O for the workers (Ceph RGW or any S3 endpoint) through boto3.
+"""S3 I/O for the workers (Ceph RGW or any S3 endpoint) through storekit's one botocore client.
 
 Big objects go up as multipart uploads (parts of max(block size, 8 MiB)), small ones as one PUT;
 GETs stream the whole object in block-size reads; training windows are ranged GETs from a thread per
-queue slot (boto3 releases the GIL on the socket). Latency is per request.
+queue slot (botocore releases the GIL on the socket). Latency is per request, retries included
+(store.retry's rule with the store's short budget, as every storekit request).
 """
 
 from __future__ import annotations
@@ -10,48 +11,45 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from storekit.bench.plan import WorkerTask
 from storekit.bench.recorder import Job, Recorder, run_recorded_threads
 from storekit.bench.spec import TargetSpec
-from storekit.store import S3_DEFAULT_CONFIG
+from storekit.store.retry import STORE_RETRY, call_with_retries
+from storekit.store.s3client import s3_client
+from storekit.store.s3client import warm_up as warm_up  # the forkserver's preload (engine_s3_warm)
 
 MIN_PART = 8 * 1024 * 1024
-_SESSION: Any = None
-
-
-def _session() -> Any:
-    """One boto3 session per process, warmed up once: a second client costs ~8 ms instead of ~100 ms.
-
-    The forkserver imports this module, so worker processes inherit the loaded service model."""
-    global _SESSION
-    if _SESSION is None:
-        import boto3
-
-        _SESSION = boto3.session.Session()
-        _SESSION.client("s3", region_name="us-east-1", endpoint_url="http://localhost:1").close()
-    return _SESSION
 
 
 def make_client(target: TargetSpec, pool: int = 10) -> Any:
-    """A boto3 client with the RGW-safe defaults of storekit.store; credentials from the tier or env."""
-    from botocore.config import Config
-
-    opts: Mapping[str, Any] = target.s3_options
+    """The store's client (store.s3client: RGW-safe config, the session loaded once per process and
+    inherited by forked workers); credentials from the tier or the environment."""
+    opts: dict[str, Any] = dict(target.s3_options)
     client_kwargs = dict(opts.get("client_kwargs") or {})
-    config = Config(**{**S3_DEFAULT_CONFIG, "max_pool_connections": max(pool, 10)})
-    region = client_kwargs.get("region_name") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return _session().client(
-        "s3",
-        endpoint_url=target.endpoint_url or opts.get("endpoint_url") or client_kwargs.get("endpoint_url"),
-        aws_access_key_id=opts.get("key"),
-        aws_secret_access_key=opts.get("secret"),
-        aws_session_token=opts.get("token"),
-        region_name=region,
-        config=config,
-    )
+    client_kwargs.setdefault("region_name", os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    opts["client_kwargs"] = client_kwargs
+    if target.endpoint_url:
+        opts["endpoint_url"] = target.endpoint_url
+    return _Retrying(s3_client(opts, max_pool=max(pool, 10)))
+
+
+class _Retrying:
+    """A client whose every call goes through the one retry rule (store.retry)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return call_with_retries(lambda: method(*args, **kwargs), policy=STORE_RETRY)
+
+        return call
 
 
 class S3Failure(OSError):
@@ -247,11 +245,6 @@ class Meta(_Base):
                 break
         if seen != self.task.meta_count:
             raise S3Failure(errno.EIO, f"s3 list {prefix}: {seen} objects, expected {self.task.meta_count}")
-
-
-def warm_up() -> None:
-    """Called in the forkserver (see runner.PRELOAD) so workers start with a ready session."""
-    _session()
 
 
 def prepare(task: WorkerTask) -> Job:

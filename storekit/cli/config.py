@@ -21,9 +21,9 @@ from storekit.cli.common import (
 )
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.errors import ExitCode, StorekitError
-from storekit.ops.s3delete import bucket_versioning, check_unversioned
 from storekit.ops.s3transfer import S3Transfer, TransferConfig
 from storekit.store import open_store
+from storekit.store.s3delete import bucket_versioning, check_unversioned
 
 config_app = noun_app(None, "Show the site config (storekit.toml) and check that its tiers can be reached.")
 

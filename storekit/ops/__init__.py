@@ -5,7 +5,7 @@ copy computes the xxh3-128 digest in the same pass, the destination appears atom
 destructive step is only ever taken after the copy was verified.
 
 The S3 transfer engine (parallel multipart uploads and ranged downloads under shared limits, with
-journaled uploads) is `storekit.ops.s3transfer`; checked S3 deletes are `storekit.ops.s3delete`.
+journaled uploads) is `storekit.ops.s3transfer`; checked S3 deletes are `storekit.store.s3delete`.
 """
 
 from __future__ import annotations

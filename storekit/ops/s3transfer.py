@@ -1,4 +1,4 @@
-"""The one S3 transfer engine: files up and down over boto3 with shared limits.
+"""The one S3 transfer engine: files up and down over botocore with shared limits.
 
 One engine holds one thread pool for all the files of a job (not a pool per file), a cap on the
 bytes of parts in flight at once (memory = that cap), an optional bandwidth cap, and per-request
@@ -21,9 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import botocore.config
-import botocore.session
-
 from storekit.config import URL_CREDENTIALS_HINT, TierConfig, mask_url
 from storekit.errors import (
     PermissionDeniedError,
@@ -35,8 +32,9 @@ from storekit.errors import (
 )
 from storekit.ops import fadvise_dontneed as fadvise_dontneed  # where s3download and tier.dest find it
 from storekit.ops.journal import UploadEntry, UploadJournal
-from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.ops.throttle import ByteBudget, PartBuffers, TokenBucket
+from storekit.store.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
+from storekit.store.s3client import s3_client
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -66,31 +64,6 @@ def part_size_for(size: int, *, min_part_size: int, max_parts: int) -> int:
     with 5 % slack (9,500 of 10,000 parts) so a slightly grown file still fits."""
     target = max(1, max_parts * 95 // 100)
     return max(min_part_size, math.ceil(size / target))
-
-
-def s3_client(options: Mapping[str, Any], *, max_pool: int, sign_payload: bool) -> Any:
-    """A botocore client from a tier's s3fs-style options (endpoint_url, key, secret, token,
-    client_kwargs, config_kwargs); credentials not given there come from botocore's usual chain.
-    botocore's session, not boto3's: boto3 adds nothing a client needs and ~60 ms of imports to
-    every command's start (s3transfer, resources)."""
-    from storekit.store import S3_DEFAULT_CONFIG
-
-    opts = dict(options)
-    conf = {**S3_DEFAULT_CONFIG, **opts.get("config_kwargs", {})}
-    conf["s3"] = {**conf.get("s3", {}), "payload_signing_enabled": sign_payload}
-    conf["retries"] = {"total_max_attempts": 1, "mode": "standard"}  # the engine retries itself
-    conf["max_pool_connections"] = max_pool
-    kwargs: dict[str, Any] = dict(opts.get("client_kwargs", {}))
-    for ours, theirs in (
-        ("endpoint_url", "endpoint_url"),
-        ("key", "aws_access_key_id"),
-        ("secret", "aws_secret_access_key"),
-        ("token", "aws_session_token"),
-    ):
-        if opts.get(ours):
-            kwargs[theirs] = opts[ours]
-    session = botocore.session.get_session()
-    return session.create_client("s3", config=botocore.config.Config(**conf), **kwargs)
 
 
 def anonymous_map(size: int) -> mmap.mmap:

@@ -1,8 +1,9 @@
-"""Stores: one rooted view of a tier over fsspec, with the operations every command needs.
+"""Stores: one rooted view of a tier, with the operations every command needs.
 
-base (Store, Entry, Capabilities), posix (PosixStore), s3 (S3Store), registry (which store a URL
-scheme gets: open_store), probe (what a POSIX directory's file system can do) and scan (the streaming
-tree scanner: scan_tree, ScanEntry). Everything is importable from `storekit.store` as before.
+base (Store, Entry, Capabilities), posix (PosixStore), s3 (S3Store), s3client (the one botocore
+client factory), retry (the one retry rule), registry (which store a URL scheme gets: open_store),
+probe (what a POSIX directory's file system can do) and scan (the streaming tree scanner:
+scan_tree, ScanEntry). Everything is importable from `storekit.store` as before.
 """
 
 from storekit.durable import TMP_MARK
@@ -11,18 +12,15 @@ from storekit.store.posix import PosixStore
 from storekit.store.registry import SCHEMES, open_store
 from storekit.store.s3 import (
     S3_BLOCK_SIZE,
-    S3_DEFAULT_CONFIG,
     S3_MAX_PARTS,
     S3Store,
     decode_s3_metadata,
     encode_s3_metadata,
-    s3_filesystem,
 )
 from storekit.store.scan import ScanEntry, scan_tree
 
 __all__ = [
     "S3_BLOCK_SIZE",
-    "S3_DEFAULT_CONFIG",
     "S3_MAX_PARTS",
     "SCHEMES",
     "TMP_MARK",
@@ -37,7 +35,6 @@ __all__ = [
     "decode_s3_metadata",
     "encode_s3_metadata",
     "open_store",
-    "s3_filesystem",
     "scan_tree",
     "temp_name",
 ]

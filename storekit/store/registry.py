@@ -8,7 +8,7 @@ from storekit.config import TierConfig
 from storekit.errors import StorekitError
 from storekit.store.base import Store
 from storekit.store.posix import PosixStore
-from storekit.store.s3 import S3Store, s3_filesystem
+from storekit.store.s3 import S3Store
 
 
 def _open_posix(tier: TierConfig) -> Store:
@@ -19,7 +19,7 @@ def _open_posix(tier: TierConfig) -> Store:
 
 def _open_s3(tier: TierConfig) -> Store:
     root = tier.url[len("s3://") :].rstrip("/")
-    return S3Store(tier, s3_filesystem(tier.options), root)
+    return S3Store(tier, root)
 
 
 # a new backend is one module and one line here

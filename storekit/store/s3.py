@@ -1,14 +1,24 @@
-"""A bucket/prefix behind an S3 endpoint (Ceph RGW) through s3fs."""
+"""A bucket/prefix behind an S3 endpoint (Ceph RGW), on storekit's one botocore client (store.s3client).
+
+Every request goes through `S3Store.call`: the one retry rule (store.retry) with the store's short
+budget, so a dead endpoint is exit 5 in seconds. Listing is list_objects_v2 paging (a `/` delimiter
+for list, none for walk and glob), info a HEAD, reads ranged GETs pinned to the ETag, writes one PUT
+or a multipart upload whose parts grow (part_size), deletes DeleteObjects with every key's answer
+checked (store.s3delete).
+"""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import io
+import re
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar, cast
 
-from storekit.config import mask_url
+from storekit.config import TierConfig, mask_url
 from storekit.errors import (
     NotFoundError,
     PathEscapeError,
@@ -16,26 +26,20 @@ from storekit.errors import (
     UnreachableError,
     exception_chain,
     is_retryable,
+    s3_error_code,
 )
 from storekit.paths import clean_rel
 from storekit.store.base import Capabilities, Entry, Store, check_metadata
+from storekit.store.retry import STORE_RETRY, RetryPolicy, call_with_retries
+from storekit.store.s3client import s3_client
+from storekit.store.s3delete import delete_keys
 
-if TYPE_CHECKING:
-    import fsspec
-
-# Ceph RGW (Pacific) rejects the aws-chunked CRC trailers newer botocore sends by default, and
-# a dead endpoint should fail in seconds, not minutes.
-S3_DEFAULT_CONFIG: dict[str, Any] = {
-    "s3": {"addressing_style": "path"},
-    "request_checksum_calculation": "when_required",
-    "response_checksum_validation": "when_required",
-    "connect_timeout": 5,
-    "read_timeout": 120,
-    "retries": {"max_attempts": 3, "mode": "standard"},
-}
 S3_BLOCK_SIZE = 16 * 1024 * 1024
+S3_READ_AHEAD = 16 * 1024 * 1024  # bytes a reader fetches per GET when the caller names no block size
 T = TypeVar("T")
 S3_MAX_PARTS = 10_000  # parts per multipart upload: S3's ceiling, also RGW's
+_MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+_GLOB_MAGIC = re.compile(r"[*?\[]")
 
 
 class S3Store(Store):
@@ -43,6 +47,23 @@ class S3Store(Store):
 
     block_size = S3_BLOCK_SIZE  # the first parts of a streamed upload
     max_parts = S3_MAX_PARTS  # tests lower both on an instance to reach the ceiling with small files
+
+    def __init__(self, tier: TierConfig, root: str, client: Any = None) -> None:
+        # no Store.__init__: there is no fsspec file system behind this store
+        self.tier = tier
+        self.root = root.rstrip("/") or "/"
+        self.retry: RetryPolicy = STORE_RETRY
+        if client is not None:
+            self.client = client
+
+    @functools.cached_property
+    def client(self) -> Any:
+        """The botocore client, made on first use: opening a store contacts nothing."""
+        return s3_client(self.tier.options)
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """`fn()` under the one retry rule; the caller's `_errors` names the tier and path."""
+        return call_with_retries(fn, policy=self.retry)
 
     def part_size(self, parts_done: int) -> int:
         """The size of the next part of a streamed upload, whose final size is unknown: it doubles
@@ -68,13 +89,20 @@ class S3Store(Store):
 
     def probe(self) -> None:
         with self._errors(""):
-            try:
-                self.fs.info(self.bucket)
-            except FileNotFoundError:
+            if not self._bucket_exists():
                 raise NotFoundError(
                     f"tier {self.name}: bucket {self.bucket!r} does not exist at {self.endpoint}",
                     hint="create it (storekit init creates it) or fix the tier URL",
-                ) from None
+                )
+
+    def _bucket_exists(self) -> bool:
+        try:
+            self.call("head bucket", lambda: self.client.head_bucket(Bucket=self.bucket))
+        except Exception as exc:
+            if s3_error_code(exc) in (*_MISSING_CODES, "NoSuchBucket"):
+                return False
+            raise
+        return True
 
     @property
     def endpoint(self) -> str:
@@ -93,66 +121,174 @@ class S3Store(Store):
                     hint="check endpoint_url and that the gateway is up; then retry",
                 ) from None
 
-    def _entry(self, info: Mapping[str, Any]) -> Entry:
-        is_dir = info.get("type") == "directory"
-        mtime = info.get("LastModified") or info.get("mtime")
+    # -- keys and listings -------------------------------------------------------------------------
+    def _key(self, rel: str) -> str:
+        return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
+
+    def _rel_of(self, key: str) -> str:
+        return self.rel(f"{self.bucket}/{key.rstrip('/')}")
+
+    def _file(self, key: str, size: Any, mtime: Any) -> Entry:
         ts = mtime.timestamp() if isinstance(mtime, datetime) else None
-        return Entry(
-            path=self.rel(str(info["name"])), size=int(info.get("size") or 0), mtime=ts, is_dir=is_dir
+        return Entry(path=self._rel_of(key), size=int(size or 0), mtime=ts, is_dir=False)
+
+    def _dir(self, key: str) -> Entry:
+        return Entry(path=self._rel_of(key), size=0, mtime=None, is_dir=True)
+
+    def _pages(self, prefix: str, delimiter: str = "") -> Iterator[dict[str, Any]]:
+        """list_objects_v2 of `prefix`, page by page (1,000 keys each)."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        while True:
+            page: dict[str, Any] = self.call(f"list {prefix}", functools.partial(self._list, dict(kwargs)))
+            yield page
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+            kwargs["ContinuationToken"] = token
+
+    def _list(self, kwargs: dict[str, Any]) -> Any:
+        return self.client.list_objects_v2(**kwargs)
+
+    def _objects(self, prefix: str) -> Iterator[dict[str, Any]]:
+        for page in self._pages(prefix):
+            yield from page.get("Contents", [])
+
+    def _head(self, key: str) -> dict[str, Any] | None:
+        """The object's HEAD answer; None where no object has this key."""
+        if not key:
+            return None
+        try:
+            head: dict[str, Any] = self.call(
+                f"head {key}", lambda: self.client.head_object(Bucket=self.bucket, Key=key)
+            )
+        except Exception as exc:
+            if s3_error_code(exc) in _MISSING_CODES:
+                return None
+            raise
+        return head
+
+    def _is_dir(self, key: str) -> bool:
+        """Something is stored below `key/` (a marker or objects); the bucket itself always is one."""
+        if not key:
+            if not self._bucket_exists():
+                self._missing(key)
+            return True
+        page = self.call(
+            f"list {key}/",
+            lambda: self.client.list_objects_v2(
+                Bucket=self.bucket, Prefix=key + "/", Delimiter="/", MaxKeys=1
+            ),
         )
+        return bool(page.get("Contents") or page.get("CommonPrefixes"))
+
+    def _missing(self, key: str) -> NoReturn:
+        raise FileNotFoundError(f"{self.bucket}/{key}")  # _errors: NotFoundError (exit 3) naming the path
 
     def info(self, rel: str) -> Entry:
+        key = self._key(rel)
         with self._errors(rel):
-            return self._entry(self.fs.info(self.full(rel)))
+            head = self._head(key)
+            if head is not None:
+                return self._file(key, head.get("ContentLength"), head.get("LastModified"))
+            if self._is_dir(key):
+                return Entry(path=clean_rel(rel), size=0, mtime=None, is_dir=True)
+            self._missing(key)
 
     def _not_a_directory(self, rel: str) -> NotFoundError:
         return NotFoundError(f"{self.display_url}/{rel}: not a directory")
 
     def glob(self, pattern: str) -> list[Entry]:
-        full = self.full(pattern)
+        from fsspec.utils import glob_translate  # fsspec's glob rules, as the POSIX store's
+
+        self.full(pattern)  # refuses a pattern that leaves the root
+        rel_pattern = clean_rel(pattern)
+        parts = rel_pattern.split("/")
+        literal = []
+        for part in parts[:-1]:  # the directories before the first wildcard: the prefix to list
+            if _GLOB_MAGIC.search(part):
+                break
+            literal.append(part)
+        base = self._key("/".join(literal))
+        match = re.compile(glob_translate(rel_pattern)).match
         with self._errors(pattern):
-            infos = self.fs.glob(full, detail=True)
-        files = [self._entry(i) for name, i in infos.items() if i.get("type") != "directory"]
-        return sorted((e for e in files if not e.path.endswith("/")), key=lambda e: e.path)
+            files = [
+                self._file(o["Key"], o.get("Size"), o.get("LastModified"))
+                for o in self._objects(base + "/" if base else "")
+                if not o["Key"].endswith("/")
+            ]
+        return sorted((e for e in files if match(e.path)), key=lambda e: e.path)
 
     def list(self, rel: str = "") -> list[Entry]:
-        full = self.full(rel)
+        key = self._key(rel)
+        prefix = key + "/" if key else ""
+        out: list[Entry] = []
+        seen = False
         with self._errors(rel):
-            infos = self.fs.ls(full, detail=True, refresh=True)
-        # `prefix/` directory-marker objects stand for the directory itself: not entries of their own
-        out = [self._entry(i) for i in infos if not str(i["name"]).endswith("/") and str(i["name"]) != full]
-        if not out and any(str(i["name"]) == full and i.get("type") == "file" for i in infos):
-            raise self._not_a_directory(rel)  # ls of an object key answers with the object itself
+            for page in self._pages(prefix, "/"):
+                for obj in page.get("Contents", []):
+                    seen = True
+                    # a `prefix/` directory marker stands for the directory itself: not an entry
+                    if obj["Key"] != prefix and not obj["Key"].endswith("/"):
+                        out.append(self._file(obj["Key"], obj.get("Size"), obj.get("LastModified")))
+                for sub in page.get("CommonPrefixes", []):
+                    seen = True
+                    out.append(self._dir(sub["Prefix"]))
+            if not seen and key:
+                if self._head(key) is not None:
+                    raise self._not_a_directory(rel)
+                self._missing(key)
         return sorted(out, key=lambda e: e.path)
 
     def walk(self, rel: str = "") -> Iterator[Entry]:
-        # one paginated listing instead of a request per prefix
-        full = self.full(rel)
+        # one paginated listing instead of a request per prefix; directories from the keys' paths
+        key = self._key(rel)
+        prefix = key + "/" if key else ""
+        entries: dict[str, Entry] = {}
         with self._errors(rel):
-            infos = self.fs.find(full, withdirs=True, detail=True)
-        entries = [self._entry(i) for name, i in infos.items() if not name.endswith("/") and name != full]
+            for obj in self._objects(prefix):
+                below = obj["Key"][len(prefix) :]
+                if not below:
+                    continue  # the marker of `rel` itself
+                names = below.rstrip("/").split("/")
+                for depth in range(1, len(names)):
+                    sub = prefix + "/".join(names[:depth])
+                    if sub not in entries:
+                        entries[sub] = self._dir(sub)
+                if obj["Key"].endswith("/"):
+                    entries.setdefault(obj["Key"].rstrip("/"), self._dir(obj["Key"]))
+                else:
+                    entries[obj["Key"]] = self._file(obj["Key"], obj.get("Size"), obj.get("LastModified"))
         if not entries and not self.info(rel).is_dir:  # info raises NotFoundError when nothing is there
             raise self._not_a_directory(rel)
-        yield from sorted(entries, key=lambda e: e.path.split("/"))
+        yield from sorted(entries.values(), key=lambda e: e.path.split("/"))
 
+    # -- data ------------------------------------------------------------------------------------
     def open_read(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
         """A streaming reader pinned to the object's ETag: if the object is replaced while being read,
-        reading raises a retryable error (exit 5) instead of returning bytes of two versions."""
-        fh = super().open_read(rel, block_size=block_size)
-        details = getattr(fh, "details", None) or {}
-        if details.get("type") == "directory":  # s3fs would read a prefix as an empty file
-            fh.close()
-            raise self._is_a_directory(rel)
-        cache = getattr(fh, "cache", None)
-        if cache is not None and callable(getattr(cache, "fetcher", None)):
-            cache.fetcher = self._guard_fetch(cache.fetcher, rel)
-        return fh
+        reading raises a retryable error (exit 5) instead of returning bytes of two versions.
+        Ranged GETs of `block_size` (read-ahead); one larger read is one GET."""
+        key = self._key(rel)
+        with self._errors(rel):
+            head = self._head(key)
+            if head is None:
+                if self._is_dir(key):
+                    raise self._is_a_directory(rel)
+                self._missing(key)
+        size = int(head["ContentLength"])
+        raw = _ObjectReader(self, rel, key, size, str(head["ETag"]))
+        ahead = max(1, min(block_size or S3_READ_AHEAD, size))
+        return cast(IO[bytes], io.BufferedReader(raw, buffer_size=ahead))
 
     def read_bytes(self, rel: str) -> bytes:
         # one GET: a consistent copy of whichever version is current, even during an overwrite
+        key = self._key(rel)
         try:
             with self._errors(rel):
-                return bytes(self.fs.cat_file(self.full(rel)))
+                if not key:
+                    raise self._is_a_directory(rel)
+                return self.call(f"get {key}", lambda: _whole_body(self.client, self.bucket, key))
         except NotFoundError:
             if self.exists(rel) and self.info(rel).is_dir:
                 raise self._is_a_directory(rel) from None
@@ -161,81 +297,62 @@ class S3Store(Store):
     def _is_a_directory(self, rel: str) -> StorekitError:
         return StorekitError(f"{self.display_url}/{rel}: is a directory, not a file")
 
-    def _guard_fetch(self, fetch: Any, rel: str) -> Any:
-        def guarded(start: int, end: int) -> Any:
+    def _get_range(self, rel: str, key: str, etag: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the version whose ETag is `etag`."""
+
+        def get() -> bytes:
+            resp = self.client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}", IfMatch=etag
+            )
+            data: bytes = resp["Body"].read()
+            if len(data) != end - start:
+                raise _ShortBody(f"{len(data)} of {end - start} bytes at offset {start}")
+            return data
+
+        with self._errors(rel):
             try:
-                return fetch(start, end)
+                return self.call(f"get {key}", get)
             except Exception as exc:
                 if _changed_while_reading(exc):
                     raise UnreachableError(
                         f"{self.display_url}/{rel} was replaced while it was being read",
                         hint="retry: the new version is complete, the read started on the old one",
                     ) from None
-                with self._errors(rel):
-                    raise
-
-        return guarded
+                raise
 
     def free_space(self) -> None:
         return None
 
     def get_metadata(self, rel: str) -> dict[str, str]:
+        key = self._key(rel)
         with self._errors(rel):
-            head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel))
+            head = self._head(key)
+            if head is None:
+                self._missing(key)
         return decode_s3_metadata(head.get("Metadata", {}))
-
-    def _key(self, rel: str) -> str:
-        return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
     @contextlib.contextmanager
     def atomic_writer(self, rel: str, *, metadata: Mapping[str, str] | None = None) -> Iterator[IO[bytes]]:
         meta = encode_s3_metadata(metadata)
-        kwargs: dict[str, Any] = {"block_size": self.part_size(0)}
-        if meta:
-            kwargs["Metadata"] = meta
-        with self._errors(rel):
-            fh = self.fs.open(self.full(rel), "wb", **kwargs)
-        self._grow_parts(fh)
+        fh = _ObjectWriter(self, rel, self._key(rel), meta)
         try:
-            yield fh
-            with self._errors(rel):
-                if fh.tell() == 0:
-                    # s3fs commits an empty file with touch(), which drops the metadata
-                    _make_inert(fh)
-                    self.fs.call_s3(
-                        "put_object",
-                        Bucket=self.bucket,
-                        Key=self._key(rel),
-                        Body=b"",
-                        **({"Metadata": meta} if meta else {}),
-                    )
-                else:
-                    fh.close()  # the single PUT, or completing the multipart upload: appears whole
+            yield cast(IO[bytes], fh)
+            fh.close()  # the single PUT, or completing the multipart upload: appears whole
         except BaseException:
-            _make_inert(fh)  # aborts a started multipart upload: nothing appears, no parts stay behind
+            fh.abort()  # aborts a started multipart upload: nothing appears, no parts stay behind
             raise
-
-    def _grow_parts(self, fh: Any) -> None:
-        """After each part s3fs sends, set the size of the next (s3fs sends one part per flush of
-        a full buffer, the buffer being `blocksize`)."""
-        upload = fh._upload_chunk
-
-        def upload_then_grow(final: bool = False) -> Any:
-            result = upload(final=final)
-            fh.blocksize = self.part_size(len(fh.parts or []))
-            return result
-
-        fh._upload_chunk = upload_then_grow
 
     def makedirs(self, rel: str, mode: int | None = None) -> None:
         """Buckets are created; prefixes get a zero-byte `prefix/` marker, as S3 consoles do."""
         rel = clean_rel(rel)
         with self._errors(rel):
-            if not self.fs.exists(self.bucket):
-                self.fs.mkdir(self.bucket)
+            if not self._bucket_exists():
+                self.call("create bucket", lambda: self.client.create_bucket(Bucket=self.bucket))
             key = self._key(rel)
             if key:
-                self.fs.call_s3("put_object", Bucket=self.bucket, Key=key + "/", Body=b"")
+                self.call(
+                    f"put {key}/", lambda: self.client.put_object(Bucket=self.bucket, Key=key + "/", Body=b"")
+                )
 
     def chmod(self, rel: str, mode: int) -> None:
         return None  # no permission bits on S3: Capabilities.posix_modes is False
@@ -244,50 +361,174 @@ class S3Store(Store):
         rel = clean_rel(rel)
         if not rel:
             raise PathEscapeError(f"refusing to delete the root of tier {self.name}")
-        full, key = self.full(rel), self._key(rel)
+        key = self._key(rel)
         with self._errors(rel):
-            kind = self.fs.info(full).get("type")  # FileNotFoundError -> NotFoundError (exit 3)
-            if kind != "directory":
-                self.fs.rm_file(full)
+            if self._head(key) is not None:
+                self.call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
                 return
-            below = self.fs.find(full, withdirs=False)  # objects under `key/`, markers included
-            if not recursive and any(p.rstrip("/") != full for p in below):
+            below = [o["Key"] for o in self._objects(key + "/")]  # markers included
+            if not below:
+                self._missing(key)  # NotFoundError (exit 3)
+            if not recursive and any(k.rstrip("/") != key for k in below):
                 raise StorekitError(
                     f"{self.display_url}/{rel}: directory not empty", hint="delete it recursively"
                 )
-            if below:
-                # per-key answers checked and the keys listed again: s3fs's rm ignores refusals
-                from storekit.ops.s3delete import delete_keys
-
-                delete_keys(_StoreCalls(self), [p[len(self.bucket) + 1 :] for p in below])
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.call_s3("delete_object", Bucket=self.bucket, Key=key + "/")
+            delete_keys(self, below)  # every key's answer checked, the keys listed again
 
 
-class _StoreCalls:
-    """The store's s3fs client in the shape ops.s3delete works with (boto3-style calls)."""
-
-    def __init__(self, store: S3Store) -> None:
-        self.bucket, self.endpoint, self._fs = store.bucket, store.endpoint, store.fs
-        self.client = self
-
-    def delete_objects(self, **kwargs: Any) -> Any:
-        return self._fs.call_s3("delete_objects", **kwargs)
-
-    def list_objects_v2(self, **kwargs: Any) -> Any:
-        return self._fs.call_s3("list_objects_v2", **kwargs)
-
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        return fn()  # s3fs retries; the store's _errors names the tier and path
+class _ShortBody(ConnectionError):
+    """The gateway sent fewer bytes than asked for (a dropped connection): retryable."""
 
 
-def _make_inert(fh: Any) -> None:
-    """Abort an S3 file being written and mark it closed, so that its __del__ does not try to
-    flush a discarded buffer later ("'NoneType' object has no attribute 'tell'"). Also after a
-    failed close: the multipart upload it may have left open is aborted, so no parts stay behind."""
-    with contextlib.suppress(Exception):
-        fh.discard()
-    fh.closed = True
+def _whole_body(client: Any, bucket: str, key: str) -> bytes:
+    resp = client.get_object(Bucket=bucket, Key=key)
+    data: bytes = resp["Body"].read()
+    if len(data) != int(resp.get("ContentLength", len(data))):
+        raise _ShortBody(f"{len(data)} of {resp['ContentLength']} bytes")
+    return data
+
+
+class _ObjectReader(io.RawIOBase):
+    """One object version read with ranged GETs (If-Match its ETag); BufferedReader reads ahead."""
+
+    def __init__(self, store: S3Store, rel: str, key: str, size: int, etag: str) -> None:
+        super().__init__()
+        self.store, self.rel_path, self.key, self.size, self.etag = store, rel, key, size, etag
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self.pos = base + offset
+        return self.pos
+
+    def _fetch(self, n: int) -> bytes:
+        end = min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        data = self.store._get_range(self.rel_path, self.key, self.etag, self.pos, end)
+        self.pos = end
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._fetch(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        return self._fetch(self.size - self.pos)
+
+
+class _ObjectWriter(io.RawIOBase):
+    """A streamed upload: one PUT when everything fits the first part, else a multipart upload
+    whose parts grow with S3Store.part_size (a part goes up once the buffer reaches that size)."""
+
+    def __init__(self, store: S3Store, rel: str, key: str, meta: dict[str, str]) -> None:
+        super().__init__()
+        self.store, self.rel_path, self.key, self.meta = store, rel, key, meta
+        self.buffer = bytearray()
+        self.written = 0
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+        self.done = False  # committed or aborted: close() (also from __del__) sends nothing more
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.written
+
+    def write(self, data: Any) -> int:
+        if self.closed or self.done:
+            raise ValueError("write to a closed S3 object writer")
+        n = len(memoryview(data).cast("B"))
+        self.buffer += data
+        self.written += n
+        if len(self.buffer) >= self.store.part_size(len(self.parts)):
+            self._send_part()
+        return n
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        with self.store._errors(self.rel_path):
+            return self.store.call(what, fn)
+
+    def _send_part(self) -> None:
+        store, bucket, key = self.store, self.store.bucket, self.key
+        if self.upload_id is None:
+            extra = {"Metadata": self.meta} if self.meta else {}
+            reply = self._call(
+                f"start upload of {key}",
+                lambda: store.client.create_multipart_upload(Bucket=bucket, Key=key, **extra),
+            )
+            self.upload_id = str(reply["UploadId"])
+        body, number, upload_id = bytes(self.buffer), len(self.parts) + 1, self.upload_id
+        self.buffer = bytearray()
+        reply = self._call(
+            f"upload part {number} of {key}",
+            lambda: store.client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+            ),
+        )
+        self.parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+
+    def __del__(self) -> None:
+        # dropped without close() or abort(): nothing may appear (IOBase's __del__ would commit)
+        if not self.done:
+            self.abort()
+
+    def close(self) -> None:
+        if not self.done and not self.closed:
+            self.done = True
+            try:
+                self._commit()
+            except BaseException:
+                self._abort()
+                raise
+        super().close()
+
+    def _commit(self) -> None:
+        store, bucket, key = self.store, self.store.bucket, self.key
+        if self.upload_id is None:  # everything fits one PUT (an empty object too, metadata kept)
+            body, extra = bytes(self.buffer), {"Metadata": self.meta} if self.meta else {}
+            self._call(
+                f"put {key}", lambda: store.client.put_object(Bucket=bucket, Key=key, Body=body, **extra)
+            )
+            return
+        if self.buffer:
+            self._send_part()
+        upload_id, parts = self.upload_id, {"Parts": self.parts}
+        self._call(
+            f"complete upload of {key}",
+            lambda: store.client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload=parts
+            ),
+        )
+
+    def abort(self) -> None:
+        """Nothing appears; a started multipart upload is aborted, so no parts stay behind."""
+        self.done = True
+        self._abort()
+        super().close()
+
+    def _abort(self) -> None:
+        self.buffer = bytearray()
+        if self.upload_id is not None:
+            upload_id, self.upload_id = self.upload_id, None
+            with contextlib.suppress(Exception):
+                self.store.client.abort_multipart_upload(
+                    Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
+                )
 
 
 # S3 metadata travels in HTTP headers: ASCII only. Anything else is stored RFC 2047-encoded, the
@@ -320,25 +561,6 @@ def _decode_value(value: str) -> str:
 
 
 def _changed_while_reading(exc: BaseException) -> bool:
-    """The object's ETag no longer matches the one the read started with (HTTP 412). s3fs turns
-    this into FileExpired, or, when the gateway sends no message (RGW), into a TypeError."""
-    for e in exception_chain(exc):
-        if type(e).__name__ == "FileExpired":
-            return True
-        response = getattr(e, "response", None)
-        if isinstance(response, dict) and response.get("Error", {}).get("Code") in (
-            "PreconditionFailed",
-            "412",
-        ):
-            return True
-    return False
-
-
-def s3_filesystem(options: Mapping[str, Any]) -> fsspec.AbstractFileSystem:
-    import fsspec
-
-    opts = dict(options)
-    config = {**S3_DEFAULT_CONFIG, **opts.pop("config_kwargs", {})}
-    return fsspec.filesystem(
-        "s3", config_kwargs=config, skip_instance_cache=True, use_listings_cache=False, **opts
-    )
+    """The object's ETag no longer matches the one the read started with (HTTP 412; RGW sends the
+    status without a code)."""
+    return any(s3_error_code(e) in ("PreconditionFailed", "412") for e in exception_chain(exc))

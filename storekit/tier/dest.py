@@ -44,7 +44,6 @@ from storekit.errors import MismatchError, NoSpaceError, NotFoundError, Storekit
 from storekit.manifest import UNIT_MANIFEST_SUFFIX, UnitEntry, manifest_digest
 from storekit.ops import hash_local
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.ops.s3readback import readback_digest
 from storekit.ops.s3transfer import (
     DownloadItem,
@@ -55,6 +54,7 @@ from storekit.ops.s3transfer import (
     fadvise_dontneed,
     tier_bucket_prefix,
 )
+from storekit.store.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.units import format_bytes
 
 CHUNK = 8 * 1024 * 1024

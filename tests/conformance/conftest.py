@@ -9,19 +9,19 @@ there a store must say it keeps no metadata, and refuse metadata rather than dro
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-import fsspec
 import pytest
 
 from storekit.config import TierConfig
-from storekit.store import S3Store, Store, open_store, s3_filesystem
-from tests.conftest import IN_CI, TwoMounts, s3_options
+from storekit.store import S3Store, Store, open_store
+from storekit.store.s3client import s3_client
+from tests.conftest import IN_CI, TwoMounts, remove_bucket, s3_options
 
 BACKENDS = [
     "local",
@@ -66,45 +66,45 @@ def cephfs_store(cephfs: TwoMounts) -> Store:
 
 
 @pytest.fixture(scope="session")
-def shared_s3_fs() -> fsspec.AbstractFileSystem:
-    """One S3 client for the suite: a new one costs 0.3-0.6 s of botocore set-up per test."""
-    return s3_filesystem(s3_options())
+def shared_s3_client() -> Any:
+    """One S3 client for the suite, as open_store makes it (store.s3client)."""
+    return s3_client(s3_options())
 
 
-def open_s3(tier: TierConfig, fs: fsspec.AbstractFileSystem) -> S3Store:
+def open_s3(tier: TierConfig, client: Any) -> S3Store:
     """What open_store(tier) builds, on the shared client."""
-    return S3Store(tier, fs, tier.url.removeprefix("s3://").rstrip("/"))
+    return S3Store(tier, tier.url.removeprefix("s3://").rstrip("/"), client)
 
 
 @pytest.fixture(scope="session")
-def conformance_bucket(shared_s3_fs: fsspec.AbstractFileSystem) -> Iterator[str]:
+def conformance_bucket(shared_s3_client: Any) -> Iterator[str]:
     """One bucket for the whole suite (creating and removing a bucket costs ~0.5 s on RGW)."""
     bucket = f"sk-conf-{uuid.uuid4().hex[:12]}"
-    fs = shared_s3_fs
-    fs.mkdir(bucket)
+    tier = TierConfig(name="conformance", url=f"s3://{bucket}", options=s3_options())
+    store = open_s3(tier, shared_s3_client)
+    store.makedirs("")
     yield bucket
     try:
-        fs.rm(bucket, recursive=True)
+        remove_bucket(store, bucket)
     except Exception as exc:  # cleanup must not hide the tests' own results
         print(f"warning: could not remove bucket {bucket}: {exc}")
 
 
 @pytest.fixture
-def s3_tier(conformance_bucket: str, shared_s3_fs: fsspec.AbstractFileSystem) -> Iterator[TierConfig]:
+def s3_tier(conformance_bucket: str, shared_s3_client: Any) -> Iterator[TierConfig]:
     """Overrides the root fixture: a fresh prefix (not a fresh bucket) per test, removed afterwards."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
     url = f"s3://{conformance_bucket}/{prefix}/storage"
     tier = TierConfig(name="archive", url=url, role="archive", options=s3_options())
-    store = open_s3(tier, shared_s3_fs)
+    store = open_s3(tier, shared_s3_client)
     store.makedirs("")
     yield tier
-    with contextlib.suppress(FileNotFoundError):  # the test may have removed everything itself
-        store.fs.rm(f"{conformance_bucket}/{prefix}", recursive=True)
+    remove_bucket(store, conformance_bucket, prefix + "/")  # the test may have removed everything itself
 
 
 @pytest.fixture
-def s3_store(s3_tier: TierConfig, shared_s3_fs: fsspec.AbstractFileSystem) -> Store:
-    return open_s3(s3_tier, shared_s3_fs)
+def s3_store(s3_tier: TierConfig, shared_s3_client: Any) -> Store:
+    return open_s3(s3_tier, shared_s3_client)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -127,7 +127,7 @@ def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str]
             # same fresh bucket (removed after the test), another prefix
             url = f"{s3_tier.url}-other-{uuid.uuid4().hex[:6]}"
             tier = TierConfig(name="other", url=url, options=s3_tier.options)
-            other: Store = open_s3(tier, request.getfixturevalue("shared_s3_fs"))
+            other: Store = open_s3(tier, request.getfixturevalue("shared_s3_client"))
             other.makedirs("")
             return other
         other = open_store(tier)

@@ -45,7 +45,7 @@ def pending_uploads(store: Store) -> list[str]:
     """Multipart uploads left open in the bucket (S3's kind of temp file)."""
     if not isinstance(store, S3Store):
         return []
-    found = store.fs.call_s3("list_multipart_uploads", Bucket=store.bucket)
+    found = store.client.list_multipart_uploads(Bucket=store.bucket)
     return [u["Key"] for u in found.get("Uploads", [])]
 
 

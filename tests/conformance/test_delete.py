@@ -84,9 +84,9 @@ def refusing(populated: Store) -> Iterator[Store]:
         policy = {"Version": "2012-10-17", "Statement": [{
             "Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject",
             "Resource": f"arn:aws:s3:::{populated.bucket}/{key}/*"}]}  # fmt: skip
-        populated.fs.call_s3("put_bucket_policy", Bucket=populated.bucket, Policy=json.dumps(policy))
+        populated.client.put_bucket_policy(Bucket=populated.bucket, Policy=json.dumps(policy))
         yield populated
-        populated.fs.call_s3("delete_bucket_policy", Bucket=populated.bucket)
+        populated.client.delete_bucket_policy(Bucket=populated.bucket)
         return
     locked = populated.local_path("d/locked") or ""
     for args in (["--bind", locked, locked], ["-o", "remount,bind,ro", locked]):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import TierConfig
-from storekit.ops.s3delete import list_keys
 from storekit.ops.s3transfer import S3Transfer, TransferConfig
+from storekit.store.s3delete import list_keys
 from tests.conftest import _need, s3_options
 
 MiB = 1024 * 1024

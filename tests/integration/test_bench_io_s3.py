@@ -67,7 +67,7 @@ def test_every_pattern_on_s3_moves_the_planned_bytes_and_removes_its_objects(
     assert {("meta", p) for p in ("put", "list", "head", "get", "delete")} <= seen
     assert {("shards", "write"), ("shards", "read"), ("checkpoint", "write"), ("tokens", "randread")} <= seen
     assert all_keys(s3_store) == before
-    uploads = s3_store.fs.call_s3("list_multipart_uploads", Bucket=s3_tier.url[5:].split("/")[0])
+    uploads = s3_store.client.list_multipart_uploads(Bucket=s3_tier.url[5:].split("/")[0])
     assert not uploads.get("Uploads")
     assert "testsecret" not in proc.stdout + proc.stderr
 

@@ -16,7 +16,6 @@ from storekit import faults
 from storekit.config import TierConfig
 from storekit.errors import MismatchError, StorekitError
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3delete import DeleteFailed, check_unversioned, delete_keys, delete_prefix
 from storekit.ops.s3transfer import (
     DIGEST_META_KEY,
     DownloadItem,
@@ -24,6 +23,7 @@ from storekit.ops.s3transfer import (
     UploadItem,
 )
 from storekit.ops.throttle import TokenBucket
+from storekit.store.s3delete import DeleteFailed, check_unversioned, delete_keys, delete_prefix
 from tests.integration.s3_helpers import (
     MiB,
     PrivateGateway,

@@ -14,8 +14,8 @@ import pytest
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.errors import ExitCode, NotFoundError, StorekitError
-from storekit.ops.s3delete import delete_keys, list_keys
 from storekit.ops.s3transfer import DIGEST_META_KEY, S3Transfer, TransferConfig
+from storekit.store.s3delete import delete_keys, list_keys
 from storekit.tier.audit import gc, verify_stub
 from storekit.tier.mover import archive_unit, recall_unit
 from storekit.tier.stubfile import read_stub, stub_path
@@ -338,7 +338,7 @@ def test_gateway_restart_mid_archive_is_ridden_out(tmp_path: Path, s3_tier: Tier
 def test_gateway_down_past_the_budget_is_exit_5_and_a_rerun_completes(
     tmp_path: Path, s3_tier: TierConfig
 ) -> None:
-    from storekit.ops.retry import RetryPolicy
+    from storekit.store.retry import RetryPolicy
 
     root, journal = tmp_path / "lustre", tmp_path / "journal"
     make_small_unit(root / RUN / "step_1", big=5 * MiB + 1, seed=10)

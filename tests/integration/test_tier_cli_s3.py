@@ -12,9 +12,9 @@ import pytest
 from storekit.config import TierConfig
 from storekit.layout.init import apply_init, plan_init
 from storekit.layout.spec import load_layout
-from storekit.ops.s3delete import list_keys
 from storekit.ops.s3transfer import S3Transfer
 from storekit.store import open_store
+from storekit.store.s3delete import list_keys
 from storekit.tier.stubfile import read_stub, stub_path
 from tests.conftest import Ran
 from tests.unit.tier.helpers import leftovers, make_unit, snapshot, unfinished

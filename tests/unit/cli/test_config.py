@@ -15,7 +15,7 @@ import pytest
 
 from storekit.config import TierConfig
 from storekit.store import open_store
-from tests.conftest import Ran, run_storekit, s3_options
+from tests.conftest import Ran, remove_bucket, run_storekit, s3_options
 
 SECRET = "TopSecret-9f2c"  # must never appear in any output
 KEY_ID = "AKIDEXAMPLE77"
@@ -210,7 +210,7 @@ def test_check_real_ceph_bucket(tmp_path: Path) -> None:
         ]  # fmt: skip
         # versioning on: an archive tier is refused (deletes would keep the bytes), a plain one shown
         on = {"Status": "Enabled"}
-        store.fs.call_s3("put_bucket_versioning", Bucket=bucket, VersioningConfiguration=on)
+        store.client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration=on)
         bad = run(tmp_path, "config", "check", "--json")
         assert bad.returncode == 1, bad.stderr
         endpoint = options["endpoint_url"]
@@ -224,7 +224,7 @@ def test_check_real_ceph_bucket(tmp_path: Path) -> None:
         assert "cannot: atomic_rename directories posix_modes free_space striping" in text.stdout
         assert options["secret"] not in bad.stdout + bad.stderr + text.stdout + text.stderr
     finally:
-        store.fs.rm(bucket, recursive=True)
+        remove_bucket(store, bucket)
 
 
 def test_check_shows_probed_capabilities_per_tier(tmp_path: Path) -> None:

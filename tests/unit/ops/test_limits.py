@@ -11,9 +11,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from storekit.errors import is_retryable
-from storekit.ops.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.ops.s3transfer import S3_MAX_PARTS, MiB, part_size_for
 from storekit.ops.throttle import ByteBudget, TokenBucket
+from storekit.store.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 
 
 class FakeClock:

@@ -1,8 +1,9 @@
 """S3 deletes that cannot lie, and the archive bucket's precondition (no versioning).
 
-A multi-object delete answers per key; s3fs's bulk delete ignores those answers, so a key the
-gateway refused looks deleted. Here every key's answer is checked, and the keys are listed again
-afterwards: a delete reports success only when nothing it was asked to remove is still listed.
+A multi-object delete answers per key; a bulk delete that ignores those answers (as s3fs's
+does) makes a key the gateway refused look deleted. Here every key's answer is checked, and the
+keys are listed again afterwards: a delete reports success only when nothing it was asked to
+remove is still listed.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ T = TypeVar("T")
 
 
 class S3Calls(Protocol):
-    """What these functions need: a bucket, a boto3-style client, and a way to call it (the
-    transfer engine's retries, or the store's s3fs client)."""
+    """What these functions need: a bucket, a botocore client, and a way to call it under the one
+    retry rule (the transfer engine, with its long budget, or an S3Store, with the store's)."""
 
-    bucket: str
-    endpoint: str
-    client: Any
+    @property
+    def bucket(self) -> str: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def client(self) -> Any: ...
 
     def call(self, what: str, fn: Callable[[], T]) -> T: ...
 

@@ -1,8 +1,11 @@
-"""Per-request retries with a time budget long enough to ride out a gateway restart.
+"""The one retry rule for S3 requests: retried until a time budget has passed since the first failure.
 
-botocore's own retries are switched off for the transfer engine (a fixed attempt count is either
-too few for a 60 s restart or far too many for a dead endpoint); each request is retried here until
-`budget_s` has passed since its first failure. Connection errors count: s3fs does not retry those.
+botocore's own retries are off for every client storekit makes (store.s3client): a fixed attempt
+count is either too few for a 60 s gateway restart or far too many for a dead endpoint. Every
+request, the store's and the transfer engine's, goes through `call_with_retries`; what is retryable
+is `errors.is_retryable` (connection errors, timeouts, 5xx, SlowDown). Only the budget differs:
+STORE_RETRY for a store's calls (a dead endpoint is exit 5 in seconds, as the commands promise),
+RetryPolicy() for the transfer engine (a tier move rides out a gateway restart).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ class RetryPolicy:
     budget_s: float = 120.0  # from a request's first failure: a 30-60 s gateway restart fits twice
     first_delay_s: float = 0.25
     max_delay_s: float = 4.0
+
+
+# a store's calls: ~3 tries over ~2 s of a refused connection, 2 tries of a silent one (5 s connect
+# timeout each): what the store's 3 botocore attempts were before this rule replaced them
+STORE_RETRY = RetryPolicy(budget_s=2.0)
 
 
 class RetryBudgetExceeded(Exception):

@@ -1,0 +1,78 @@
+"""The one S3 client storekit makes: botocore, configured for Ceph RGW, retries left to store.retry.
+
+Every S3 request goes through a client from `s3_client`: the store (S3Store), the transfer engine
+(ops.s3transfer) and the benchmark workers (bench.engine_s3). botocore's session rather than boto3's:
+boto3 adds nothing a client needs and ~60 ms of imports (s3transfer, resources) to every command.
+A fresh botocore session per client (credentials are looked up anew: a rotated key in the
+environment is seen), sharing one model loader per process (loading the S3 service model costs
+~100 ms once; a further client then costs a few ms).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+# Ceph RGW (Pacific) rejects the aws-chunked CRC trailers newer botocore sends by default, and a
+# dead endpoint should fail in seconds, not minutes. botocore's retries are off: store.retry's
+# time budget is the one rule (a caller's config_kwargs cannot switch them back on).
+S3_CONFIG: dict[str, Any] = {
+    "s3": {"addressing_style": "path"},
+    "request_checksum_calculation": "when_required",
+    "response_checksum_validation": "when_required",
+    "connect_timeout": 5,
+    "read_timeout": 120,
+}
+_NO_RETRIES = {"total_max_attempts": 1, "mode": "standard"}
+# a tier's options (config.toml [tiers.X.options], config.S3_OPTIONS: these four, client_kwargs
+# for create_client and config_kwargs for botocore's Config) -> botocore's create_client arguments
+_CLIENT_ARGS = {
+    "endpoint_url": "endpoint_url",
+    "key": "aws_access_key_id",
+    "secret": "aws_secret_access_key",
+    "token": "aws_session_token",
+}
+
+_LOADER: Any = None
+_LOCK = threading.Lock()
+
+
+def _session() -> Any:
+    """A new botocore session on the process's one data loader (which caches the loaded models)."""
+    import botocore.session
+
+    global _LOADER
+    session = botocore.session.get_session()
+    if _LOADER is None:
+        _LOADER = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _LOADER)
+    return session
+
+
+def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: bool | None = None) -> Any:
+    """A botocore S3 client from a tier's options (endpoint_url, key, secret, token, client_kwargs,
+    config_kwargs); credentials not given there come from botocore's usual chain. `sign_payload`:
+    None is botocore's own choice (signed over plain http)."""
+    import botocore.config
+
+    opts = dict(options)
+    conf = {**S3_CONFIG, **opts.get("config_kwargs", {})}
+    if sign_payload is not None:
+        conf["s3"] = {**conf.get("s3", {}), "payload_signing_enabled": sign_payload}
+    conf["retries"] = _NO_RETRIES
+    conf["max_pool_connections"] = max_pool
+    kwargs: dict[str, Any] = dict(opts.get("client_kwargs", {}))
+    for ours, theirs in _CLIENT_ARGS.items():
+        if opts.get(ours):
+            kwargs[theirs] = opts[ours]
+    with _LOCK:  # botocore's sessions and loader are not thread-safe; its clients are
+        return _session().create_client("s3", config=botocore.config.Config(**conf), **kwargs)
+
+
+def warm_up() -> None:
+    """Load botocore and the S3 service model now (the bench's forkserver does, before forking)."""
+    with _LOCK:
+        client = _session().create_client("s3", region_name="us-east-1", endpoint_url="http://localhost:1")
+    client.close()

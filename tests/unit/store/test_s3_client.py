@@ -1,0 +1,112 @@
+"""One S3 client stack: every S3 request (store, transfer engine, bench workers) on store.s3client's
+botocore client, under store.retry's one retry rule."""
+
+from __future__ import annotations
+
+import gc
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from storekit import faults
+from storekit.config import TierConfig
+from storekit.errors import UnreachableError
+from storekit.store import S3Store, open_store
+from storekit.store.retry import STORE_RETRY, RetryPolicy
+from tests.conftest import storekit_env
+
+# the S3 libraries storekit does not run on (boto3 is installed for its botocore only)
+OTHER_STACKS = ["aiobotocore", "aiohttp", "boto3", "s3fs", "s3transfer"]
+
+
+@pytest.mark.ceph
+def test_store_engine_and_bench_run_on_botocore_alone(s3_tier: TierConfig, tmp_path: Path) -> None:
+    """A fresh process that lists, reads, writes and deletes through the store, uploads and reads
+    back through the transfer engine and makes a bench worker's client imports no other S3 stack."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from storekit.bench.engine_s3 import make_client
+        from storekit.bench.spec import TargetSpec
+        from storekit.config import TierConfig
+        from storekit.ops.s3transfer import S3Transfer, TransferConfig, UploadItem
+        from storekit.ops.s3readback import readback_digest
+        from storekit.store import open_store
+
+        tier = TierConfig(**json.loads(sys.argv[1]))
+        store = open_store(tier)
+        store.write_bytes("d/one.bin", b"1" * 100, metadata={{"k": "v"}})
+        with store.atomic_writer("d/two.bin") as fh:
+            fh.write(b"2" * 200)
+        seen = [e.path for e in store.walk("")], [e.path for e in store.glob("d/*.bin")]
+        with store.open_read("d/two.bin", block_size=64) as fh:
+            assert fh.read() == b"2" * 200
+        assert store.read_bytes("d/one.bin") == b"1" * 100 and store.get_metadata("d/one.bin") == {{"k": "v"}}
+        store.delete("d", recursive=True)
+        with S3Transfer.for_tier(tier, config=TransferConfig(threads=1)) as engine:
+            bucket_prefix = tier.url[5:].split("/", 1)[1]
+            engine.upload_files([UploadItem(path=sys.argv[2], key=bucket_prefix + "/up.bin")])
+            size, _ = readback_digest(engine, bucket_prefix + "/up.bin")
+        target = TargetSpec(kind="s3", root=tier.url[5:], s3_options=tier.options)
+        make_client(target).head_bucket(Bucket=target.bucket)
+        other = sorted(m for m in {OTHER_STACKS!r} if m in sys.modules)
+        print(json.dumps({{"seen": seen, "size": size, "other": other}}))
+        """
+    )
+    src = tmp_path / "up.bin"
+    src.write_bytes(b"u" * 1000)
+    tier = {"name": s3_tier.name, "url": s3_tier.url, "role": s3_tier.role, "options": s3_tier.options}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(tier), str(src)],
+        env=storekit_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["seen"] == [["d", "d/one.bin", "d/two.bin"], ["d/one.bin", "d/two.bin"]]
+    assert out["size"] == 1000
+    assert out["other"] == []  # not s3fs/aiobotocore, not boto3's resources or transfer manager
+    assert [e.path for e in open_store(s3_tier).list("")] == ["up.bin"]  # the store sees the engine's
+
+
+def test_a_store_call_is_retried_by_the_one_rule_not_by_botocore() -> None:
+    """A refused connection: botocore tries once per call (its retries are off), storekit's retry rule
+    tries again until the store's budget is spent, then the store says exit 5 naming the tier."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])  # bound, never listening: every connect is refused
+        options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "k", "secret": "s"}
+        store = open_store(TierConfig(name="vault", url="s3://bucket/p", options=options))
+        assert isinstance(store, S3Store) and store.retry is STORE_RETRY
+        assert store.client.meta.config.retries == {"total_max_attempts": 1, "mode": "standard"}
+        store.retry = RetryPolicy(budget_s=0.2, first_delay_s=0.01, max_delay_s=0.01)
+        retries: list[int] = []
+        with faults.at("transfer.retry", lambda: retries.append(1)), pytest.raises(UnreachableError) as exc:
+            store.info("x")
+    assert exc.value.exit_code == 5
+    assert str(exc.value).startswith(f"tier vault: cannot reach http://127.0.0.1:{port} for s3://bucket/p")
+    assert len(retries) >= 2  # the same request sent again by store.retry, more than once
+
+
+@pytest.mark.ceph
+def test_a_writer_dropped_unclosed_leaves_nothing(s3_store: S3Store) -> None:
+    """A writer garbage-collected without close() or abort() (a caller's bug) does not commit:
+    IOBase's __del__ closes, and closing is what makes an object appear."""
+    from storekit.store.s3 import _ObjectWriter
+
+    s3_store.block_size = 5 << 20  # S3's smallest part: the second write starts a multipart upload
+    fh = _ObjectWriter(s3_store, "dropped.bin", s3_store._key("dropped.bin"), {})
+    fh.write(b"x" * (5 << 20))
+    fh.write(b"tail")
+    assert fh.upload_id is not None
+    del fh
+    gc.collect()
+    assert not s3_store.exists("dropped.bin")
+    assert not s3_store.client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads")
