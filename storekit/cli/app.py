@@ -14,7 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import typer
 from typer._click.exceptions import NoSuchOption
@@ -115,48 +115,17 @@ def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
 
 
 def _message(exc: typer.TyperException) -> str:
-    """The error's one line, in the words storekit has always printed (Click's), not those of Typer's
-    copy of Click and its pydantic coercion, which scripts matching the old ones would miss:
-    `No such option '--jsn'. Did you mean '--json'?` (not `No such option: --jsn (Possible options:
-    --json)`), `Invalid value for '--ranks': 'abc' is not a valid integer.` (not `Input should be a
-    valid integer, unable to parse string as an integer`, which does not say what was given)."""
-    if isinstance(exc, NoSuchOption):
-        near = sorted(exc.possibilities or ())
-        shown = ", ".join(repr(p) for p in near)
-        if not near:
-            return f"No such option {exc.option_name!r}."
-        suggest = f"Did you mean {shown}?" if len(near) == 1 else f"(Did you mean one of: {shown}?)"
-        return f"No such option {exc.option_name!r}. {suggest}"
-    if isinstance(exc, typer.BadParameter):
-        return _number_message(exc) or exc.format_message()
-    return exc.format_message()
-
-
-def _number_message(exc: typer.BadParameter) -> str | None:
-    """Click's words for a bad int/float option (`'abc' is not a valid integer.`, `1.5 is not in the
-    range 0.0<=x<=1.0.`), from the pydantic error Typer's coercion raised; None for any other."""
-    param: Any = getattr(exc, "param", None)
-    number = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    errors = getattr(exc.__cause__, "errors", None)
-    if number not in (int, float) or not callable(errors):
-        return None
-    first = (errors() or [{}])[0]
-    given, kind = first.get("input"), first.get("type")
-    if not isinstance(given, str):
-        return None
-    ranged = param.min is not None or param.max is not None
-    what = ("integer" if number is int else "float") + (" range" if ranged else "")
-    if kind in ("int_parsing", "int_from_float", "float_parsing"):
-        return f"Invalid value for {param.get_error_hint()}: {given!r} is not a valid {what}."
-    if ranged and kind in ("less_than_equal", "greater_than_equal"):
-        if param.min is None:
-            bounds = f"x<={param.max}"
-        elif param.max is None:
-            bounds = f"x>={param.min}"
-        else:
-            bounds = f"{param.min}<=x<={param.max}"
-        return f"Invalid value for {param.get_error_hint()}: {number(given)} is not in the range {bounds}."
-    return None
+    """The error's one line; an unknown option in the words storekit has always printed (Click's:
+    `No such option '--jsn'. Did you mean '--json'?`), not those of Typer's copy of Click
+    (`No such option: --jsn (Possible options: --json)`), which scripts matching the old would miss."""
+    if not isinstance(exc, NoSuchOption):
+        return exc.format_message()
+    near = sorted(exc.possibilities or ())
+    if not near:
+        return f"No such option {exc.option_name!r}."
+    shown = ", ".join(repr(p) for p in near)
+    suggest = f"Did you mean {shown}?" if len(near) == 1 else f"(Did you mean one of: {shown}?)"
+    return f"No such option {exc.option_name!r}. {suggest}"
 
 
 def _usage_hint(exc: typer.TyperException) -> str | None:

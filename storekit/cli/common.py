@@ -10,6 +10,7 @@ import typer._click
 import typer._click._textwrap
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from storekit.cli import values  # noqa: F401  (values converted as Click did, without pydantic)
 from storekit.cli.output import Output, quiet_run, set_closing_warning, set_config_source
 from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
 from storekit.errors import EXIT_CODE_TABLE, ExitCode
