@@ -32,6 +32,11 @@ class _Wrapper(typer._click._textwrap.TextWrapper):
 
 typer._click._textwrap.TextWrapper = _Wrapper  # type: ignore[misc]
 
+# what typer.main.get_command builds: a group (`storekit`, `layout`, ...) or one command
+Command = TyperGroup | TyperCommand
+# what their methods (parse_args, ...) are given: typer.Context's base, in Typer's own copy of Click
+CommandContext = typer._click.Context
+
 
 def _argument_usage(self: TyperArgument, ctx: CommandContext) -> list[str]:
     """An argument in a usage line as storekit always wrote it (Click's way): its metavar as given,
@@ -50,12 +55,6 @@ def _no_argument_type(self: TyperArgument, ctx: CommandContext) -> str | None:
 
 TyperArgument.get_usage_pieces = _argument_usage  # type: ignore[method-assign]
 TyperArgument.display_type_rich = _no_argument_type  # type: ignore[method-assign,assignment]
-
-# what typer.main.get_command builds: a group (`storekit`, `layout`, ...) or one command
-Command = TyperGroup | TyperCommand
-# what their methods (parse_args, ...) are given: typer.Context's base, in Typer's own copy of Click
-CommandContext = typer._click.Context
-
 
 _METAVARS = {"<int>": "N", "<float>": "NUM"}
 # what --workers counts, in every command that has it; each help goes on to say where and what each does
