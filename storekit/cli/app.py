@@ -16,12 +16,13 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-import click
 import typer
+from typer._click.exceptions import NoSuchOption
+from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command
 
 from storekit import __version__
-from storekit.cli.common import exit_codes, noun_app, tidy_options
+from storekit.cli.common import Command, exit_codes, noun_app, tidy_options
 from storekit.cli.output import closing_warnings, dumps, error_document, reset_emitted, result_emitted
 from storekit.cli.progress import interval_from_env
 from storekit.config import redact_urls, refuse_url_credentials
@@ -113,7 +114,21 @@ def _fail(exc: StorekitError, json_mode: bool) -> NoReturn:
     raise SystemExit(code)
 
 
-def _usage_hint(exc: click.ClickException) -> str | None:
+def _message(exc: typer.TyperException) -> str:
+    """The error's one line; an unknown option in the words storekit has always printed (Click's:
+    `No such option '--jsn'. Did you mean '--json'?`), not those of Typer's copy of Click
+    (`No such option: --jsn (Possible options: --json)`), which scripts matching the old would miss."""
+    if not isinstance(exc, NoSuchOption):
+        return exc.format_message()
+    near = sorted(exc.possibilities or ())
+    if not near:
+        return f"No such option {exc.option_name!r}."
+    shown = ", ".join(repr(p) for p in near)
+    suggest = f"Did you mean {shown}?" if len(near) == 1 else f"(Did you mean one of: {shown}?)"
+    return f"No such option {exc.option_name!r}. {suggest}"
+
+
+def _usage_hint(exc: typer.TyperException) -> str | None:
     ctx = getattr(exc, "ctx", None)
     return f"{ctx.command_path} --help" if ctx is not None else None
 
@@ -160,7 +175,7 @@ def _common_option(arg: str) -> tuple[str, bool] | None:
     return name, COMMON_OPTIONS[name] and "=" not in arg
 
 
-def hoist_common_options(command: click.Command, args: Sequence[str]) -> list[str]:
+def hoist_common_options(command: Command, args: Sequence[str]) -> list[str]:
     """`args` with common options typed before the command that takes them moved to just after it.
 
     Walks the command words (`layout`, `check`); a common option met on the way, which the group it
@@ -178,15 +193,17 @@ def hoist_common_options(command: click.Command, args: Sequence[str]) -> list[st
             hoisted += args[at : at + n]
             del args[at : at + n]
             continue
-        if isinstance(cmd, click.Group) and arg in cmd.commands:
-            cmd = cmd.commands[arg]
+        if isinstance(cmd, TyperGroup) and arg in cmd.commands:
+            sub = cmd.commands[arg]
+            assert isinstance(sub, TyperGroup | TyperCommand)
+            cmd = sub
             at += 1
             continue
         break
     return args[:at] + hoisted + args[at:]
 
 
-def _takes(cmd: click.Command, option: str) -> bool:
+def _takes(cmd: Command, option: str) -> bool:
     return any(option in p.opts for p in cmd.params)
 
 
@@ -202,7 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     reset_emitted()
     interrupt_on(signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's preemption warning
     modules = _modules_for(args)
-    command = tidy_options(get_command(build_app() if modules is None else build_app(modules)))
+    built = get_command(build_app() if modules is None else build_app(modules))
+    assert isinstance(built, TyperGroup)
+    command = tidy_options(built)
     args = hoist_common_options(command, args)
     try:
         _refuse_url_credentials(args)
@@ -212,19 +231,19 @@ def main(argv: list[str] | None = None) -> None:
         if verbose:  # where it was raised, for a bug report; the one-line error still ends the output
             sys.stderr.write(redact_urls("".join(traceback.format_exception(exc))))
         _fail(exc, json_mode)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    except click.ClickException as exc:
+    except typer.TyperException as exc:
         # one line, as every other error (Click's own is a usage block, a blank line and the error)
         hint = _usage_hint(exc)
-        sys.stderr.write(f"error: {exc.format_message()}\n" + (f"hint: see {hint}\n" if hint else ""))
-        code = ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        sys.stderr.write(f"error: {_message(exc)}\n" + (f"hint: see {hint}\n" if hint else ""))
+        code = exc.exit_code  # a usage error's is 2 (ExitCode.USAGE), as in the README table
         if json_mode and not result_emitted():
             # a `| jq` pipeline still gets its one document, saying what was wrong
-            message = redact_urls(exc.format_message())
+            message = redact_urls(_message(exc))
             sys.stdout.write(dumps(error_document(message, _usage_hint(exc), code)) + "\n")
         raise SystemExit(code) from None
-    except click.exceptions.Abort:
+    except typer.Abort:
         sys.stderr.write("error: interrupted\n")
         raise SystemExit(ExitCode.INTERRUPTED) from None
     except KeyboardInterrupt:

@@ -5,57 +5,70 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
-import click
-import click._textwrap
 import typer
-from typer.core import TyperArgument
+import typer._click
+import typer._click._textwrap
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from storekit.cli import values  # noqa: F401  (values converted as Click did, without pydantic)
 from storekit.cli.output import Output, quiet_run, set_closing_warning, set_config_source
 from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
 from storekit.errors import EXIT_CODE_TABLE, ExitCode
 from storekit.store import Store, open_store
 
-# Plain Click help, not rich panels: rich reads `[plot]` as markup and cuts option names at 80 columns.
+# Plain help, not rich panels: rich reads `[plot]` as markup and cuts option names at 80 columns.
 HELP_SETTINGS: dict[str, object] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-class _Wrapper(click._textwrap.TextWrapper):
+class _Wrapper(typer._click._textwrap.TextWrapper):
     """Help is wrapped between words only: `llm-cluster` and `--shard-size` are never split at a hyphen
-    (click.formatting.wrap_text takes its wrapper from click._textwrap on each call)."""
+    (Typer's help formatter takes its wrapper from its copy of Click's _textwrap on each call; Typer
+    offers no setting for it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["break_on_hyphens"] = False
         super().__init__(*args, **kwargs)
 
 
-click._textwrap.TextWrapper = _Wrapper  # type: ignore[misc]
+typer._click._textwrap.TextWrapper = _Wrapper  # type: ignore[misc]
 
-_argument_init = TyperArgument.__init__
-
-
-def _keep_argument_help(self: TyperArgument, *args: Any, help: str | None = None, **kwargs: Any) -> None:
-    """Typer stores an argument's help before click.Argument's __init__, which (click >= 8.2) resets
-    it: help showed `PATH  [required]` and nothing else. Set it again once the argument is made."""
-    _argument_init(self, *args, help=help, **kwargs)
-    self.help = help
+# what typer.main.get_command builds: a group (`storekit`, `layout`, ...) or one command
+Command = TyperGroup | TyperCommand
+# what their methods (parse_args, ...) are given: typer.Context's base, in Typer's own copy of Click
+CommandContext = typer._click.Context
 
 
-TyperArgument.__init__ = _keep_argument_help  # type: ignore[method-assign]
+def _argument_usage(self: TyperArgument, ctx: CommandContext) -> list[str]:
+    """An argument in a usage line as storekit always wrote it (Click's way): its metavar as given,
+    else `NAME`, `[NAME]` when optional, `...` when it takes several; not Typer 0.29's `{NAME}`."""
+    if self.metavar is not None:
+        return [self.metavar]
+    shown = self.name.upper() if self.required else f"[{self.name.upper()}]"
+    return [shown + ("..." if self.nargs != 1 else "")]
 
 
-_METAVARS = {"INTEGER": "N", "FLOAT": "NUM"}
+def _no_argument_type(self: TyperArgument, ctx: CommandContext) -> str | None:
+    """The help lists an argument by its name and help (`PATH  The dataset...`), without the Python
+    type Typer 0.29 appends (`PATH <str>`): options show a metavar saying what to give instead."""
+    return None
+
+
+TyperArgument.get_usage_pieces = _argument_usage  # type: ignore[method-assign]
+TyperArgument.display_type_rich = _no_argument_type  # type: ignore[method-assign,assignment]
+
+_METAVARS = {"<int>": "N", "<float>": "NUM"}
 # what --workers counts, in every command that has it; each help goes on to say where and what each does
 WORKERS_HELP = "Workers running at once"
 
 
-def tidy_options(command: click.Command) -> click.Command:
+def tidy_options(command: Command) -> Command:
     """One convention for every option of the tree: a metavar that says what to give (N, NUM, or the
-    option's own last word, never Click's TEXT/INTEGER/FLOAT), and a default said once (an option
+    option's own last word, never Typer's <str>/<int>/<float>), and a default said once (an option
     whose help states its default shows no second `[default: ...]`)."""
-    ctx = click.Context(command)
+    ctx = typer.Context(command)
     renamed: dict[str, str] = {}
     for param in command.params:
-        if not isinstance(param, click.Option):
+        if not isinstance(param, TyperOption):
             continue
         for old in [o for o in param.opts if RENAMED.get(o) in param.opts]:
             param.opts.remove(old)  # help shows the one name; the old one still parses, with a warning
@@ -64,14 +77,15 @@ def tidy_options(command: click.Command) -> click.Command:
             param.show_default = False
         if param.is_flag or param.metavar is not None:
             continue
-        shown = param.type.get_metavar(param, ctx) or param.type.name.upper()
-        if shown in _METAVARS or shown == "TEXT":
+        shown = param.display_type(ctx)
+        if shown in _METAVARS or shown == "<str>":
             long = max(param.opts, key=len).lstrip("-")
             param.metavar = _METAVARS.get(shown) or long.split("-")[-1].upper()
     if renamed:
         _accept_old_names(command, renamed)
-    if isinstance(command, click.Group):
+    if isinstance(command, TyperGroup):
         for sub in command.commands.values():
+            assert isinstance(sub, TyperGroup | TyperCommand)
             tidy_options(sub)
     return command
 
@@ -85,10 +99,10 @@ RENAMED = {
 }
 
 
-def _accept_old_names(command: click.Command, renamed: dict[str, str]) -> None:
+def _accept_old_names(command: Command, renamed: dict[str, str]) -> None:
     parse_args = command.parse_args
 
-    def parse_with_old_names(ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_with_old_names(ctx: CommandContext, args: list[str]) -> list[str]:
         quiet = "-q" in args or "--quiet" in args
         given = list(args)
         for i, arg in enumerate(given):
@@ -98,7 +112,7 @@ def _accept_old_names(command: click.Command, renamed: dict[str, str]) -> None:
             if name in renamed:
                 given[i] = renamed[name] + eq + value
                 if not quiet:
-                    click.echo(f"warning: {name} is deprecated; use {renamed[name]}", err=True)
+                    typer.echo(f"warning: {name} is deprecated; use {renamed[name]}", err=True)
         return parse_args(ctx, given)
 
     command.parse_args = parse_with_old_names  # type: ignore[method-assign]
@@ -111,7 +125,7 @@ def noun_app(name: str | None, help_text: str, **extra: Any) -> typer.Typer:
         help=help_text,
         no_args_is_help=True,
         rich_markup_mode=None,
-        suggest_commands=False,  # Click already says "Did you mean ...?"; Typer would say it again
+        suggest_commands=True,  # `storekit layotu`: "No such command 'layotu'. Did you mean 'layout'?"
         context_settings=HELP_SETTINGS,
         **extra,
     )

@@ -9,10 +9,18 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from storekit.cli import tier_audit
-from storekit.cli.common import ConfigOpt, JsonOpt, QuietOpt, exit_codes, make_output, site_config
+from storekit.cli.common import (
+    CommandContext,
+    ConfigOpt,
+    JsonOpt,
+    QuietOpt,
+    exit_codes,
+    make_output,
+    site_config,
+)
 from storekit.cli.tier_audit import one_line_storage_errors
 from storekit.config import SiteConfig
 from storekit.durable import write_file_atomic
@@ -32,14 +40,27 @@ ROLE_DEFAULT = "@roles"  # `--drain` with no value: the burst tier's checkpoints
 
 
 class _TierGroup(TyperGroup):
-    """`--drain` takes an optional value (`--drain` alone drains by the tiers' roles)."""
+    """`--drain` takes an optional value (`--drain` alone drains by the tiers' roles): Typer has no
+    optional option values, so a `--drain` with no value after it is read as `--drain=@roles`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if param.name == "drain":
-                param._flag_needs_value = True  # type: ignore[attr-defined]
-                param.flag_value = ROLE_DEFAULT  # type: ignore[attr-defined]
+    def parse_args(self, ctx: CommandContext, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _drain_value(self, args))
+
+
+def _drain_value(group: TyperGroup, args: list[str]) -> list[str]:
+    """`args` with a bare `--drain` (last, or before another option) given its default value; what
+    follows the group's own options (the subcommand, `--`) is left as typed."""
+    takes_value = {o for p in group.params if isinstance(p, TyperOption) and not p.is_flag for o in p.opts}
+    args = list(args)
+    at = 0
+    while at < len(args) and args[at].startswith("-") and args[at] != "--":
+        nxt = args[at + 1] if at + 1 < len(args) else None
+        if args[at] == "--drain" and (nxt is None or (nxt.startswith("-") and len(nxt) > 1)):
+            args[at] = f"--drain={ROLE_DEFAULT}"
+        elif args[at] in takes_value:
+            at += 1  # its value, whatever it looks like
+        at += 1
+    return args
 
 
 tier_app = typer.Typer(
@@ -48,7 +69,8 @@ tier_app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=True,
     rich_markup_mode=None,
-    suggest_commands=False,
+    suggest_commands=True,
+    subcommand_metavar="[COMMAND] [ARGS]...",  # a subcommand is optional: `tier --drain` runs alone
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 

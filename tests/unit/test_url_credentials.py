@@ -12,11 +12,12 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-import click
 import pytest
+from typer.core import TyperGroup
 from typer.main import get_command
 
 from storekit.cli.app import app
+from storekit.cli.common import Command
 from storekit.config import mask_url, redact_urls, url_has_credentials
 from tests.conftest import run_cli, s3_options
 
@@ -74,8 +75,8 @@ COMMANDS = [
 ]
 
 
-def leaf_commands(command: click.Command, path: tuple[str, ...] = ()) -> set[str]:
-    if isinstance(command, click.Group):
+def leaf_commands(command: Command, path: tuple[str, ...] = ()) -> set[str]:
+    if isinstance(command, TyperGroup):
         own = {" ".join(path)} if path and command.invoke_without_command else set()
         subs = command.commands.items()
         return own | {leaf for name, sub in subs for leaf in leaf_commands(sub, (*path, name))}
@@ -94,11 +95,11 @@ def test_every_command_is_in_this_test() -> None:
 
 def test_commands_without_config_take_no_config() -> None:
     root = get_command(app)
-    assert isinstance(root, click.Group)
+    assert isinstance(root, TyperGroup)
     for name in NO_CONFIG:
         group, leaf = name.split()
         sub = root.commands[group]
-        assert isinstance(sub, click.Group)
+        assert isinstance(sub, TyperGroup)
         assert all("--config" not in p.opts for p in sub.commands[leaf].params), name
 
 

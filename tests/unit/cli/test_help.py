@@ -11,22 +11,20 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import click
 import pytest
+from typer.core import TyperGroup
 from typer.main import get_command
 
 from storekit.cli.app import app
-from storekit.cli.common import RENAMED
+from storekit.cli.common import RENAMED, Command
 from storekit.errors import EXIT_CODE_TABLE
 from tests.conftest import REPO, Ran, run_cli, run_storekit
 
 ROOT = get_command(app)
 
 
-def leaves(
-    group: click.Command, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    if isinstance(group, click.Group):
+def leaves(group: Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Command]]:
+    if isinstance(group, TyperGroup):
         if path and group.invoke_without_command:
             yield path, group  # a group that acts on its own (`storekit tier --archive ...`)
         for name, sub in group.commands.items():

@@ -8,19 +8,20 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import click
 import pytest
+from typer.core import TyperArgument, TyperGroup
 from typer.main import get_command
 
 from storekit.cli.app import build_app
+from storekit.cli.common import Command
 from storekit.layout.check import RULES
 from tests.conftest import Ran
 
 
-def commands() -> Iterator[tuple[list[str], click.Command]]:
-    def walk(cmd: click.Command, path: list[str]) -> Iterator[tuple[list[str], click.Command]]:
+def commands() -> Iterator[tuple[list[str], Command]]:
+    def walk(cmd: Command, path: list[str]) -> Iterator[tuple[list[str], Command]]:
         yield path, cmd
-        if isinstance(cmd, click.Group):
+        if isinstance(cmd, TyperGroup):
             for name, sub in cmd.commands.items():
                 if not sub.hidden:
                     yield from walk(sub, [*path, name])
@@ -31,7 +32,7 @@ def commands() -> Iterator[tuple[list[str], click.Command]]:
 def test_every_positional_argument_has_its_help_shown(tmp_path: Path, sk: Callable[..., Ran]) -> None:
     missing = []
     for path, cmd in commands():
-        arguments = [p for p in cmd.params if isinstance(p, click.Argument)]
+        arguments = [p for p in cmd.params if isinstance(p, TyperArgument)]
         if not arguments:
             continue
         page = " ".join(sk(tmp_path, *path, "--help").stdout.split())

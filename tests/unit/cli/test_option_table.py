@@ -9,11 +9,11 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import click
+from typer.core import TyperGroup, TyperOption
 from typer.main import get_command
 
 from storekit.cli.app import build_app
-from storekit.cli.common import tidy_options
+from storekit.cli.common import Command, tidy_options
 from tests.conftest import Ran
 
 # every short flag storekit has, and the one long option it stands for
@@ -48,12 +48,12 @@ ONE_MEANING = {
 SLURM_NAMES = {"--slurm-partition", "--slurm-time", "--slurm-account"}
 
 
-def options() -> Iterator[tuple[str, click.Option]]:
-    def walk(cmd: click.Command, path: str) -> Iterator[tuple[str, click.Option]]:
+def options() -> Iterator[tuple[str, TyperOption]]:
+    def walk(cmd: Command, path: str) -> Iterator[tuple[str, TyperOption]]:
         for p in cmd.params:
-            if isinstance(p, click.Option):
+            if isinstance(p, TyperOption):
                 yield path, p
-        if isinstance(cmd, click.Group):
+        if isinstance(cmd, TyperGroup):
             for name, sub in cmd.commands.items():
                 if not sub.hidden:
                     yield from walk(sub, f"{path} {name}".strip())

@@ -13,11 +13,12 @@ import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import click
 import pytest
+from typer.core import TyperArgument, TyperGroup
 from typer.main import get_command
 
 from storekit.cli.app import build_app
+from storekit.cli.common import Command
 from tests.conftest import REPO, Ran
 from tests.unit.tier.conftest import dcp_unit
 
@@ -132,22 +133,22 @@ def command_words(args: list[str]) -> list[str]:
 
 def runnable(args: list[str]) -> bool:
     """A whole command, not a command's name in prose (`storekit dataset verify`, `storekit tier`)."""
-    cmd: click.Command = get_command(build_app())
+    cmd: Command = get_command(build_app())
     words = command_words(args)
-    while isinstance(cmd, click.Group) and words and words[0] in cmd.commands:
+    while isinstance(cmd, TyperGroup) and words and words[0] in cmd.commands:
         cmd = cmd.commands[words.pop(0)]
-    if isinstance(cmd, click.Group) and not cmd.invoke_without_command:
+    if isinstance(cmd, TyperGroup) and not cmd.invoke_without_command:
         return False
-    if isinstance(cmd, click.Group) and not any(a.startswith("-") for a in args):
+    if isinstance(cmd, TyperGroup) and not any(a.startswith("-") for a in args):
         return False  # `storekit tier` alone: the name of the command
-    required = [p for p in cmd.params if isinstance(p, click.Argument) and p.required]
+    required = [p for p in cmd.params if isinstance(p, TyperArgument) and p.required]
     return len(words) >= len(required)
 
 
 def help_examples() -> Iterator[str]:
-    def walk(cmd: click.Command) -> Iterator[click.Command]:
+    def walk(cmd: Command) -> Iterator[Command]:
         yield cmd
-        if isinstance(cmd, click.Group):
+        if isinstance(cmd, TyperGroup):
             for sub in cmd.commands.values():
                 if not sub.hidden:
                     yield from walk(sub)

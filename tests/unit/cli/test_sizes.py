@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import click
 import pytest
+from typer.core import TyperGroup, TyperOption
 from typer.main import get_command
 
 from storekit.cli.app import build_app
+from storekit.cli.common import Command
 from storekit.units import SIZE_HELP
 from tests.conftest import Ran
 from tests.unit.pipeline.helpers import TOKENIZER
@@ -19,15 +20,15 @@ from tests.unit.pipeline.helpers import TOKENIZER
 NOT_OURS = {"--slurm-mem", "--slurm-mem-per-cpu"}  # passed to sbatch as given: Slurm reads them
 
 
-def size_options() -> list[tuple[str, click.Option]]:
+def size_options() -> list[tuple[str, TyperOption]]:
     found = []
 
-    def walk(cmd: click.Command, path: str) -> None:
-        if isinstance(cmd, click.Group):
+    def walk(cmd: Command, path: str) -> None:
+        if isinstance(cmd, TyperGroup):
             for name, sub in cmd.commands.items():
                 walk(sub, f"{path} {name}")
         for p in cmd.params:
-            if isinstance(p, click.Option) and "SIZE" in (p.metavar or ""):
+            if isinstance(p, TyperOption) and "SIZE" in (p.metavar or ""):
                 found.append((path, p))
 
     walk(get_command(build_app()), "storekit")
