@@ -4,8 +4,8 @@ A job's kind supplies the per-task code (`Job.runner`, registered by kind: kinds
 decides where and how the tasks run. Both are plugins of the `Executor` interface, registered here
 by name and chosen by name (`get_executor`): `local` (threads and forked processes of this host,
 storekit/executors/local.py) and `slurm` (array jobs, storekit/slurm/executor.py). A `detached`
-executor (slurm) can also hand a job to a scheduler and return while it runs (`Scheduler`): the
-job's own elements then finalize it. bench io's phases register their runners here too
+executor (slurm) can also hand a job to a scheduler and return while it runs (its `plan` and
+`submit`): the job's own elements then finalize it. bench io's phases register their runners here too
 (`phase_runner`).
 """
 
@@ -118,7 +118,7 @@ def register_phase_runner(name: str, target: str) -> None:
 
 def register_kind(name: str, target: str, **hooks: Any) -> None:
     """`target(path, site) -> Job` loads a job of kind `name` from its work dir; `hooks` are the
-    other fields of kinds.JobKind (on_node, before_resubmit, dir_prefixes)."""
+    other fields of kinds.JobKind (on_node, before_resubmit, dir_prefixes, locate)."""
     kinds.register(kinds.JobKind(name, target, **hooks))
 
 

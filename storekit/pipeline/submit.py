@@ -17,7 +17,7 @@ finalize (storekit/pipeline/source_digests.py). The finalize job is `storekit jo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +148,7 @@ def submit_prepare(
 def wait_published(outcome: SlurmPrepareOutcome) -> None:
     """Wait for a submitted job to publish (status "prepared", its manifest) or raise (exit 1).
     Ctrl-C stops the waiting only: the jobs stay queued (exit 130, `jobs status` follows them)."""
-    from storekit.slurm.wait import ended_without_publishing, wait_for_jobs  # not on the nodes
+    from storekit.slurm.wait import wait_for_jobs  # not on the nodes
 
     sub = outcome.submitted
     assert sub is not None
@@ -219,3 +219,11 @@ def _refuse_if_queued(work: WorkDir) -> None:
             f"{work.path} is already submitted: job {queued[0].array_job_id} is {queued[0].state.lower()}",
             hint=f"see `storekit jobs status {work.path}`; cancel it with scancel before submitting again",
         )
+
+
+def ended_without_publishing(work: Path, job_ids: Sequence[str]) -> StorekitError:
+    return StorekitError(
+        f"Slurm jobs {', '.join(job_ids)} ended without publishing the dataset",
+        hint=f"`storekit jobs status {work}` names failed tasks and their logs; "
+        f"`storekit jobs rerun {work}` resubmits them",
+    )
