@@ -16,6 +16,7 @@ from storekit.executors.base import executor_for_option, executor_names, get_exe
 from storekit.executors.kinds import PLUGINS_ENV
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.find import job_dirs_under
+from storekit.jobs.workdir import JobDir
 from storekit.slurm.executor import SlurmExecutor
 from tests.unit.executors import stamp_kind
 
@@ -80,3 +81,17 @@ def test_a_kind_registered_by_a_test_module_runs_on_the_slurm_executor_by_name(
     assert sorted(p.name for p in log_dir.glob("*.out")) == [f"{array.job_id}_{e}.out" for e in range(3)]
     assert not (log_dir / "finalize.sbatch").exists()
     assert os.environ[PLUGINS_ENV] == stamp_kind.MODULE
+
+
+def test_a_kind_module_that_cannot_be_imported_is_one_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PLUGINS_ENV, "tests.no_such_kind_module")
+    work = JobDir(tmp_path / "job")
+    work.create()
+    work.write_plan(b"{}", kind="some-other-kind", tasks=1)
+    with pytest.raises(
+        UsageError, match=r"^\$STOREKIT_JOB_KINDS: cannot import job kind module 'tests.no_such"
+    ) as info:
+        load_job(work.path, None)
+    assert info.value.exit_code == ExitCode.USAGE
