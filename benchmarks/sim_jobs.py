@@ -142,8 +142,8 @@ def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_tr
     from storekit.pipeline.inputs import InputFS
     from storekit.pipeline.prepare import make_plan
     from storekit.pipeline.spec import CLI_SOURCE, build_spec
+    from storekit.pipeline.staging import copy_tokenizer
     from storekit.slurm.run import run_element
-    from storekit.slurm.staging import copy_tokenizer
 
     site = load_config(str(root / "storekit.toml"))
     overrides = {"inputs": (str(corpus),), "tokenizer": TOKENIZER, "task_bytes": task_bytes,

@@ -538,9 +538,10 @@ def _slurm_options(
     connect_timeout: float | None = None,
 ) -> AgentSrunOptions | None:
     from storekit.bench.cluster.launch import CONNECT_AFTER_START_S, AgentSrunOptions, in_allocation
+    from storekit.executors.base import executor_names
 
-    if executor not in ("local", "slurm"):
-        raise UsageError(f"--executor {executor!r}: expected local or slurm")
+    if executor not in executor_names():  # the registered executors (bench runs agents of its own)
+        raise UsageError(f"--executor {executor!r}: expected {' or '.join(executor_names())}")
     slurm_only = {"--nodes": nodes, "--slurm-partition": partition, "--slurm-time": time_limit,
                   "--slurm-account": account, "--coordinator-address": coordinator_address,
                   "--slurm-connect-timeout": connect_timeout}  # fmt: skip

@@ -104,7 +104,7 @@ def status_command(
     if tier is not None:
         site.tier(tier)  # an unknown --tier is an error (exit 3), not "no jobs"
     from storekit.errors import NotFoundError
-    from storekit.slurm.finalized import find_published
+    from storekit.pipeline.published import find_published
     from storekit.slurm.status import refine
 
     try:

@@ -315,6 +315,7 @@ def prepare_dataset_command(
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
 ) -> None:
+    from storekit.executors.base import executor_for_option
     from storekit.pipeline.bundled import SAMPLE_PIPELINE, find_pipeline
     from storekit.pipeline.prepare import prepare_dataset
     from storekit.pipeline.spec import CLI_SOURCE, build_spec, load_pipeline_file
@@ -359,11 +360,16 @@ def prepare_dataset_command(
     else:
         derived = {"name": _name_from_input(inputs[0])} if inputs else {}
         spec = build_spec(CLI_SOURCE, derived, overrides)
-    if workers is not None and executor == "slurm":
-        raise UsageError("--workers counts a local run's workers; with --executor slurm give --slurm-cpus")
-    if slurm_wait and executor != "slurm":
+    # the executor by name (registered in storekit/executors/base.py); a detached one (slurm)
+    # submits the job and returns while it runs, with the --slurm-* options
+    chosen = executor_for_option(executor)
+    if workers is not None and chosen.detached:
+        raise UsageError(
+            f"--workers counts a local run's workers; with --executor {executor} give --slurm-cpus"
+        )
+    if slurm_wait and not chosen.detached:
         raise UsageError("--slurm-wait needs --executor slurm (a local run always waits)")
-    if executor == "slurm":
+    if chosen.detached:
         options = slurm_options(
             partition=slurm_partition,
             time=slurm_time,
@@ -383,13 +389,13 @@ def prepare_dataset_command(
             no_requeue=slurm_no_requeue,
         )
         submit_and_report(
-            out, spec, site, options, config=config, force=force, dry_run=dry_run, wait=slurm_wait
+            out, spec, site, chosen, options, config=config, force=force, dry_run=dry_run, wait=slurm_wait
         )
         return
-    if executor != "local":
-        raise UsageError(f"--executor {executor!r}: expected local or slurm")
     with _progress(out) as progress:
-        outcome = prepare_dataset(spec, site, force=force, dry_run=dry_run, progress=progress)
+        outcome = prepare_dataset(
+            spec, site, force=force, dry_run=dry_run, progress=progress, executor=chosen
+        )
     _report(out, outcome)
     # committed and reported, every task thread and worker process ended: the interpreter's
     # teardown (freeing the tokenizer, ~0.1 s) would only keep the caller waiting

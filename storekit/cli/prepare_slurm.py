@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,8 +14,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from storekit.config import SiteConfig
+    from storekit.executors.base import Executor
     from storekit.pipeline.spec import PipelineSpec
-    from storekit.slurm.prepare import SlurmPrepareOutcome
+    from storekit.pipeline.submit import SlurmPrepareOutcome
     from storekit.slurm.script import SlurmOptions
 
 _PANEL = "Slurm (--executor slurm)"
@@ -202,6 +204,7 @@ def submit_and_report(
     out: Output,
     spec: PipelineSpec,
     site: SiteConfig,
+    executor: Executor,
     options: SlurmOptions,
     *,
     config: str | None,
@@ -210,8 +213,10 @@ def submit_and_report(
     wait: bool = False,
 ) -> None:
     from storekit.config import find_config_file
+    from storekit.errors import UsageError
     from storekit.pipeline.spec import CLI_SOURCE
-    from storekit.slurm.prepare import submit_prepare, wait_published
+    from storekit.pipeline.submit import submit_prepare, wait_published
+    from storekit.slurm.executor import SlurmExecutor
     from storekit.slurm.site import pipeline_slurm_table, with_site_defaults
 
     if spec.source != CLI_SOURCE:  # flags first, then the pipeline's [slurm], then the config's
@@ -219,7 +224,10 @@ def submit_and_report(
     options = with_site_defaults(options, dict(site.slurm))
     found = find_config_file(config)
     cfg = str(found.resolve()) if found is not None else None
-    outcome = submit_prepare(spec, site, options=options, config=cfg, force=force, dry_run=dry_run)
+    if not isinstance(executor, SlurmExecutor):  # the --slurm-* options are its options
+        raise UsageError(f"--executor {executor.name}: prepare submits a job with the --slurm-* options only")
+    executor = replace(executor, options=options, config=cfg)
+    outcome = submit_prepare(spec, site, executor=executor, force=force, dry_run=dry_run)
     if wait and outcome.status == "submitted" and outcome.submitted is not None:
         out.info(
             f"submitted array job {outcome.submitted.array_job_id}; waiting for the dataset "

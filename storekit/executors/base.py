@@ -1,8 +1,12 @@
 """What an executor runs (a `Job`: tasks of a plan in a `JobDir`) and the executors, by name.
 
-A job's kind supplies the per-task code (`Job.runner`); an executor decides where and how the
-tasks run: `local` (threads and forked processes of this host, storekit/executors/local.py), `slurm`
-(array jobs). bench io's phases register their runners here too (`phase_runner`).
+A job's kind supplies the per-task code (`Job.runner`, registered by kind: kinds.py); an executor
+decides where and how the tasks run. Both are plugins of the `Executor` interface, registered here
+by name and chosen by name (`get_executor`): `local` (threads and forked processes of this host,
+storekit/executors/local.py) and `slurm` (array jobs, storekit/slurm/executor.py). A `detached`
+executor (slurm) can also hand a job to a scheduler and return while it runs (its `plan` and
+`submit`): the job's own elements then finalize it. bench io's phases register their runners here too
+(`phase_runner`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from storekit.errors import UsageError
+from storekit.executors import kinds
 from storekit.jobs.workdir import JobDir
 
 ProgressFn = Callable[[int, int, int], None]  # units of work since the last call (docs, tokens, bytes)
@@ -67,6 +72,8 @@ class RunReport:
 
 class Executor(Protocol):
     name: str
+    # False: run() is the only way, in this command. True: also a `Scheduler` (submit and return)
+    detached: bool
 
     def run(
         self,
@@ -92,38 +99,60 @@ def default_workers() -> int:
 
 
 # name -> "module:attribute" of a factory: imported only when asked for
-_KINDS: dict[str, str] = {"prepare": "storekit.pipeline.job:load"}
-_EXECUTORS: dict[str, str] = {"local": "storekit.executors.local:LocalExecutor"}
+_EXECUTORS: dict[str, str] = {}
 _PHASE_RUNNERS: dict[str, str] = {"local": "storekit.bench.runner:PhaseRunner"}
 
 
 def register_executor(name: str, target: str) -> None:
+    """`target(**settings) -> Executor`: what `get_executor(name)` makes."""
     _EXECUTORS[name] = target
+
+
+register_executor("local", "storekit.executors.local:LocalExecutor")
+register_executor("slurm", "storekit.slurm.executor:SlurmExecutor")
 
 
 def register_phase_runner(name: str, target: str) -> None:
     _PHASE_RUNNERS[name] = target
 
 
-def register_kind(name: str, target: str) -> None:
-    """`target(path, site) -> Job` loads a job of kind `name` from its work dir."""
-    _KINDS[name] = target
+def register_kind(name: str, target: str, **hooks: Any) -> None:
+    """`target(path, site) -> Job` loads a job of kind `name` from its work dir; `hooks` are the
+    other fields of kinds.JobKind (on_node, before_resubmit, dir_prefixes, locate)."""
+    kinds.register(kinds.JobKind(name, target, **hooks))
 
 
 def load_job(path: Path, site: Any) -> Job:
     """The job in work dir `path`, by the kind its job.json names (plan read and checked)."""
     kind = JobDir(path).header().kind
-    job: Job = _load(_KINDS, kind, "job kind")(path, site)
+    job: Job = kinds.resolve(kinds.job_kind(kind).load)(path, site)
     return job
+
+
+def on_node(job: Job) -> Job:
+    """The job as an element on a scheduler's node runs it: its kind's `on_node` adapter, if any."""
+    adapt = kinds.hook(job.kind, "on_node")
+    if adapt is None:
+        return job
+    adapted: Job = adapt(job)
+    return adapted
 
 
 def executor_names() -> list[str]:
     return sorted(_EXECUTORS)
 
 
-def get_executor(name: str) -> Executor:
-    made: Executor = _load(_EXECUTORS, name, "executor")()
+def get_executor(name: str, **settings: Any) -> Executor:
+    """The executor registered as `name` (UsageError, exit 2, naming the known ones otherwise)."""
+    made: Executor = _load(_EXECUTORS, name, "executor")(**settings)
     return made
+
+
+def executor_for_option(name: str) -> Executor:
+    """What `--executor NAME` names (UsageError, exit 2, listing the registered names otherwise)."""
+    if name not in _EXECUTORS:
+        raise UsageError(f"--executor {name!r}: expected {' or '.join(executor_names())}")
+    return get_executor(name)
 
 
 def phase_runner(name: str, *args: Any, **kwargs: Any) -> Any:

@@ -55,6 +55,7 @@ def threads_per_process(job: Job) -> int:
 
 class LocalExecutor:
     name = "local"
+    detached = False  # run() is the whole run: this command waits for every task
 
     def __init__(self, *, log: str | None = None, own_temps_only: bool = False) -> None:
         self.log = log  # named in failure records (a Slurm element's log file)

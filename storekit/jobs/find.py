@@ -1,4 +1,8 @@
-"""Finding job work dirs: by path, or by the dataset (output) a job writes."""
+"""Finding job work dirs: by path, or by the output (a dataset) a job writes.
+
+Work dir names and what an output TARGET means come from the registered job kinds
+(storekit/executors/kinds.py), not from here.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,9 @@ from pathlib import Path
 
 from storekit.config import SiteConfig
 from storekit.errors import NotFoundError, StorekitError
+from storekit.executors.kinds import dir_prefixes, job_kinds, resolve
 from storekit.jobs.workdir import HEADER, JobDir
 from storekit.paths import join_rel
-
-JOB_PREFIXES = ("storekit-prepare-", ".storekit-prepare-")  # what work_dir_for names them
 
 
 def is_job_dir(path: Path) -> bool:
@@ -24,7 +27,8 @@ def job_dirs_under(root: Path) -> list[Path]:
         names = sorted(os.listdir(root))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
-    return [root / n for n in names if n.startswith(JOB_PREFIXES) and is_job_dir(root / n)]
+    prefixes = dir_prefixes()  # how each registered job kind names its work dirs
+    return [root / n for n in names if n.startswith(prefixes) and is_job_dir(root / n)]
 
 
 def search_roots(site: SiteConfig, work_dir: str | None, output_local: str | None) -> list[Path]:
@@ -58,10 +62,7 @@ def find_job_dirs(target: str | None, site: SiteConfig, tier: str | None, work_d
             return found
     output, output_local = None, None
     if target is not None:
-        from storekit.pipeline.location import resolve_location
-
-        location = resolve_location(target, site, tier)
-        output, output_local = location.display, location.local_path()
+        output, output_local = _locate(target, site, tier)
     found = []
     for root in search_roots(site, work_dir, output_local):
         for path in job_dirs_under(root):
@@ -74,6 +75,16 @@ def find_job_dirs(target: str | None, site: SiteConfig, tier: str | None, work_d
             hint="give the work dir itself, or --work-dir as given to the command that made it",
         )
     return found
+
+
+def _locate(target: str, site: SiteConfig, tier: str | None) -> tuple[str | None, str | None]:
+    """The output TARGET names (as jobs record it) and its local path, by the first job kind that
+    resolves outputs (prepare: a dataset; its `locate` hook raises for a TARGET it cannot be)."""
+    for kind in job_kinds():
+        if kind.locate is not None:
+            located: tuple[str | None, str | None] = resolve(kind.locate)(target, site, tier)
+            return located
+    return None, None
 
 
 def _writes(path: Path, output: str) -> bool:

@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.errors import UsageError
-from storekit.executors.base import default_workers, load_job
-from storekit.executors.local import LocalExecutor
+from storekit.executors.base import default_workers, get_executor, load_job
 from storekit.jobs.status import ranges
 
 
@@ -29,7 +28,7 @@ def run_tasks(
         if index in scan.failed:
             job.dir.clear_failure(index)
 
-    executor = LocalExecutor(log=log, own_temps_only=True)
+    executor = get_executor("local", log=log, own_temps_only=True)  # on this host, whatever the kind
     report = executor.run(job, todo, workers=workers or default_workers(), progress=_quiet, on_done=done)
     return {
         "work_dir": str(path),

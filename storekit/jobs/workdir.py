@@ -56,7 +56,7 @@ JOB_FORMAT = 1
 
 @dataclass(frozen=True)
 class JobHeader:
-    kind: str  # which code runs the tasks (jobs.kinds), e.g. "prepare"
+    kind: str  # which code runs the tasks (storekit/executors/kinds.py), e.g. "prepare"
     tasks: int
     plan_xxh3_128: str
     meta: dict[str, Any] = field(default_factory=dict)  # what the kind needs beside the plan

@@ -1,6 +1,6 @@
 """Where long documents are cut for encoding, and the stripped-text hash: numpy-free, so that
 planning (which reads inputs through the formats) does not import numpy; a Slurm submission's
-sbatch comes that much sooner (storekit/slurm/prepare.py)."""
+sbatch comes that much sooner (storekit/pipeline/submit.py)."""
 
 from __future__ import annotations
 

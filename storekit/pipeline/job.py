@@ -92,7 +92,7 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
             # the plan was read by name before the work dir was held: read it again through the
             # descriptor, and every record that feeds the commit from there on
             fresh = read_plan(work)
-            # a Slurm element's plan names the tokenizer copy it staged (slurm/staging.py); that
+            # a Slurm element's plan names the tokenizer copy it staged (pipeline/staging.py); that
             # file's bytes are checked against the planned xxh3 wherever they are read
             fresh = replace(fresh, tokenizer=replace(fresh.tokenizer, file=plan.tokenizer.file))
             if fresh != plan:

@@ -49,3 +49,10 @@ def resolve_location(where: str, site: SiteConfig, tier: str | None) -> DatasetL
             raise UsageError("a dataset cannot be the file system root")
         raise UsageError("the dataset path is empty", hint="e.g. datasets/text/NAME/v1")
     return DatasetLocation(place.store, place.rel, place.tier_name)
+
+
+def job_output(target: str, site: SiteConfig, tier: str | None) -> tuple[str, str | None]:
+    """prepare's `locate` hook (kinds.py): the dataset TARGET names as a job records it, and where
+    it is on this host (None on S3)."""
+    location = resolve_location(target, site, tier)
+    return location.display, location.local_path()

@@ -28,6 +28,7 @@ from storekit.pipeline.commit import check_existing, output_lease, settle_leftov
 from storekit.pipeline.engines import choose_engine, sample_documents
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.job import PrepareJob
+from storekit.pipeline.kinds import WORK_DIR_PREFIX
 from storekit.pipeline.location import DatasetLocation, resolve_location
 from storekit.pipeline.plan import PrepPlan, plan_tasks
 from storekit.pipeline.source_digests import source_entry
@@ -109,7 +110,7 @@ def with_engine(spec: PipelineSpec, plan: PrepPlan, fs: InputFS) -> tuple[PrepPl
 
 def work_dir_for(spec: PipelineSpec, site: SiteConfig, location: DatasetLocation, plan: PrepPlan) -> Path:
     """--work-dir, else the output tier's scratch/, else the default tier's (S3 output), else refuse."""
-    name = f"storekit-prepare-{spec.name}-{spec.version}-{plan.plan_id[:12]}"
+    name = f"{WORK_DIR_PREFIX}{spec.name}-{spec.version}-{plan.plan_id[:12]}"  # kinds.py: jobs find it
     if spec.work_dir:
         return Path(spec.work_dir).expanduser().resolve() / name
     local = location.store.local_path(location.parent or "")

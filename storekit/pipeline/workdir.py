@@ -14,9 +14,10 @@ from typing import Any
 
 from storekit.errors import MismatchError, StorekitError
 from storekit.jobs.workdir import JobDir, JobHeader, io_errors
+from storekit.pipeline.kinds import PREPARE
 from storekit.pipeline.plan import PrepPlan
 
-KIND = "prepare"
+KIND = PREPARE
 
 
 class WorkDir(JobDir):

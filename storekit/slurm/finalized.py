@@ -4,6 +4,7 @@ Finalize removes the work dir, so whatever runs after it (the `afterok` finalize
 finalized inline, an element Slurm starts late, `jobs status` on the published dataset) finds nothing
 there. The log dir stays (under the tier's logs/), and this note in it lets them say "already
 finalized" and exit 0 instead of failing, so a successful run is COMPLETED in Slurm's accounting.
+(Which dataset a published job wrote is the job kind's business: storekit/pipeline/published.py.)
 """
 
 from __future__ import annotations
@@ -49,53 +50,9 @@ def read_note(log_dir: Path | str | None, work_dir: Path) -> dict[str, Any] | No
     return doc if doc.get("work_dir") == str(work_dir) else None
 
 
-def find_published(target: str, site: Any, tier: str | None) -> dict[str, Any] | None:
-    """What `jobs status` says of a TARGET whose job is over: a gone work dir (the `follow:` path a
-    submission printed) or a published dataset; None when it is neither."""
-    from storekit.jobs.find import search_roots
-
-    path = Path(target).expanduser()
-    if path.name.startswith("storekit-") and not path.exists():
-        note = read_note(path.parent.parent / "logs" / path.name, path.absolute())
-        return None if note is None else _published(note, None)
-    from storekit.errors import StorekitError
-    from storekit.pipeline.location import resolve_location
-
-    try:
-        location = resolve_location(target, site, tier)
-    except StorekitError:
-        return None
-    local = location.local_path()
-    if local is None or not (Path(local) / "manifest.json").is_file():
-        return None
-    notes = []
-    for root in search_roots(site, None, local):
-        logs = root.parent / "logs"
-        with contextlib.suppress(OSError):
-            for entry in sorted(logs.iterdir()):
-                doc = read_any_note(entry)
-                if doc is not None and doc.get("dataset") == location.display:
-                    notes.append(doc)
-    notes.sort(key=lambda d: str(d.get("finalized_at")))
-    return _published(notes[-1] if notes else {"dataset": location.display}, local)
-
-
 def read_any_note(log_dir: Path) -> dict[str, Any] | None:
     try:
         doc: dict[str, Any] = json.loads((log_dir / NOTE).read_bytes())
     except (OSError, ValueError):
         return None
     return doc
-
-
-def _published(note: dict[str, Any], local: str | None) -> dict[str, Any]:
-    return {
-        "state": "published",
-        "dataset": note.get("dataset"),
-        "path": local,
-        "finalized_at": note.get("finalized_at"),
-        "finalized_by": note.get("finalized_by"),
-        "jobs": note.get("jobs", []),
-        "log_dir": note.get("log_dir"),
-        "work_dir": note.get("work_dir"),
-    }

@@ -5,9 +5,9 @@ done and a finalize job that can still run is queued or running (it publishes th
 finalize job queued while tasks are missing, or pending with DependencyNeverSatisfied (clusters
 without kill_invalid_depend), can never run and is cancelled. When every task is done but no
 finalize job is left (it failed or was cancelled), a lone finalize job is submitted. Failure
-records of the resubmitted tasks are removed (the element logs keep the story). Inputs fixed since
-the plan: a changed jsonl or text source that no finished task read gets its new size and mtime
-in the plan; any other change needs a new plan (rerun `prepare dataset`).
+records of the resubmitted tasks are removed (the element logs keep the story). Before the
+resubmission the job's kind may bring its plan up to date (its `before_resubmit` hook, kinds.py;
+prepare records inputs fixed since the plan: storekit/pipeline/resubmit.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from storekit.errors import BusyError, InputError, UsageError
+from storekit.errors import BusyError, UsageError
+from storekit.executors.kinds import hook
 from storekit.jobs.status import job_status, ranges
 from storekit.jobs.workdir import JobDir
 from storekit.slurm import commands
@@ -108,47 +109,10 @@ def rerun(path: Path, *, dry_run: bool = False, changes: dict[str, Any] | None =
         )
         outcome.lone_finalize_job_id = submit_finalize(work, script, log_dir, extra_args=extra_args)
         return outcome
-    if work.header().kind == "prepare":
-        outcome.refreshed_sources = _refresh_sources(work, set(st.states["done"]))
+    refresh = hook(work.header().kind, "before_resubmit")  # its kind's (prepare: fixed inputs)
+    if refresh is not None:
+        outcome.refreshed_sources = refresh(work, set(st.states["done"]))
     for task in todo:
         work.clear_failure(task)
     outcome.submitted = submit(work, plan, extra_args=extra_args)
     return outcome
-
-
-def _refresh_sources(work: JobDir, done: set[int]) -> list[str]:
-    """Record fixed inputs' new size and mtime in the plan, where that is sound (see the docstring)."""
-    from storekit.pipeline.formats import format_named
-    from storekit.pipeline.inputs import InputFS
-    from storekit.pipeline.workdir import WorkDir, read_plan
-    from storekit.slurm.staging import changed_since_planned
-
-    prep = WorkDir(work.path)
-    plan = read_plan(prep)
-    readers: dict[int, set[int]] = {}
-    for task in plan.tasks:
-        for piece in task.pieces:
-            readers.setdefault(piece.source, set()).add(task.index)
-    sources = list(plan.sources)
-    changed = []
-    fs = InputFS(None)  # local sources only: an S3 one would need the site's credentials
-    for i, src in enumerate(sources):
-        if not src.url.startswith("/"):
-            continue
-        now = changed_since_planned(src, fs)
-        if now is None:
-            continue
-        restated = format_named(src.format).restated(src, *now)
-        if readers.get(i, set()) & done or restated is None:
-            raise InputError(
-                f"input {src.display} changed since it was planned, and the plan cannot follow "
-                "(finished tasks read it, or its format is split by rows)",
-                hint="rerun `storekit prepare dataset` with the same options: it plans again",
-            )
-        sources[i] = restated
-        changed.append(src.display)
-    if changed:
-        header = prep.header()
-        new = replace(plan, sources=tuple(sources))
-        prep.write_plan(new.to_json(), kind=header.kind, tasks=header.tasks, meta=header.meta)
-    return changed

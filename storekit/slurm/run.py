@@ -24,7 +24,7 @@ from typing import Any
 
 from storekit import faults
 from storekit.errors import Interrupted, NotFoundError, StorekitError
-from storekit.executors.base import Job, load_job
+from storekit.executors.base import load_job, on_node
 from storekit.executors.local import LocalExecutor
 from storekit.jobs.workdir import JobDir
 from storekit.slurm.element import (
@@ -46,9 +46,6 @@ FINISHED_ELSEWHERE = "the work dir is gone: every task was done and another elem
 # the element started after every task was done elsewhere (an element that ran once the others had
 # done its tasks, or a requeue after the job was published)
 LATE = "the work dir is gone: the other elements did every task and the job was finalized"
-
-# kind -> adapter: what a kind checks on a node before its tasks run (prepare: tokenizer copy, sources)
-NODE_ADAPTERS: dict[str, str] = {"prepare": "storekit.slurm.prepare_node:on_node"}
 
 
 @dataclass(frozen=True)
@@ -121,7 +118,7 @@ def run_element(
         if not work_path.is_dir():
             raise NotFoundError(f"{work_path}: no such work dir")
         tasks = element_tasks(work, array, index, say=say)
-        job = _on_node(load_job(work_path, site))
+        job = on_node(load_job(work_path, site))  # what its kind checks on a node (kinds.py)
         work.remove_dead_temps()  # a SIGKILLed run's on this node (a requeue after a kill, say)
         scan = work.scan()
     except (StorekitError, OSError):
@@ -200,7 +197,15 @@ def run_element(
         if not _finished_elsewhere(work, say, name):
             raise
         return result
+    if not _finalizes(work, array):
+        return result
     return replace(result, finalized=finalize_inline(work, job, array, name, say))
+
+
+def _finalizes(work: JobDir, array: str) -> bool:
+    """False for an array submitted without a finalize step (SlurmExecutor.run: its caller does)."""
+    sub = next((s for s in work.submissions() if s.job_id == array), None)
+    return sub is None or sub.extra.get("finalize", True) is not False
 
 
 def _finished_elsewhere(work: JobDir, say: Callable[[str], None], name: str) -> bool:
@@ -209,14 +214,3 @@ def _finished_elsewhere(work: JobDir, say: Callable[[str], None], name: str) -> 
         return False
     say(f"element {name}: {FINISHED_ELSEWHERE}")
     return True
-
-
-def _on_node(job: Job) -> Job:
-    target = NODE_ADAPTERS.get(job.kind)
-    if target is None:
-        return job
-    import importlib
-
-    module, _, attr = target.partition(":")
-    adapted: Job = getattr(importlib.import_module(module), attr)(job)
-    return adapted

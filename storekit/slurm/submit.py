@@ -140,16 +140,20 @@ def submit(
     extra_args: Sequence[str] = (),
     before_record: Callable[[], None] = lambda: None,
     refused: list[bool] | None = None,
+    finalize: bool = True,
 ) -> Submitted:
     """Write both scripts, submit the array, then finalize after it; each id is recorded as soon as
-    Slurm gave it, so a failure in between leaves a record `jobs rerun` can complete.
+    Slurm gave it, so a failure in between leaves a record `jobs rerun` can complete. With
+    `finalize` false only the array goes, and its elements finalize nothing: the submitter does
+    (SlurmExecutor.run, as after a local run).
 
     `before_record` runs between the array's sbatch and its record: the work dir's last writes
     (plan, tokenizer copy) overlap Slurm's scheduling of the array, whose elements wait for the
     record before reading anything. If it fails the array is cancelled: nothing ran yet."""
     make_log_dir(plan.log_dir)
     write_file_atomic(plan.array_script_path, plan.array_script.encode(), mode=SCRIPT_MODE)
-    write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=SCRIPT_MODE)
+    if finalize:
+        write_file_atomic(plan.finalize_script_path, plan.finalize_script.encode(), mode=SCRIPT_MODE)
     env = job_environment(os.environ)
     try:
         array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
@@ -178,10 +182,13 @@ def submit(
                 "options": asdict(plan.options),
                 "config": plan.config,
                 "extra_args": list(extra_args),
+                **({} if finalize else {"finalize": False}),
             },
         )
     )
     faults.point("slurm.array-submitted")
+    if not finalize:
+        return Submitted(array_job_id=array_id, finalize_job_id="", plan=plan)
     after = [f"--dependency=afterok:{array_id}", "--kill-on-invalid-dep=yes", *extra_args]
     finalize_id = commands.submit(str(plan.finalize_script_path), after, env=env)
     _record_finalize(work, finalize_id, after=array_id, log_dir=plan.log_dir)

@@ -1,4 +1,4 @@
-"""`prepare --executor slurm --slurm-wait`: stay until the jobs have published the dataset (or failed).
+"""`--slurm-wait`: stay until a submitted job has finalized (its work dir gone) or its jobs ended.
 
 Finalize publishes the manifest, then removes the work dir: the work dir gone is the finished
 signal, one stat per look wherever the work dir is (inotify sees nothing another node writes on
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storekit import faults
-from storekit.errors import StorekitError
 from storekit.slurm import commands
 
 FIRST_LOOK_S = 0.01
@@ -68,11 +67,3 @@ def _alive(rows: list[commands.QueuedJob]) -> bool:
     """Some job can still run: a finalize left pending on a failed array (a site without
     kill_invalid_depend) never will."""
     return any(row.reason != "DependencyNeverSatisfied" for row in rows)
-
-
-def ended_without_publishing(work: Path, job_ids: Sequence[str]) -> StorekitError:
-    return StorekitError(
-        f"Slurm jobs {', '.join(job_ids)} ended without publishing the dataset",
-        hint=f"`storekit jobs status {work}` names failed tasks and their logs; "
-        f"`storekit jobs rerun {work}` resubmits them",
-    )

@@ -103,14 +103,14 @@ def test_planning_does_not_import_tokenizers() -> None:
 
 
 def test_a_plan_is_drafted_without_numpy_or_tokenizers(tmp_path: Path) -> None:
-    """What a Slurm submission does before its sbatch (storekit.slurm.prepare) loads neither: the
+    """What a Slurm submission does before its sbatch (storekit.pipeline.submit) loads neither: the
     array is queued ~0.15 s sooner; the engine choice after it loads both."""
     corpus = tmp_path / "in" / "a.jsonl"
     corpus.parent.mkdir()
     corpus.write_text("".join(json.dumps({"text": f"document {i} " * 50}) + "\n" for i in range(200)))
     code = f"""
 import sys
-import storekit.cli.app, storekit.slurm.prepare
+import storekit.cli.app, storekit.pipeline.submit
 from storekit.config import load_config
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.prepare import draft_plan

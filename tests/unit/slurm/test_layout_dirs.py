@@ -11,8 +11,8 @@ from pathlib import Path
 from storekit.config import load_config
 from storekit.durable import write_file_atomic
 from storekit.pipeline.location import resolve_location
+from storekit.pipeline.submit import log_dir_for, make_areas
 from storekit.pipeline.workdir import WorkDir
-from storekit.slurm.prepare import log_dir_for, make_areas
 from storekit.slurm.submit import SCRIPT_MODE, make_log_dir
 from tests.conftest import Ran
 

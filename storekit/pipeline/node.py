@@ -1,8 +1,9 @@
-"""prepare's job on a Slurm node: what `storekit jobs run-element` adapts a prepare job to.
+"""prepare's job on a scheduler's node: what an array element (`storekit jobs run-element`) runs.
 
-Apart from storekit/slurm/prepare.py (the submitting side) so that an element imports only what
-its tasks need, not the planning, engine choice and finalize code behind it (a few ms of every
-element's start-up, paid on the CPUs its tasks need); the element that finalizes loads those then.
+Registered as prepare's `on_node` hook (kinds.py). Apart from storekit/pipeline/submit.py (the
+submitting side) so that an element imports only what its tasks need, not the planning, engine
+choice and finalize code behind it (a few ms of every element's start-up, paid on the CPUs its
+tasks need); the element that finalizes loads those then.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.source_digests import hash_source, owned_sources
+from storekit.pipeline.staging import check_sources, with_tokenizer_copy
 from storekit.pipeline.workdir import WorkDir
-from storekit.slurm.staging import check_sources, with_tokenizer_copy
 
 
 def on_node(job: Job) -> Job:

@@ -1,4 +1,4 @@
-"""`prepare dataset --executor slurm`: submit the plan as an array + finalize, and what both run.
+"""`prepare dataset --executor slurm`: submit the plan through the Slurm executor (array + finalize).
 
 Submit (the login node): plan as a local run does, refuse node-local paths, submit the array, and
 only then choose the engine (the sample check) and write the work dir (plan, tokenizer copy) while
@@ -6,18 +6,18 @@ Slurm schedules the array (Slurm 22.05 allocates on a 1-second tick): elements w
 submission record, which comes last; a failure before it cancels the array. Then the finalize job;
 the command returns once Slurm has both. Nothing holds the output's lease meanwhile: the finalize
 job takes it to commit, as a local run does.
-On a node (`on_node`, in storekit/slurm/prepare_node.py): the tokenizer is the work dir's copy (its
-xxh3-128 checked), every task first checks its sources' size and mtime, and the task holding a
-source's first piece hashes that source for the manifest (sources/NNNNNN.json): the digests are
-computed by the elements, not by re-reading the corpus in finalize
-(storekit/pipeline/source_digests.py). The finalize job is `storekit jobs finalize`
+On a node (`on_node` in storekit/pipeline/node.py, registered for the kind in kinds.py): the
+tokenizer is the work dir's copy (its xxh3-128 checked), every task first checks its sources' size
+and mtime, and the task holding a source's first piece hashes that source for the manifest
+(sources/NNNNNN.json): the digests are computed by the elements, not by re-reading the corpus in
+finalize (storekit/pipeline/source_digests.py). The finalize job is `storekit jobs finalize`
 (storekit/pipeline/job.py): nothing is published unless every task is done.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +31,13 @@ from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.prepare import check_space, draft_plan, make_area, make_scratch_area, with_engine
 from storekit.pipeline.spec import PipelineSpec
+from storekit.pipeline.staging import copy_tokenizer
 from storekit.pipeline.workdir import WorkDir
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, limits_from_config
-from storekit.slurm.script import SlurmOptions
+from storekit.slurm.executor import SlurmExecutor
 from storekit.slurm.shared import all_on_this_host, refuse_node_local
-from storekit.slurm.staging import copy_tokenizer
-from storekit.slurm.submit import EXECUTOR, SubmitPlan, Submitted, plan_submission, submit
+from storekit.slurm.submit import EXECUTOR, SubmitPlan, Submitted
 
 
 @dataclass
@@ -88,12 +88,12 @@ def submit_prepare(
     spec: PipelineSpec,
     site: SiteConfig,
     *,
-    options: SlurmOptions,
-    config: str | None,
+    executor: SlurmExecutor,
     force: bool = False,
     dry_run: bool = False,
-    extra_args: tuple[str, ...] = (),
 ) -> SlurmPrepareOutcome:
+    """Submit `spec`'s plan through `executor` (the `slurm` executor with its options and config)."""
+    options = executor.options
     options.check()
     fs = InputFS(site)
     probes = _probe_cluster(options.partition)  # Slurm answers while the plan is drafted
@@ -110,14 +110,8 @@ def submit_prepare(
     outcome.tasks_done = len(done)
     # squeue's NAME column shows 8 characters: the dataset first, not "storekit" for every job
     name = options.job_name or f"{spec.name}-{spec.version}"
-    outcome.submit_plan = plan_submission(
-        work,
-        todo,
-        job_name=name,
-        log_dir=log_dir_for(work.path, location, options.log_dir),
-        options=options,
-        config=config,
-        limits=limits,
+    outcome.submit_plan = executor.plan(
+        work, todo, job_name=name, log_dir=log_dir_for(work.path, location, options.log_dir), limits=limits
     )
     forced = spec.tokenizer_engine == "tiktoken"  # it may refuse the tokenizer: before submitting
     if dry_run or forced:
@@ -139,12 +133,8 @@ def submit_prepare(
     try:
         with work.leased():
             _refuse_if_queued(work)
-            outcome.submitted = submit(
-                work,
-                outcome.submit_plan,
-                extra_args=extra_args,
-                before_record=write_work_dir,
-                refused=refused,
+            outcome.submitted = executor.submit(
+                work, outcome.submit_plan, before_record=write_work_dir, refused=refused
             )
     except StorekitError:
         if refused and present is None:  # sbatch refused the array: leave no empty work dir behind
@@ -158,7 +148,7 @@ def submit_prepare(
 def wait_published(outcome: SlurmPrepareOutcome) -> None:
     """Wait for a submitted job to publish (status "prepared", its manifest) or raise (exit 1).
     Ctrl-C stops the waiting only: the jobs stay queued (exit 130, `jobs status` follows them)."""
-    from storekit.slurm.wait import ended_without_publishing, wait_for_jobs  # not on the nodes
+    from storekit.slurm.wait import wait_for_jobs  # not on the nodes
 
     sub = outcome.submitted
     assert sub is not None
@@ -229,3 +219,11 @@ def _refuse_if_queued(work: WorkDir) -> None:
             f"{work.path} is already submitted: job {queued[0].array_job_id} is {queued[0].state.lower()}",
             hint=f"see `storekit jobs status {work.path}`; cancel it with scancel before submitting again",
         )
+
+
+def ended_without_publishing(work: Path, job_ids: Sequence[str]) -> StorekitError:
+    return StorekitError(
+        f"Slurm jobs {', '.join(job_ids)} ended without publishing the dataset",
+        hint=f"`storekit jobs status {work}` names failed tasks and their logs; "
+        f"`storekit jobs rerun {work}` resubmits them",
+    )

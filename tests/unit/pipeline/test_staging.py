@@ -12,8 +12,8 @@ from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan, plan_tasks
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import CLI_SOURCE, build_spec
+from storekit.pipeline.staging import TOKENIZER_COPY, check_sources, copy_tokenizer, with_tokenizer_copy
 from storekit.pipeline.tokenizer import load_tokenizer, read_tokenizer_json, resolve_tokenizer
-from storekit.slurm.staging import TOKENIZER_COPY, check_sources, copy_tokenizer, with_tokenizer_copy
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 
