@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 
 from storekit.checkpoint import commit
-from tests.conftest import Ran, run_storekit
+from tests.conftest import Ran, run_in_process, run_storekit
 
 RUN = "storage/checkpoints/run_001"
 
 
 def ck(cwd: Path, *args: str, faults: str | None = None) -> Ran:
-    return run_storekit(
-        args, cwd=cwd, env={"COLUMNS": "80", **({"STOREKIT_FAULTS": faults} if faults else {})}, timeout=120
-    )
+    if not faults:
+        return run_in_process(args, cwd=cwd, env={"COLUMNS": "80"})
+    # a fault point kills the run: its own process
+    return run_storekit(args, cwd=cwd, env={"COLUMNS": "80", "STOREKIT_FAULTS": faults}, timeout=120)
 
 
 def doc(proc: Ran) -> Any:
