@@ -158,8 +158,13 @@ def test_prune_plan_keeps_what_it_must(cwd: Path, sk: Any) -> None:
     assert sorted(p.name for p in run.iterdir()) == ["latest", "step_000200", "step_000400", "step_000600"]
 
 
-@pytest.mark.parametrize(
-    "point", ["ckpt.prune.before-delete@2", "durable.tombstoned", "durable.tombstoned@2"]
+@pytest.mark.parametrize(  # --fast kills at one point, CI (slow included) at each
+    "point",
+    [
+        pytest.param("ckpt.prune.before-delete@2", marks=pytest.mark.slow),
+        "durable.tombstoned",
+        pytest.param("durable.tombstoned@2", marks=pytest.mark.slow),
+    ],
 )
 def test_prune_killed_at_each_step_then_rerun(cwd: Path, point: str) -> None:
     run = cwd / RUN

@@ -90,8 +90,17 @@ def _cli(site_dir: Path, *args: str, faults: str = "") -> Ran:
     return run_storekit([*args, "--json"], cwd=site_dir, env={"STOREKIT_FAULTS": faults}, timeout=60)
 
 
-@pytest.mark.parametrize("then", ["rerun", "gc", "recall"])
-@pytest.mark.parametrize("point", ["tier.stubbed", "durable.tombstoned"])
+@pytest.mark.parametrize(  # --fast runs one case of the matrix, CI (slow included) all of them
+    ("point", "then"),
+    [
+        pytest.param(
+            point, then, marks=() if (point, then) == ("tier.stubbed", "rerun") else pytest.mark.slow
+        )
+        for point in ("tier.stubbed", "durable.tombstoned")
+        for then in ("rerun", "gc", "recall")
+    ],
+    ids=lambda v: str(v),
+)
 def test_a_cli_archive_killed_around_the_free_goes_forward(
     site_dir: Path, point: str, then: str, sk: Callable[..., Ran]
 ) -> None:
