@@ -31,6 +31,9 @@ from storekit.store import Store, open_store
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
+# children the tests start without storekit_env (bench io's forkserver, started by whichever in-process
+# run comes first) import this checkout too, not the copy a venv's editable install names (a worktree)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def storekit_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -182,6 +182,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # two processes importing torch: 5-9 s on 2 cores
 def test_two_torch_distributed_ranks_commit_a_real_dcp_checkpoint(
     run_dir: Path, tmp_path: Path, local_store: Store, area: AreaSpec
 ) -> None:
