@@ -74,9 +74,9 @@ def _build_each_tree_once() -> None:
     run a new Context; tidy_options finds a tidied tree tidy). main() looks both names up per call."""
     import storekit.cli.app as cli_app
 
-    if getattr(cli_app.build_app, "built_once", False):
-        return
-    build, command_of = cli_app.build_app, cli_app.get_command
+    build, command_of = getattr(cli_app, "build_app", None), getattr(cli_app, "get_command", None)
+    if build is None or command_of is None or getattr(build, "built_once", False):
+        return  # done already, or a CLI that no longer builds its tree in main(): nothing to cache
 
     def build_app(*modules: Any) -> Any:
         key = ("app", *(tuple(m) for m in modules))
