@@ -31,6 +31,9 @@ from storekit.store import Store, open_store
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[1]
+# children the tests start without storekit_env (bench io's forkserver, started by whichever in-process
+# run comes first) import this checkout too, not the copy a venv's editable install names (a worktree)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def storekit_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -61,11 +64,43 @@ class Ran:
         return json.loads(self.stdout)  # fails unless stdout is exactly one JSON document
 
 
+_TREES: dict[tuple[Any, ...], Any] = {}
+
+
+def _build_each_tree_once() -> None:
+    """Typer makes the Click tree again from the command functions' annotations on every main():
+    ~75 ms, most of an in-process run (a real `storekit` process builds it once too). The suite's
+    runs build each tree once per test process: a tree holds nothing of a run (Click gives each
+    run a new Context; tidy_options finds a tidied tree tidy). main() looks both names up per call."""
+    import storekit.cli.app as cli_app
+
+    build, command_of = getattr(cli_app, "build_app", None), getattr(cli_app, "get_command", None)
+    if build is None or command_of is None or getattr(build, "built_once", False):
+        return  # done already, or a CLI that no longer builds its tree in main(): nothing to cache
+
+    def build_app(*modules: Any) -> Any:
+        key = ("app", *(tuple(m) for m in modules))
+        if key not in _TREES:
+            _TREES[key] = build(*modules)
+        return _TREES[key]
+
+    def get_command(typer_app: Any) -> Any:
+        key = ("command", id(typer_app))  # the apps are kept in _TREES: an id is never reused
+        if key not in _TREES:
+            _TREES[key] = (typer_app, command_of(typer_app))
+        return _TREES[key][1]
+
+    build_app.built_once = True  # type: ignore[attr-defined]
+    cli_app.build_app = build_app  # type: ignore[assignment]
+    cli_app.get_command = get_command
+
+
 def run_cli(args: Sequence[str], capsys: Any = None) -> Ran:
     """`storekit ARGS` in this process; output through `capsys`, or captured here without it (a CLI
     run inside another run's fault point). Signal handlers the CLI installs are put back."""
     from storekit.cli.app import main
 
+    _build_each_tree_once()
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
     out, err = io.StringIO(), io.StringIO()
     if capsys is not None:
@@ -87,6 +122,27 @@ def run_cli(args: Sequence[str], capsys: Any = None) -> Ran:
         captured = capsys.readouterr()
         return Ran(code, captured.out, captured.err)
     return Ran(code, out.getvalue(), err.getvalue())
+
+
+def run_in_process(
+    args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None, timeout: float = 180
+) -> Ran:
+    """run_storekit's call, in this process (run_cli): for tests of what a command does, not of the
+    process it runs in (signals, kills, a real exit status, inherited env). cwd and the environment
+    run_storekit would give (storekit_env, COLUMNS=80 unless `env` sets it) hold for the run and are
+    put back after it, whatever it changed. `timeout` is accepted for the same call and not used."""
+    del timeout
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    try:
+        full = storekit_env({"COLUMNS": "80", **(env or {})})
+        os.environ.clear()
+        os.environ.update(full)
+        os.chdir(cwd)
+        return run_cli(args)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
 
 
 def start_storekit(

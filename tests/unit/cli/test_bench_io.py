@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from storekit.bench.schema import validate
-from tests.conftest import Ran, run_storekit
+from tests.conftest import Ran, run_in_process, run_storekit
 
 REPO = Path(__file__).resolve().parents[3]
 SMALL = [
@@ -26,7 +26,9 @@ SMALL = [
 
 
 def storekit(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> Ran:
-    return run_storekit(args, env=env, timeout=timeout)
+    if env:  # settings a process reads once (STOREKIT_BENCH_NATIVE): a process of its own
+        return run_storekit(args, env=env, timeout=timeout)
+    return run_in_process(args)
 
 
 def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:

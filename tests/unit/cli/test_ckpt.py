@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 
 from storekit.checkpoint import commit
-from tests.conftest import Ran, run_storekit
+from tests.conftest import Ran, run_in_process, run_storekit
 
 RUN = "storage/checkpoints/run_001"
 
 
 def ck(cwd: Path, *args: str, faults: str | None = None) -> Ran:
-    return run_storekit(
-        args, cwd=cwd, env={"COLUMNS": "80", **({"STOREKIT_FAULTS": faults} if faults else {})}, timeout=120
-    )
+    if not faults:
+        return run_in_process(args, cwd=cwd, env={"COLUMNS": "80"})
+    # a fault point kills the run: its own process
+    return run_storekit(args, cwd=cwd, env={"COLUMNS": "80", "STOREKIT_FAULTS": faults}, timeout=120)
 
 
 def doc(proc: Ran) -> Any:
@@ -157,8 +158,13 @@ def test_prune_plan_keeps_what_it_must(cwd: Path, sk: Any) -> None:
     assert sorted(p.name for p in run.iterdir()) == ["latest", "step_000200", "step_000400", "step_000600"]
 
 
-@pytest.mark.parametrize(
-    "point", ["ckpt.prune.before-delete@2", "durable.tombstoned", "durable.tombstoned@2"]
+@pytest.mark.parametrize(  # --fast kills at one point, CI (slow included) at each
+    "point",
+    [
+        pytest.param("ckpt.prune.before-delete@2", marks=pytest.mark.slow),
+        "durable.tombstoned",
+        pytest.param("durable.tombstoned@2", marks=pytest.mark.slow),
+    ],
 )
 def test_prune_killed_at_each_step_then_rerun(cwd: Path, point: str) -> None:
     run = cwd / RUN

@@ -15,14 +15,14 @@ import pytest
 
 from storekit.config import TierConfig
 from storekit.store import open_store
-from tests.conftest import Ran, remove_bucket, run_storekit, s3_options
+from tests.conftest import Ran, remove_bucket, run_in_process, s3_options
 
 SECRET = "TopSecret-9f2c"  # must never appear in any output
 KEY_ID = "AKIDEXAMPLE77"
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
-    return run_storekit(args, cwd=cwd, env=env, timeout=120)
+    return run_in_process(args, cwd=cwd, env=env)
 
 
 def one_json(proc: Ran) -> Any:

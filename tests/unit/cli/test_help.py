@@ -18,7 +18,7 @@ from typer.main import get_command
 from storekit.cli.app import app
 from storekit.cli.common import RENAMED, Command
 from storekit.errors import EXIT_CODE_TABLE
-from tests.conftest import REPO, Ran, run_cli, run_storekit
+from tests.conftest import REPO, Ran, run_cli, run_in_process
 
 ROOT = get_command(app)
 
@@ -106,7 +106,7 @@ def test_a_typo_suggests_the_command_once() -> None:
 
 
 def run(*args: str) -> Ran:
-    return run_storekit(args, timeout=60)
+    return run_in_process(args)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storekit import faults
-from tests.conftest import run_storekit, start_storekit
+from tests.conftest import run_in_process, start_storekit
 from tests.integration.s3_helpers import wait_for
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, tree_bytes, write_jsonl
 
@@ -43,7 +43,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
     try:
-        clean = run_storekit(ARGS, cwd=corpus)
+        clean = run_in_process(ARGS, cwd=corpus)
         assert clean.returncode == 0, clean.stderr
         baseline = tree_bytes(corpus / "storage" / DATASET)
         shutil.rmtree(corpus / "storage")
@@ -52,7 +52,7 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert killed.returncode == -signal.SIGKILL
         (work,) = (corpus / "storage" / "scratch").glob("storekit-prepare-jb-v1-*")
 
-        res = run_storekit(["jobs", "status", DATASET, "--json"], cwd=corpus)
+        res = run_in_process(["jobs", "status", DATASET, "--json"], cwd=corpus)
         assert res.returncode == 0, res.stderr
         (job,) = json.loads(res.stdout)["jobs"]
         total = job["tasks"]
@@ -60,7 +60,7 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert job["counts"] == {"done": 2, "running": 0, "failed": 0, "pending": total - 2}
         assert job["complete"] is False
 
-        early = run_storekit(["jobs", "finalize", str(work), "--json"], cwd=corpus)
+        early = run_in_process(["jobs", "finalize", str(work), "--json"], cwd=corpus)
         assert early.returncode == 1 and "tasks are not done" in early.stderr
         assert not (corpus / "storage" / DATASET).exists()  # nothing published with tasks missing
 
@@ -73,19 +73,19 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
             f"left {left}; killed prepare pid {killed.pid}, run-task pid {run_task_pid}, "
             f"tasks/ {sorted(os.listdir(work / 'tasks'))}"
         )
-        ran = run_storekit(every, cwd=corpus)
+        ran = run_in_process(every, cwd=corpus)
         assert ran.returncode == 0, ran.stderr
         assert json.loads(ran.stdout)["run"] == total - kept and json.loads(ran.stdout)["skipped"] == kept
-        res = run_storekit(["jobs", "status", str(work), "--json"], cwd=corpus)
+        res = run_in_process(["jobs", "status", str(work), "--json"], cwd=corpus)
         assert json.loads(res.stdout)["jobs"][0]["complete"] is True
 
-        fin = run_storekit(["jobs", "finalize", str(work), "--json"], cwd=corpus)
+        fin = run_in_process(["jobs", "finalize", str(work), "--json"], cwd=corpus)
         assert fin.returncode == 0, fin.stderr
         assert json.loads(fin.stdout)["status"] == "prepared"
         assert tree_bytes(corpus / "storage" / DATASET) == baseline  # as the uninterrupted local run
         assert not work.exists()
-        assert json.loads(run_storekit(["jobs", "status", "--json"], cwd=corpus).stdout)["jobs"] == []
-        rerun = run_storekit(ARGS, cwd=corpus)
+        assert json.loads(run_in_process(["jobs", "status", "--json"], cwd=corpus).stdout)["jobs"] == []
+        rerun = run_in_process(ARGS, cwd=corpus)
         assert rerun.returncode == 0, rerun.stderr
         assert json.loads(rerun.stdout)["status"] == "unchanged"
     finally:
@@ -122,26 +122,26 @@ def test_failed_task_is_named_with_its_error(corpus: Path) -> None:
         write_jsonl(bad / "in" / "a.jsonl", sample_records(limit_bytes=40_000))
         with open(bad / "in" / "a.jsonl", "ab") as fh:
             fh.write(b'{"text": "unterminated\n')
-        res = run_storekit([*ARGS, "--on-error", "fail"], cwd=bad)
+        res = run_in_process([*ARGS, "--on-error", "fail"], cwd=bad)
         assert res.returncode == 1, res.stderr
-        status = run_storekit(["jobs", "status", DATASET, "--json"], cwd=bad)
+        status = run_in_process(["jobs", "status", DATASET, "--json"], cwd=bad)
         (job,) = json.loads(status.stdout)["jobs"]
         assert job["counts"]["failed"] == 1
         (failure,) = job["failed"]
         assert failure["exit_code"] == 1 and "a.jsonl:" in failure["error"]
         assert failure["task"] == job["tasks"] - 1  # the bad record is the last line
-        human = run_storekit(["jobs", "status", DATASET], cwd=bad)
+        human = run_in_process(["jobs", "status", DATASET], cwd=bad)
         assert f"{job['tasks']} tasks" in human.stdout and "1 failed" in human.stdout
     finally:
         shutil.rmtree(bad, ignore_errors=True)
 
 
 def test_unknown_target_and_bad_tasks(tmp_path: Path) -> None:
-    res = run_storekit(["jobs", "status", "datasets/text/nope/v1", "--json"], cwd=tmp_path)
+    res = run_in_process(["jobs", "status", "datasets/text/nope/v1", "--json"], cwd=tmp_path)
     assert res.returncode == 3 and json.loads(res.stdout)["error"]["exit_code"] == 3
-    res = run_storekit(["jobs", "run-task", str(tmp_path), "--tasks", "2-1"], cwd=tmp_path)
+    res = run_in_process(["jobs", "run-task", str(tmp_path), "--tasks", "2-1"], cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("error: --tasks")
-    res = run_storekit(["jobs", "run-task", str(tmp_path), "--tasks", "1"], cwd=tmp_path)
+    res = run_in_process(["jobs", "run-task", str(tmp_path), "--tasks", "1"], cwd=tmp_path)
     assert res.returncode == 3 and "not a job work dir" in res.stderr
 
 
@@ -156,13 +156,13 @@ def test_status_shows_one_row_per_error_and_log_whole_in_a_pipe(tmp_path: Path) 
     )
     for task in (1, 2, 3, 5):
         work.record_failure(task, "bad input: /corpus/c.jsonl line 1", exit_code=1, log=log)
-    grouped = run_storekit(["jobs", "status", str(work.path)])
+    grouped = run_in_process(["jobs", "status", str(work.path)])
     assert grouped.returncode == 0, grouped.stderr
     rows = [line for line in grouped.stdout.splitlines() if log in line]
     assert rows == [
         f"  tasks 1-3,5: exit 1 on {rows[0].split(' on ')[1].split(':')[0]}: bad input: "
         f"/corpus/c.jsonl line 1 (log: {log})"
     ], grouped.stdout
-    each = run_storekit(["jobs", "status", str(work.path), "--tasks"])
+    each = run_in_process(["jobs", "status", str(work.path), "--tasks"])
     spans = [ln.split(":")[0].strip() for ln in each.stdout.splitlines() if log in ln]
     assert spans == ["tasks 1", "tasks 2", "tasks 3", "tasks 5"], each.stdout

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Ran, run_storekit
+from tests.conftest import Ran, run_in_process
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
-    return run_storekit(args, cwd=cwd, env=env, timeout=120)
+    return run_in_process(args, cwd=cwd, env=env)
 
 
 def as_json(proc: Ran) -> Any:

@@ -17,7 +17,7 @@ from storekit.errors import NoSpaceError
 from storekit.layout.clean import SlurmUnreachable, apply_clean, job_ids_in_name, plan_clean
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
-from tests.conftest import Ran, run_storekit
+from tests.conftest import Ran, run_in_process, run_storekit
 
 DAY = 86400.0
 
@@ -43,7 +43,9 @@ def make(root: Path, rel: str, days: float, *, fresh_inside: str | None = None) 
 
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
-    return run_storekit(args, cwd=cwd, env=env, timeout=120)
+    if env and "STOREKIT_FAULTS" in env:  # a fault point kills the run: its own process
+        return run_storekit(args, cwd=cwd, env=env, timeout=120)
+    return run_in_process(args, cwd=cwd, env=env)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli, run_storekit
+from tests.conftest import run_cli, run_in_process, run_storekit
 from tests.unit.pipeline.helpers import (
     TOKENIZER,
     dataset_documents,
@@ -231,7 +231,7 @@ def small_fs(tmp_path: Path) -> Any:
 def test_full_disk_is_refused_up_front(tmp_path: Path, small_fs: Any) -> None:
     fs = small_fs("1m")
     write_jsonl(tmp_path / "a.jsonl", sample_records(limit_bytes=3_000_000, max_doc=200_000))
-    res = run_storekit([*BASE, "-i", str(tmp_path / "a.jsonl"), "--output", str(fs / "ds")], cwd=tmp_path)
+    res = run_in_process([*BASE, "-i", str(tmp_path / "a.jsonl"), "--output", str(fs / "ds")], cwd=tmp_path)
     assert res.code == 6, res.stderr
     assert "not enough free space" in res.stderr
     assert list(fs.iterdir()) == []
@@ -286,7 +286,7 @@ def test_fail_from_a_worker_names_file_and_line(tmp_path: Path, workers: str) ->
     good = [json.dumps(r).encode() for r in sample_records(limit_bytes=60_000, max_doc=6_000)]
     write_jsonl(tmp_path / "a.jsonl", [*good, b'{"text": 7}', *good[:3]])
     args = [*BASE, "-i", "a.jsonl", "--on-error", "fail", "--workers", workers, "--task-size", "8KiB"]
-    res = run_storekit(args, cwd=tmp_path)
+    res = run_in_process(args, cwd=tmp_path)
     assert res.code == 1, res.stderr
     assert f"error: {tmp_path / 'a.jsonl'}:{len(good) + 1}: non string: 'text' is a int" in res.stderr
     assert json.loads(res.stdout)["error"]["exit_code"] == 1
@@ -307,7 +307,7 @@ def test_a_gzip_cut_before_its_first_line_is_one_error_with_a_true_progress_tota
     (tmp_path / "in.jsonl.gz").write_bytes(packed[:101])
     trailer = int.from_bytes(packed[97:101], "little")
     assert trailer > 101 * 1032  # the bytes the old code took for the uncompressed size
-    ran = run_storekit(
+    ran = run_in_process(
         [
             "prepare",
             "dataset",

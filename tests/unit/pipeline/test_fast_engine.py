@@ -128,7 +128,13 @@ def assert_identical(hf: Any, fast: FastBPE, texts: list[str]) -> None:
 TOKENIZERS = ["bundled-65k", "neox-style", "tekken", "llama3-style", "qwen2-style"]
 
 
-@pytest.mark.parametrize("name", TOKENIZERS)
+@pytest.mark.parametrize(  # a sweep for CI; --fast keeps the bundled ByteLevel and a Split regex one
+    "name",
+    [
+        pytest.param(n, marks=() if n in ("bundled-65k", "llama3-style") else pytest.mark.slow)
+        for n in TOKENIZERS
+    ],
+)
 def test_identical_ids_on_real_and_hard_text(name: str, tmp_path: Path) -> None:
     hf, fast = engines_for(name, tmp_path)
     texts = HARD_CASES + handbook_texts() + code_texts()

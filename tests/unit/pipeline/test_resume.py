@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storekit import faults
-from tests.conftest import run_cli, run_storekit
+from tests.conftest import run_cli, run_in_process, run_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, tree_bytes, write_jsonl
 
 ARGS = [
@@ -40,7 +40,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def baseline(corpus: Path) -> dict[str, bytes]:
-    res = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
+    res = run_in_process([*ARGS, "--task-size", "16KiB"], cwd=corpus)
     assert res.code == 0, res.stderr
     tree = tree_bytes(corpus / FINAL)
     assert len([n for n in tree if n.endswith(".bin")]) >= 3
@@ -76,7 +76,7 @@ def test_sigkill_then_rerun_is_byte_identical(
         done = list(scratch.glob("storekit-prepare-*/tasks/[0-9]*"))
         if hook[0] == "prepare.task-done":
             assert len(done) >= int(hook[1])
-        res = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
+        res = run_in_process([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert res.code == 0, res.stderr
         assert res.json()["tasks_resumed"] == len(done)
         assert tree_bytes(corpus / FINAL) == baseline
@@ -107,7 +107,7 @@ def test_preemption_signal_stops_cleanly_and_resumes(
         tasks = corpus / "storage" / "scratch"
         assert list(tasks.glob("storekit-prepare-*/tasks/[0-9]*"))  # the first task's record was kept
         assert not list(tasks.glob("storekit-prepare-*/tasks/.*storekit-tmp-*"))  # no half-written task
-        res = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
+        res = run_in_process([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert res.code == 0, res.stderr
         assert res.json()["tasks_resumed"] >= 1
         assert tree_bytes(corpus / FINAL) == baseline
@@ -118,12 +118,12 @@ def test_preemption_signal_stops_cleanly_and_resumes(
 @pytest.mark.slow
 def test_rerun_of_finished_dataset_is_a_noop_unless_forced(corpus: Path, baseline: dict[str, bytes]) -> None:
     try:
-        assert run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus).code == 0
+        assert run_in_process([*ARGS, "--task-size", "16KiB"], cwd=corpus).code == 0
         manifest = (corpus / FINAL / "manifest.json").read_bytes()
-        again = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
+        again = run_in_process([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert again.code == 0 and again.json()["status"] == "unchanged"
         assert (corpus / FINAL / "manifest.json").read_bytes() == manifest  # not rewritten
-        forced = run_storekit([*ARGS, "--task-size", "16KiB", "--force"], cwd=corpus)
+        forced = run_in_process([*ARGS, "--task-size", "16KiB", "--force"], cwd=corpus)
         assert forced.code == 0 and forced.json()["status"] == "prepared"
         assert tree_bytes(corpus / FINAL) == baseline
     finally:
@@ -152,7 +152,7 @@ def test_a_stop_signal_while_finalizing_is_reported_and_resumable(
         assert "error: interrupted" in res.stderr and "rerun" in res.stderr
         assert res.json()["error"]["exit_code"] == 130
         assert not (corpus / FINAL).exists()
-        again = run_storekit([*ARGS, "--task-size", "16KiB"], cwd=corpus)
+        again = run_in_process([*ARGS, "--task-size", "16KiB"], cwd=corpus)
         assert again.code == 0, again.stderr
         assert tree_bytes(corpus / FINAL) == baseline
     finally:

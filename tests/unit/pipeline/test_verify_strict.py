@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from storekit.pipeline.prepare import check_space
-from tests.conftest import run_cli, run_storekit
+from tests.conftest import run_cli, run_in_process, run_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 FINAL = Path("storage/datasets/text/vs/v1")
@@ -26,7 +26,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One prepared dataset; each test gets its own copy to damage."""
     root = tmp_path_factory.mktemp("verify")
     write_jsonl(root / "a.jsonl", sample_records(limit_bytes=30_000, max_doc=4_000))
-    res = run_storekit([*BASE, "-i", "a.jsonl", "--shard-size", "8KiB"], cwd=root)
+    res = run_in_process([*BASE, "-i", "a.jsonl", "--shard-size", "8KiB"], cwd=root)
     assert res.code == 0, res.stderr
     assert len(json.loads((root / FINAL / "manifest.json").read_bytes())["shards"]) >= 2
     return root / "storage"

@@ -33,12 +33,22 @@ def _noise(seed: int, n: int) -> str:
     return "".join(rng.choice(WORDS) + rng.choice(["", " ", "\n", "  ", "\t", "."]) for _ in range(n))
 
 
+def _sweep(families: Any, fast: set[str]) -> list[Any]:
+    """The family sweep for CI; scripts/test.sh --fast keeps `fast` (one family per cut rule and
+    kind of tokenizer), the others are marked slow."""
+    return [pytest.param(f, marks=() if f in fast else pytest.mark.slow) for f in families]
+
+
 def _tokenizer(family: str) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(tokfiles.family_doc(family)))
 
 
 # -- the cut rules, at every place they allow ---------------------------------------------------
-@pytest.mark.parametrize("family", [*tokfiles.FAMILIES, "qwen2"])
+# --fast: gpt2 and split at every cut they allow; families without a rule cost nothing
+@pytest.mark.parametrize(
+    "family",
+    _sweep([*tokfiles.FAMILIES, "qwen2"], {"bytelevel", "llama3", "metaspace", "prepend", "added"}),
+)
 def test_every_cut_the_rule_allows_gives_the_ids_of_the_whole_text(family: str) -> None:
     from storekit.pipeline.tokenizer import cut_rule
 
@@ -134,7 +144,8 @@ def _prepare(tmp_path: Path, capsys: Any, tok_file: Path, eos: str, *args: str) 
     )
 
 
-@pytest.mark.parametrize("family", tokfiles.FAMILIES)
+# --fast: a gpt2-cut, a split-cut and a never-cut family
+@pytest.mark.parametrize("family", _sweep(tokfiles.FAMILIES, {"bytelevel", "llama3", "metaspace", "prepend"}))
 def test_shards_are_the_whole_document_encoding(
     family: str, small_giants: None, tmp_path: Path, monkeypatch: Any, capsys: Any
 ) -> None:

@@ -18,9 +18,10 @@ from tests.conftest import IN_CI
 
 @pytest.fixture(params=["native", "python"])
 def listing_kind(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
-    monkeypatch.setenv("STOREKIT_CACHE_DIR", str(tmp_path / "cache"))
+    # one build per test process, not per test: these tests are about the walk (building: below)
+    monkeypatch.setenv("STOREKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "scan-cache"))
     monkeypatch.setenv("STOREKIT_SCAN_NATIVE", "1" if request.param == "native" else "0")
     scanmod.load.cache_clear()
     if request.param == "native" and scanmod.load()[0] is None:

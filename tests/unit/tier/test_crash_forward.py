@@ -14,7 +14,7 @@ from storekit.tier.mover import drain_unit, recall_unit
 from storekit.tier.purge import purge_unit
 from storekit.tier.stubfile import read_stub, stub_path
 from storekit.tier.unitjournal import STATES
-from tests.conftest import Ran, run_storekit
+from tests.conftest import Ran, run_in_process, run_storekit
 from tests.unit.tier.conftest import make_site
 from tests.unit.tier.helpers import (
     leftovers,
@@ -84,12 +84,23 @@ def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _cli(site_dir: Path, *args: str, faults: str = "") -> Ran:
-    env = {"STOREKIT_FAULTS": faults} if faults else None
-    return run_storekit([*args, "--json"], cwd=site_dir, env=env, timeout=60)
+    if not faults:
+        return run_in_process([*args, "--json"], cwd=site_dir)
+    # a fault point kills the run: its own process
+    return run_storekit([*args, "--json"], cwd=site_dir, env={"STOREKIT_FAULTS": faults}, timeout=60)
 
 
-@pytest.mark.parametrize("then", ["rerun", "gc", "recall"])
-@pytest.mark.parametrize("point", ["tier.stubbed", "durable.tombstoned"])
+@pytest.mark.parametrize(  # --fast runs one case of the matrix, CI (slow included) all of them
+    ("point", "then"),
+    [
+        pytest.param(
+            point, then, marks=() if (point, then) == ("tier.stubbed", "rerun") else pytest.mark.slow
+        )
+        for point in ("tier.stubbed", "durable.tombstoned")
+        for then in ("rerun", "gc", "recall")
+    ],
+    ids=lambda v: str(v),
+)
 def test_a_cli_archive_killed_around_the_free_goes_forward(
     site_dir: Path, point: str, then: str, sk: Callable[..., Ran]
 ) -> None:
