@@ -25,6 +25,7 @@ from typing import Any
 from storekit import faults
 from storekit.errors import ExitCode, Interrupted, StorekitError, UsageError
 from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, SkipFn, Stopped
+from storekit.interrupts import signals_deferred
 
 _PR_SET_PDEATHSIG = 1
 THREADS_PER_PROCESS = 2  # the default; the measured gain is for 2, more make the GIL the limit sooner
@@ -194,14 +195,20 @@ def run_on_threads(
 
     ends = [threading.Event() for _ in range(threads)]
     pool = [threading.Thread(target=loop, args=(e,), name=f"storekit-task-{i}") for i, e in enumerate(ends)]
-    for t in pool:
-        t.start()
+    started = 0
     try:
+        # a stop signal cutting start() in two would leave a thread running that nobody waits
+        # for (the caller then removes temps under it): it is taken once the threads are started
+        with signals_deferred():
+            for t in pool:
+                t.start()
+                started += 1
+                faults.point("executor.thread-started")
         _wait_for(ends)
     except BaseException:
         stop.set()  # each thread ends its task or discards it at its next step, then drains
         faults.point("executor.stopping")
-        _wait_through_signals(ends)  # the caller removes temp dirs: no thread may still write
+        _wait_through_signals(ends[:started])  # the caller removes temp dirs: no thread may still write
         raise
     if failures:
         raise failures[0]

@@ -137,6 +137,46 @@ def test_a_stop_waits_for_the_task_thread_it_interrupted(tmp_path: Path) -> None
     work.check_parts(0, work.read_done(0))
 
 
+class _WaitsForTheStopRunner:
+    """Its task waits until the executor asks it to stop, or until the test has the executor's
+    answer: which came first says whether the executor waited for the thread it had started."""
+
+    def __init__(self, should_stop: Any, returned: threading.Event, seen: list[str]) -> None:
+        self.should_stop, self.returned, self.seen = should_stop, returned, seen
+
+    def run(self, index: int, progress: Any, done: Any) -> None:
+        while not self.should_stop() and not self.returned.is_set():
+            time.sleep(0.005)  # polls two events; no outcome depends on how long this takes
+        self.seen.append("asked to stop" if self.should_stop() else "after the executor returned")
+
+    def drain(self) -> None:
+        pass
+
+
+def test_a_stop_signal_while_threads_start_still_waits_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM right after a task thread started (fault point executor.thread-started): the stop
+    reaches that thread and the executor returns only once it ended (a stop that cut the start
+    loop used to bypass the wait, and the caller removed temps under a running task)."""
+    work = echo_job.make(tmp_path / "job", SIZES)
+    job = echo_job.load(work.path, None)
+    returned = threading.Event()
+    seen: list[str] = []
+    job.runner = lambda should_stop: _WaitsForTheStopRunner(should_stop, returned, seen)  # type: ignore[method-assign]
+    monkeypatch.setenv("STOREKIT_FAULTS", "executor.thread-started=term")
+    old = signal.getsignal(signal.SIGTERM)
+    interrupt_on(signal.SIGTERM)
+    try:
+        with pytest.raises(StorekitError) as info:
+            get_executor("local").run(job, [0], workers=1, progress=lambda d, n, b: None)
+    finally:
+        returned.set()
+        signal.signal(signal.SIGTERM, old)
+    assert info.value.exit_code == ExitCode.INTERRUPTED
+    assert seen == ["asked to stop"]  # ended before the executor returned, told by the stop
+
+
 @pytest.mark.parametrize(
     ("per_process", "env", "processes"),
     [(1, None, 2), (2, None, 0), (2, "1", 2), (1, "2", 0)],  # 0: two threads of the calling process
