@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +13,20 @@ from storekit.errors import MismatchError, StorekitError
 from storekit.executors.base import TaskRunner
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.workdir import KIND, WorkDir, read_plan
+from storekit.pipeline.workdir import KIND, WorkDir
 
 
 class PrepareJob:
     kind = KIND
 
-    def __init__(self, plan: PrepPlan, work: WorkDir, site: SiteConfig | None) -> None:
-        self.plan = plan
+    def __init__(
+        self, plan: PrepPlan, work: WorkDir, site: SiteConfig | None, *, plan_bytes: bytes | None = None
+    ) -> None:
+        self.plan = plan  # an element's names its staged tokenizer copy (pipeline/staging.py)
         self.work = work
         self.site = site
+        # plan.json as it was read (or written): what the finalize compares the file with again
+        self.plan_bytes = plan.to_json() if plan_bytes is None else plan_bytes
 
     @property
     def dir(self) -> WorkDir:
@@ -62,7 +65,8 @@ def load(path: Path, site: SiteConfig | None) -> PrepareJob:
     from storekit.pipeline.prepare import tier_anchor  # prepare imports this module
 
     work = WorkDir(path, anchor=tier_anchor(path, site or load_config(None)))
-    return PrepareJob(read_plan(work), work, site)
+    raw = work.read_plan()
+    return PrepareJob(PrepPlan.from_json(raw), work, site, plan_bytes=raw)
 
 
 def finalize_job(job: PrepareJob) -> dict[str, Any]:
@@ -90,12 +94,9 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
             return {"status": "unchanged", "dataset": location.display, "plan_id": plan.plan_id}
         with work.leased():
             # the plan was read by name before the work dir was held: read it again through the
-            # descriptor, and every record that feeds the commit from there on
-            fresh = read_plan(work)
-            # a Slurm element's plan names the tokenizer copy it staged (pipeline/staging.py); that
-            # file's bytes are checked against the planned xxh3 wherever they are read
-            fresh = replace(fresh, tokenizer=replace(fresh.tokenizer, file=plan.tokenizer.file))
-            if fresh != plan:
+            # descriptor, and every record that feeds the commit from there on. Its bytes are
+            # compared, not the objects: an element's plan names its staged tokenizer copy
+            if work.read_plan() != job.plan_bytes:
                 raise MismatchError(
                     f"{work.plan_file}: changed while this finalize started",
                     hint=f"the work dir was changed behind storekit's back; remove {work.path} and rerun",

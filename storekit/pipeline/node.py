@@ -25,7 +25,8 @@ def on_node(job: Job) -> Job:
     """prepare's job as an element runs it: the tokenizer copy, sources checked and hashed."""
     if not isinstance(job, PrepareJob):
         raise StorekitError(f"not a prepare job: {job.kind}")
-    return _NodePrepareJob(with_tokenizer_copy(job.plan, job.work.path), job.work, job.site)
+    staged = with_tokenizer_copy(job.plan, job.work.path)
+    return _NodePrepareJob(staged, job.work, job.site, plan_bytes=job.plan_bytes)
 
 
 class _NodePrepareJob(PrepareJob):

@@ -157,3 +157,39 @@ def test_a_stop_signal_while_finalizing_is_reported_and_resumable(
         assert tree_bytes(corpus / FINAL) == baseline
     finally:
         _remove(corpus / "storage")
+
+
+def test_a_finalize_checks_the_plan_files_bytes_not_its_own_copy(
+    corpus: Path, baseline: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`jobs finalize` (and a Slurm element) compares plan.json, read again once the work dir is
+    held, with the bytes it loaded: an element's in-memory plan naming its staged tokenizer copy
+    still finalizes; a plan swapped (with a matching job.json) between load and lease is refused."""
+    from dataclasses import replace
+
+    from storekit.errors import MismatchError
+    from storekit.pipeline.job import PrepareJob, finalize_job, load
+
+    monkeypatch.chdir(corpus)  # the embedded default site: ./storage
+    try:
+        killed = run_storekit(
+            [*ARGS, "--task-size", "16KiB"], cwd=corpus, env={"STOREKIT_FAULTS": "prepare.tasks-done=kill"}
+        )
+        assert killed.code == -signal.SIGKILL, killed.stderr
+        (work,) = [
+            p for p in (corpus / "storage/scratch").iterdir() if p.name.startswith("storekit-prepare-")
+        ]
+        job = load(work, None)
+        staged = replace(job.plan, tokenizer=replace(job.plan.tokenizer, file=str(work / "tokenizer.json")))
+        swapped = job.work.read_plan().replace(job.plan.plan_id.encode(), b"0" * len(job.plan.plan_id))
+        header = job.work.header()
+        job.work.write_plan(swapped, kind=header.kind, tasks=header.tasks, meta=header.meta)
+        with pytest.raises(MismatchError, match="changed while this finalize started"):
+            finalize_job(job)
+        assert not (corpus / FINAL).exists()
+        job.work.write_plan(job.plan_bytes, kind=header.kind, tasks=header.tasks, meta=header.meta)
+        element = PrepareJob(staged, job.work, None, plan_bytes=job.plan_bytes)  # what on_node makes
+        assert finalize_job(element)["status"] == "prepared"
+        assert tree_bytes(corpus / FINAL) == baseline
+    finally:
+        _remove(corpus / "storage")
