@@ -321,7 +321,7 @@ def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
 
 # an s3 tier's options: what store.s3client gives botocore (client_kwargs: create_client's arguments,
 # config_kwargs: botocore Config's)
-_S3_STRING_OPTIONS = {"endpoint_url", "key", "secret", "token"}
+_S3_STRING_OPTIONS = {"endpoint_url", "key", "secret", "token", "profile"}
 _S3_TABLE_OPTIONS = {"client_kwargs", "config_kwargs"}
 S3_OPTIONS = frozenset(_S3_STRING_OPTIONS | _S3_TABLE_OPTIONS)
 

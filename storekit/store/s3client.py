@@ -14,6 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from storekit.errors import ConfigError
+
 # Ceph RGW (Pacific) rejects the aws-chunked CRC trailers newer botocore sends by default, and a
 # dead endpoint should fail in seconds, not minutes. botocore's retries are off: store.retry's
 # time budget is the one rule (a caller's config_kwargs cannot switch them back on).
@@ -53,9 +55,10 @@ def _session() -> Any:
 
 def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: bool | None = None) -> Any:
     """A botocore S3 client from a tier's options (endpoint_url, key, secret, token, client_kwargs,
-    config_kwargs); credentials not given there come from botocore's usual chain. `sign_payload`:
+    config_kwargs, profile); credentials not given there come from botocore's usual chain. `sign_payload`:
     None is botocore's own choice (signed over plain http)."""
     import botocore.config
+    import botocore.exceptions
 
     opts = dict(options)
     conf = {**S3_CONFIG, **opts.get("config_kwargs", {})}
@@ -68,7 +71,18 @@ def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: b
         if opts.get(ours):
             kwargs[theirs] = opts[ours]
     with _LOCK:  # botocore's sessions and loader are not thread-safe; its clients are
-        return _session().create_client("s3", config=botocore.config.Config(**conf), **kwargs)
+        session = _session()
+        if opts.get("profile"):  # a named profile of ~/.aws/credentials or ~/.aws/config
+            session.set_config_variable("profile", opts["profile"])
+        try:
+            return session.create_client("s3", config=botocore.config.Config(**conf), **kwargs)
+        except botocore.exceptions.ProfileNotFound:
+            where = (
+                "$AWS_SHARED_CREDENTIALS_FILE / $AWS_CONFIG_FILE (default ~/.aws/credentials, ~/.aws/config)"
+            )
+            raise ConfigError(
+                "s3 tier options", "profile", f"no profile {opts['profile']!r} in {where}"
+            ) from None
 
 
 def warm_up() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from storekit import faults
 from storekit.config import TierConfig
-from storekit.errors import UnreachableError
+from storekit.errors import ConfigError, UnreachableError
 from storekit.store import S3Store, open_store
 from storekit.store.retry import STORE_RETRY, RetryPolicy
 from tests.conftest import storekit_env
@@ -110,3 +110,27 @@ def test_a_writer_dropped_unclosed_leaves_nothing(s3_store: S3Store) -> None:
     gc.collect()
     assert not s3_store.exists("dropped.bin")
     assert not s3_store.client.list_multipart_uploads(Bucket=s3_store.bucket).get("Uploads")
+
+
+@pytest.mark.ceph
+def test_a_tier_can_name_an_aws_profile(
+    s3_tier: TierConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`profile = "rgw"` in a tier's options takes its keys from that profile of the credentials
+    file (as s3fs's option did); a profile that is not there is one config error naming it."""
+    creds = tmp_path / "credentials"
+    key, secret = s3_tier.options["key"], s3_tier.options["secret"]
+    creds.write_text(f"[rgw]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    by_profile = {"endpoint_url": s3_tier.options["endpoint_url"], "profile": "rgw"}
+    store = open_store(TierConfig(name="archive", url=s3_tier.url, role="archive", options=by_profile))
+    store.write_bytes("p.bin", b"profile")
+    assert open_store(s3_tier).read_bytes("p.bin") == b"profile"
+    missing = {**by_profile, "profile": "nope"}
+    with pytest.raises(ConfigError, match="profile: no profile 'nope'"):
+        open_store(TierConfig(name="archive", url=s3_tier.url, role="archive", options=missing)).read_bytes(
+            "p.bin"
+        )
