@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -38,7 +39,6 @@ from storekit.durable import (
     remove_tree,
     remove_write_temps,
     tombstone,
-    write_file_atomic,
 )
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
 from storekit.manifest import UNIT_MANIFEST_SUFFIX, UnitEntry, manifest_digest
@@ -402,18 +402,53 @@ class PosixDestination:
 
     def commit(self, manifest: bytes) -> None:
         remove_write_temps(self.manifest_path)
-        if self.temp.exists():
-            if os.path.lexists(self.dest):
-                self._swap_out()
-            os.rename(self.temp, self.dest)
-            fsync_dir(self.dest.parent)
-            faults.point("tier.renamed")
-        elif not self.dest.exists():
-            raise NotFoundError(f"{self.dest}: the copy to commit is gone (neither it nor its temp exists)")
-        write_file_atomic(self.manifest_path, manifest, mode=0o644)
+        # the manifest's bytes go down before anything is renamed: a tier that filled up since the
+        # copy fails the commit here (NoSpaceError), with the copy still only in its temp sibling
+        staged = self._stage_manifest(manifest)
+        try:
+            if self.temp.exists():
+                if os.path.lexists(self.dest):
+                    self._swap_out()
+                os.rename(self.temp, self.dest)
+                fsync_dir(self.dest.parent)
+                faults.point("tier.renamed")
+            elif not self.dest.exists():
+                gone = f"{self.dest}: the copy to commit is gone (neither it nor its temp exists)"
+                raise NotFoundError(gone)
+            os.replace(staged, self.manifest_path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+            raise
         fsync_dir(self.dest.parent)
         faults.point("tier.manifest-written")
         self._purge_swapped()
+
+    def _stage_manifest(self, manifest: bytes) -> str:
+        """`manifest` written and fsynced under a write temp's name beside its final one (a kill
+        leaves what remove_write_temps removes); a full tier is NoSpaceError, nothing left."""
+        directory, name = os.path.split(self.manifest_path)
+        staged = os.path.join(directory, f".{name}{TMP_MARK}commit")
+        try:
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(manifest)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            finally:
+                os.chmod(staged, 0o644)
+        except OSError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                where = f"tier {self.tier_name}" if self.tier_name else f"the tier at {self.dest.parent}"
+                raise NoSpaceError(
+                    f"{where} is full: no space for the manifest {self.manifest_path}; the copy was removed",
+                    hint=f"free space on {where}, or move the unit to another tier",
+                ) from None
+            raise
+        return staged
 
     def _swap_out(self) -> None:
         """The older copy leaves its place for the new one (already read back in the temp sibling):

@@ -368,7 +368,14 @@ def _resume(
         _log_verified(jdir, action, uid, manifest)
     digest = manifest_digest(data)
     if journal.state == "verified":
-        dest.commit(data)
+        faults.point("tier.verified")
+        try:
+            dest.commit(data)
+        except NoSpaceError:  # the tier filled up since the copy: nothing was renamed, none counts
+            dest.discard(_planned_files(journal) + list(manifest.entries))
+            log_action(jdir, f"{action}.no-space", uid, source=str(src), dest=dest.url, rolled_back=True)
+            journal.finish()
+            raise
         journal.advance("committed")
         log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
         # every byte was read back before the commit; the stamp says which copy that was

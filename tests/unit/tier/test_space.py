@@ -57,8 +57,9 @@ def test_a_unit_larger_than_the_free_space_is_refused_before_writing(
     assert not journal.exists() or unfinished(journal) == []
 
 
+@pytest.mark.parametrize("when", ["tier.file-copied", "tier.verified"])  # during the copy, at its commit
 def test_a_tier_that_fills_up_during_the_copy_keeps_nothing_and_the_rerun_completes(
-    tmp_path: Path, small_tier: Path
+    tmp_path: Path, small_tier: Path, when: str
 ) -> None:
     burst, journal = tmp_path / "burst", tmp_path / "journal"
     make_unit(burst / UNIT, big=200 * KiB)
@@ -77,7 +78,7 @@ def test_a_tier_that_fills_up_during_the_copy_keeps_nothing_and_the_rerun_comple
             finally:
                 os.close(fd)
 
-    with faults.at("tier.file-copied", fill), pytest.raises(NoSpaceError) as info:
+    with faults.at(when, fill), pytest.raises(NoSpaceError) as info:
         drain_unit(burst, UNIT, site.tier("parallel"), journal_dir=journal)
     assert info.value.exit_code == 6 and info.value.message.startswith("tier parallel is full: ")
     assert str(small_tier) in info.value.message and str(burst) not in info.value.message
