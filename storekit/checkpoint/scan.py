@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from storekit.checkpoint.counts import COUNTS
 from storekit.checkpoint.profiles import WriterProfile
+from storekit.durable import TMP_MARK
 from storekit.errors import NotFoundError, StorekitError
 from storekit.layout.spec import AreaSpec
 from storekit.lease import is_lease_name
@@ -88,6 +89,14 @@ class _Candidate:
     newest: float | None = None
 
 
+def _record_in_writing(name: str) -> bool:
+    """`.<unit>.storekit-archive.json.storekit-tmp-*` (or a stub's): a unit's record being written
+    (a drain's commit stages the manifest before renaming the unit in), never a unit of its own."""
+    return name.startswith(".") and any(
+        f"{suffix}{TMP_MARK}" in name for suffix in (ARCHIVE_SUFFIX, STUB_SUFFIX)
+    )
+
+
 def scan_run(
     store: Store,
     run: str,
@@ -113,9 +122,14 @@ def scan_run(
     beside_globs, temp_globs = tuple(beside), tuple(temp)
     for entry in entries:
         name = entry.name
-        if not entry.is_dir and (is_stub_name(name) or is_lease_name(name) or name.endswith(ARCHIVE_SUFFIX)):
+        if not entry.is_dir and (
+            is_stub_name(name)
+            or is_lease_name(name)
+            or name.endswith(ARCHIVE_SUFFIX)
+            or _record_in_writing(name)
+        ):
             # storekit's own, whatever the layout says: a moved unit's stub, a unit's archive manifest
-            # (a drain's destination), the lease of a run moving a unit
+            # (a drain's destination) or one of them being written, the lease of a run moving a unit
             scan.beside.append(entry.path)
             continue
         marked = _marker_owner(name, profiles)

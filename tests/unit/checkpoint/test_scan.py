@@ -330,3 +330,17 @@ def test_nemo_ckpt_files_and_their_unfinished_marker(
     actions = plan_prune(result, keep_last=1, incomplete_older_than=0.0, now=time.time() + 86400)
     apply_prune(local_store, result, actions)
     assert sorted(p.name for p in run_dir.iterdir()) == [f"{old}.ckpt"]  # marker gone with its units
+
+
+def test_a_units_record_being_written_is_no_unit(
+    run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    """A drain's commit stages the unit's archive manifest (a write temp of
+    `<unit>.storekit-archive.json`) before it renames the unit in: another node listing the run then
+    sees one complete unit, not a second one in progress."""
+    staged = ".step_000100.storekit-archive.json.storekit-tmp-commit"
+    write_tree(run_dir, {"step_000100/manifest.json": b"{}", staged: b"{}"})
+    assert findings(local_store, spec) == []
+    assert [(u.name, u.is_temp) for u in scan(local_store, area, time.time()).units] == [
+        ("step_000100", False)
+    ]
