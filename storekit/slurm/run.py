@@ -177,7 +177,7 @@ def run_element(
         requeued = requeue_self(env)
         say(f"element {name}: stopped by a signal after {ran[0]} tasks; requeued job {requeued}")
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo), requeued=True)
-    except StorekitError:
+    except (StorekitError, OSError):  # a task's step meeting the removed work dir may be a bare OSError
         if not _finished_elsewhere(work, say, name):
             raise
         return ElementResult(name, tasks, ran[0], len(tasks) - len(todo))
@@ -193,7 +193,7 @@ def run_element(
         ignore_stop_signals()  # exit 0: the owners still have the tasks it was helping with
         say(f"element {name}: stopped by a signal while helping, after its last task; finalize job finalizes")
         return result
-    except StorekitError:
+    except (StorekitError, OSError):  # the job finalized by another element while this one helped
         if not _finished_elsewhere(work, say, name):
             raise
         return result

@@ -175,3 +175,25 @@ def test_tasks_run_with_the_garbage_collector_the_entry_turned_off_for_start_up(
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_a_helper_whose_job_another_element_finalized_ends_quietly(tmp_path: Path) -> None:
+    """A helper's task is cut off by another element finalizing the job (the work dir removed under
+    it, CI7's race: the helper's own step then failed with a bare FileNotFoundError): the helper
+    ends as an element whose work was finished elsewhere (exit 0, one line), not with a traceback
+    that leaves a FAILED element and the finalize job's dependency never satisfied."""
+    work = make(tmp_path)
+    claims = [0]
+
+    def another_element_finalizes() -> None:  # at the helper's first claimed task
+        claims[0] += 1
+        if claims[0] == 3:  # its own tasks 0 and 1 were the first two claims
+            shutil.rmtree(work.path)
+            # what the task's next step then meets (prepare's source record, pipeline/node.py)
+            raise FileNotFoundError(2, "No such file or directory", str(work.path / "sources"))
+
+    said: list[str] = []
+    with faults.at("executor.task-claimed", another_element_finalizes):
+        result = run_element(work.path, None, env=env(0, cpus=1), say=said.append)
+    assert result.ran == 2 and result.finalized is None
+    assert said[-1].endswith("another element finalized the job"), said
