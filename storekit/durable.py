@@ -38,18 +38,33 @@ def write_file_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int | 
     """
     directory, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(directory, f".{name}{TMP_MARK}{uuid.uuid4().hex[:12]}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    write_synced(tmp, data, mode=mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_synced(
+    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None, exclusive: bool = True
+) -> None:
+    """`data` as the file `path` (new with `exclusive`, else truncated), fsynced, `mode` set; a
+    failure once the file was opened removes it. The first half of write_file_atomic, for a caller
+    that renames the file into place itself, later."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            os.chmod(path, mode)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(path)
         raise
 
 

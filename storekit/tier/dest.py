@@ -39,6 +39,7 @@ from storekit.durable import (
     remove_tree,
     remove_write_temps,
     tombstone,
+    write_synced,
 )
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
 from storekit.manifest import UNIT_MANIFEST_SUFFIX, UnitEntry, manifest_digest
@@ -349,12 +350,17 @@ class PosixDestination:
         data = self.manifest()
         return bool(self.replaces) and data is not None and manifest_digest(data) == self.replaces
 
+    @property
+    def where(self) -> str:
+        """The tier as messages name it."""
+        return f"tier {self.tier_name}" if self.tier_name else f"the tier at {self.dest.parent}"
+
     def copy(
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
     ) -> dict[str, str]:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
         remove_partial(self.temp)  # a killed run's partial copy: never committed
-        where = f"tier {self.tier_name}" if self.tier_name else f"the tier at {self.dest.parent}"
+        where = self.where
         check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
         make_parents(self.dest.parent, src.parent)
         try:
@@ -430,22 +436,13 @@ class PosixDestination:
         directory, name = os.path.split(self.manifest_path)
         staged = os.path.join(directory, f".{name}{TMP_MARK}commit")
         try:
-            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(manifest)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            finally:
-                os.chmod(staged, 0o644)
+            write_synced(staged, manifest, mode=0o644, exclusive=False)
         except OSError as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(staged)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                where = f"tier {self.tier_name}" if self.tier_name else f"the tier at {self.dest.parent}"
+                what = f"no space for the manifest {self.manifest_path}; the copy was removed"
                 raise NoSpaceError(
-                    f"{where} is full: no space for the manifest {self.manifest_path}; the copy was removed",
-                    hint=f"free space on {where}, or move the unit to another tier",
+                    f"{self.where} is full: {what}",
+                    hint=f"free space on {self.where}, or move the unit to another tier",
                 ) from None
             raise
         return staged

@@ -25,7 +25,7 @@ import dataclasses
 import datetime
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -337,9 +337,7 @@ def _resume(
             dest.copy(src, entries, copied)
         except NoSpaceError:  # nothing on the destination counts yet: gone, and so is the journal
             if journal.state == "copying":
-                dest.discard(_planned_files(journal) + entries)
-                log_action(jdir, f"{action}.no-space", uid, source=str(src), dest=dest.url, rolled_back=True)
-                journal.finish()
+                _roll_back_full(action, src, journal, dest, entries)
             raise
         except StorekitError:
             if journal.state == "copying":
@@ -372,9 +370,7 @@ def _resume(
         try:
             dest.commit(data)
         except NoSpaceError:  # the tier filled up since the copy: nothing was renamed, none counts
-            dest.discard(_planned_files(journal) + list(manifest.entries))
-            log_action(jdir, f"{action}.no-space", uid, source=str(src), dest=dest.url, rolled_back=True)
-            journal.finish()
+            _roll_back_full(action, src, journal, dest, manifest.entries)
             raise
         journal.advance("committed")
         log_action(jdir, f"{action}.committed", uid, manifest=dest.manifest_url, manifest_xxh3_128=digest)
@@ -501,6 +497,16 @@ def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -
         f"{src}: changed after its copy was committed ({dest.url}); the source was kept, not freed",
         hint="plan it again: the next archive replaces the copy",
     )
+
+
+def _roll_back_full(
+    action: str, src: Path, journal: UnitJournal, dest: Destination, entries: Sequence[UnitEntry]
+) -> None:
+    """A destination that ran out of space before the commit: its copy goes, and so does the journal."""
+    dest.discard(_planned_files(journal) + list(entries))
+    where = {"source": str(src), "dest": dest.url}
+    log_action(journal.dir, f"{action}.no-space", journal.id, **where, rolled_back=True)
+    journal.finish()
 
 
 def _planned_files(journal: UnitJournal) -> list[UnitEntry]:
