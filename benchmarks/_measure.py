@@ -28,6 +28,15 @@ import time
 from dataclasses import asdict, dataclass, field
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def byte_compile(python: str, tree: str | os.PathLike[str]) -> None:
+    """Byte-compile `tree`/storekit as `pip install` does for an installed package. A checkout run
+    through PYTHONPATH under PYTHONDONTWRITEBYTECODE=1 (as on this host) compiles every module from
+    source in each process, ~0.1 s a start that no installed copy pays and no compiled peer has."""
+    subprocess.run([python, "-m", "compileall", "-q", "-j0", os.path.join(tree, "storekit")], check=True)
+
+
 PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -33,8 +33,8 @@ Every contender starts cold by default, as an archive job meets checkpoints writ
 after `sync`, every source file's pages are dropped (POSIX_FADV_DONTNEED); a recall reads the
 gateway's objects from the OSD. `--warm` reads the source once, untimed, instead. Where storekit
 fsyncs what it writes (recall, drain), rclone's time includes a trailing `sync -f` of its
-destination. CPU-seconds are the client process tree's (user+sys; the gateway's and OSD's are
-not counted), per GB moved.
+destination. storekit is byte-compiled first, as `pip install` leaves it. CPU-seconds are the
+client process tree's (user+sys; the gateway's and OSD's are not counted), per GB moved.
 
   python benchmarks/bench_archive.py --part s3            # 5 rounds, cold
   python benchmarks/bench_archive.py --part drain --warm   # the source in the page cache
@@ -61,7 +61,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from _measure import become_subreaper, run_measured  # noqa: E402
+from _measure import become_subreaper, byte_compile, run_measured  # noqa: E402
 from bench_io_vs_fio import hold_lock  # noqa: E402
 
 MiB = 1024 * 1024
@@ -150,6 +150,7 @@ class Bench:
         self.parallel = self.scratch / "parallel"  # the drain's destination tier
         self.peer_dst = self.scratch / "peer"  # where rclone copies to
         self.py = sys.executable
+        byte_compile(self.py, REPO)  # as installed: rclone and boto3 (site-packages) start compiled
         self.env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.env.pop("AWS_CA_BUNDLE", None)  # rclone 1.60 fails with it set
         self.bucket = ""

@@ -65,7 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _measure import become_subreaper
+from _measure import become_subreaper, byte_compile
 from _tools import HERE, WORK, Setup, base_env, run_ceiling, run_datatrove, run_megatron, run_storekit
 
 LOCK = "/tmp/storekit-bench.lock"
@@ -227,17 +227,10 @@ def make_setup(args: argparse.Namespace, corpus: Path, parts: Path) -> Setup:
 
 
 def compile_bytecode(s: Setup, trees: list[str]) -> str:
-    """Byte-compile the storekit trees under test, as `pip install` does for an installed package:
-    a checkout run through PYTHONPATH under PYTHONDONTWRITEBYTECODE=1 would otherwise compile every
-    module from source on each start (~0.1 s per process here), which no installed copy pays."""
-    python = s.storekit_cmd[0]
-    done = []
-    for tree in trees:
-        if tree and (Path(tree) / "storekit").is_dir():
-            subprocess.run(
-                [python, "-m", "compileall", "-q", "-j0", str(Path(tree) / "storekit")], check=True
-            )
-            done.append(tree)
+    """The storekit trees under test byte-compiled (_measure.byte_compile); says which were."""
+    done = [t for t in trees if t and (Path(t) / "storekit").is_dir()]
+    for tree in done:
+        byte_compile(s.storekit_cmd[0], tree)
     return (
         f"byte-compiled before timing: {', '.join(done)}" if done else "installed copy (compiled at install)"
     )

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _measure import HostCpu, host_cpu
+from _measure import HostCpu, byte_compile, host_cpu
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -281,9 +281,7 @@ def main() -> None:
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args()
     TREE[0] = args.tree.resolve()
-    # as installed (pip compiles the bytecode): with PYTHONDONTWRITEBYTECODE set, as on this host, a
-    # checkout would compile each module again in every process, each Slurm element's included
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(TREE[0] / "storekit")], check=True)
+    byte_compile(sys.executable, TREE[0])  # as installed, each Slurm element's process included
     ELEMENTS_PER_NODE[0] = args.elements_per_node
     if not args.corpus.is_file() or not args.tokenizer.is_file():
         sys.exit(
