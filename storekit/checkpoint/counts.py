@@ -56,13 +56,15 @@ def torch_file_pickle(fh: IO[bytes]) -> bytes:
 
 _ZERO_OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(?P<dp>[0-9]+)_mp_rank_(?P<mp>[0-9]+)_?optim_states\.pt")
 _ZERO3_MODEL = re.compile(r"zero_pp_rank_(?P<dp>[0-9]+)_mp_rank_(?P<mp>[0-9]+)_model_states\.pt")
+_MODEL_STATES = re.compile(r"(?:zero_pp_rank_[0-9]+_)?mp_rank_[0-9]+_model_states\.pt")
 
 
 def deepspeed(store: Store, unit: str, rels: list[str]) -> str | None:
     """deepspeed/runtime/engine.py (0.19.8): `mp_rank_MM_model_states.pt` (or ZeRO-3's
     `zero_pp_rank_R_mp_rank_MM_model_states.pt`) records dp_world_size and mp_world_size;
     load_checkpoint opens `zero_pp_rank_R_mp_rank_MM_optim_states.pt` for every R < dp_world_size
-    (`_get_mp_rank_zero_checkpoint_names`), so each must be there."""
+    (`_get_mp_rank_zero_checkpoint_names`), so each must be there, and whole: each rank's
+    torch.save writes under the final name (runtime/checkpoint_engine/torch_checkpoint_engine.py)."""
     top = set(rels)
     ref = next(
         (r for r in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt") if r in top),
@@ -96,7 +98,43 @@ def deepspeed(store: Store, unit: str, rels: list[str]) -> str | None:
             f"{ref} records dp_world_size={dp}, mp_world_size={mp}, but {missing[0]}{more} is missing: "
             "a rank did not finish its save"
         )
+    # a rank killed inside its torch.save leaves the file cut short of the zip end record torch.load needs
+    ranks = sorted(r for r in top if r != ref and (_ZERO_OPTIM.fullmatch(r) or _MODEL_STATES.fullmatch(r)))
+    for rel in ranks:
+        cut = cut_short(store, f"{unit}/{rel}")
+        if cut is not None:
+            return f"{rel} {cut}: a rank did not finish its save"
     return None
+
+
+_ZIP_HEAD, _ZIP_END = b"PK\x03\x04", b"PK\x05\x06"
+_ZIP_END_MAX = 22 + 65535  # the end record and the longest comment it may carry
+
+
+def cut_short(store: Store, rel: str) -> str | None:
+    """Why the torch.save file `rel` is cut short (empty, or a zip archive without its end record:
+    torch.load fails on both), or None. A file that is no zip archive at all (torch's legacy
+    format, another engine's) is not judged."""
+    try:
+        with store.open_read(rel) as fh:
+            head = fh.read(len(_ZIP_HEAD))
+            if not head:
+                return "is empty"
+            if head != _ZIP_HEAD:
+                return None
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 22))
+            last = fh.read(22)  # torch writes no archive comment: its end record ends the file
+            if last[:4] == _ZIP_END and last[20:] == b"\0\0":
+                return None
+            fh.seek(max(0, size - _ZIP_END_MAX))
+            tail = fh.read()
+    except (StorekitError, OSError) as exc:
+        return f"cannot be read ({exc})"
+    at = tail.rfind(_ZIP_END)
+    if at >= 0 and at + 22 + int.from_bytes(tail[at + 20 : at + 22], "little") == len(tail):
+        return None  # an end record followed by exactly its comment
+    return f"is cut short ({size} bytes, no zip end record)"
 
 
 _DCP_RANK_META = re.compile(r"__(?P<rank>[0-9]+)\.metadata")
