@@ -8,8 +8,11 @@ read as the zip archive torch.save writes, and its pickle is walked opcode by op
 
 from __future__ import annotations
 
+import errno
+import os
 import pickletools
 import re
+import stat
 import zipfile
 from collections.abc import Callable, Iterable
 from typing import IO
@@ -56,13 +59,15 @@ def torch_file_pickle(fh: IO[bytes]) -> bytes:
 
 _ZERO_OPTIM = re.compile(r"(?:bf16_)?zero_pp_rank_(?P<dp>[0-9]+)_mp_rank_(?P<mp>[0-9]+)_?optim_states\.pt")
 _ZERO3_MODEL = re.compile(r"zero_pp_rank_(?P<dp>[0-9]+)_mp_rank_(?P<mp>[0-9]+)_model_states\.pt")
+_MODEL_STATES = re.compile(r"(?:zero_pp_rank_[0-9]+_)?mp_rank_[0-9]+_model_states\.pt")
 
 
 def deepspeed(store: Store, unit: str, rels: list[str]) -> str | None:
     """deepspeed/runtime/engine.py (0.19.8): `mp_rank_MM_model_states.pt` (or ZeRO-3's
     `zero_pp_rank_R_mp_rank_MM_model_states.pt`) records dp_world_size and mp_world_size;
     load_checkpoint opens `zero_pp_rank_R_mp_rank_MM_optim_states.pt` for every R < dp_world_size
-    (`_get_mp_rank_zero_checkpoint_names`), so each must be there."""
+    (`_get_mp_rank_zero_checkpoint_names`), so each must be there, and whole: each rank's
+    torch.save writes under the final name (runtime/checkpoint_engine/torch_checkpoint_engine.py)."""
     top = set(rels)
     ref = next(
         (r for r in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt") if r in top),
@@ -96,7 +101,91 @@ def deepspeed(store: Store, unit: str, rels: list[str]) -> str | None:
             f"{ref} records dp_world_size={dp}, mp_world_size={mp}, but {missing[0]}{more} is missing: "
             "a rank did not finish its save"
         )
-    return None
+    # a rank killed inside its torch.save leaves the file cut short of the zip end record torch.load needs
+    ranks = sorted(r for r in top if r != ref and (_ZERO_OPTIM.fullmatch(r) or _MODEL_STATES.fullmatch(r)))
+    cut = _first_cut(store, unit, ranks)
+    return None if cut is None else f"{cut[0]} {cut[1]}: a rank did not finish its save"
+
+
+_ZIP_HEAD, _ZIP_END = b"PK\x03\x04", b"PK\x05\x06"
+_ZIP_END_MAX = 22 + 65535  # the end record and the longest comment it may carry
+
+
+def _first_cut(store: Store, unit: str, names: list[str]) -> tuple[str, str] | None:
+    """The first of `names` (files directly in `unit`) that is cut short, and why. A scan checks
+    every rank's file of every step, so on a POSIX tier the unit directory is resolved inside the
+    tier once and each file opened relative to it, never blocking on a FIFO, regular files only,
+    a link followed only through Store.open_read: what open_read does, at a tenth of its cost."""
+    local = store.local_path(unit) if names else None
+    if local is None:
+        found = ((name, _cut_short(store, f"{unit}/{name}")) for name in names)
+        return next(((name, why) for name, why in found if why is not None), None)
+    try:
+        dfd = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        return names[0], f"cannot be read ({exc.strerror})"
+    try:
+        for name in names:
+            why = _local_cut(dfd, name)
+            if why == _LINK:  # a link: followed as Store.open_read follows it, inside the tier only
+                why = _cut_short(store, f"{unit}/{name}")
+            if why is not None:
+                return name, why
+        return None
+    finally:
+        os.close(dfd)
+
+
+_LINK = "a symbolic link"
+
+
+def _local_cut(dfd: int, name: str) -> str | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        return _LINK if exc.errno == errno.ELOOP else f"cannot be read ({exc.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        return _zip_cut(st.st_size, lambda at, n: os.pread(fd, n, at))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    finally:
+        os.close(fd)
+
+
+def _cut_short(store: Store, rel: str) -> str | None:
+    try:
+        with store.open_read(rel) as fh:  # a regular file inside the tier only (FIFOs refused)
+            size = fh.seek(0, 2)
+
+            def read(at: int, n: int) -> bytes:
+                fh.seek(at)
+                return fh.read(n)
+
+            return _zip_cut(size, read)
+    except (StorekitError, OSError) as exc:
+        return f"cannot be read ({exc})"
+
+
+def _zip_cut(size: int, read: Callable[[int, int], bytes]) -> str | None:
+    """Why a torch.save file of `size` bytes is cut short (empty, or a zip archive without its end
+    record: torch.load fails on both), or None. A file that is no zip archive at all (torch's
+    legacy format, another engine's) is not judged. Usually one read, of the last 22 bytes."""
+    if size == 0:
+        return "is empty"
+    last = read(max(0, size - 22), 22)  # torch writes no archive comment: its end record ends the file
+    if last[:4] == _ZIP_END and last[20:] == b"\0\0":
+        return None
+    if read(0, len(_ZIP_HEAD)) != _ZIP_HEAD:
+        return None
+    start = max(0, size - _ZIP_END_MAX)
+    tail = read(start, size - start)
+    at = tail.rfind(_ZIP_END)
+    if at >= 0 and at + 22 + int.from_bytes(tail[at + 20 : at + 22], "little") == len(tail):
+        return None  # an end record followed by exactly its comment
+    return f"is cut short ({size} bytes, no zip end record)"
 
 
 _DCP_RANK_META = re.compile(r"__(?P<rank>[0-9]+)\.metadata")

@@ -17,7 +17,7 @@ from storekit.checkpoint.actions import (
     verify_unit,
     write_adopted,
 )
-from storekit.checkpoint.scan import Problem, RunScan, Unit, scan_area_run
+from storekit.checkpoint.scan import COMPLETE, INCOMPLETE, Problem, RunScan, Unit, scan_area_run
 from storekit.cli.common import (
     ConfigOpt,
     DryRunOpt,
@@ -74,7 +74,9 @@ def _place(arg: str, config: str | None, tier: str | None, *, allow_unit: bool) 
         tier_cfg = site.tier(tier)
         area = _writers_area(tier_cfg.layout)
         rel = arg.strip("/")
-        if not rel.startswith(area.name + "/"):
+        # run_001[/STEP] is relative to the checkpoints area; a path starting with an area of the
+        # layout (checkpoints/run_001, scratch/job_7/run_x/STEP) is relative to the tier root
+        if load_layout(tier_cfg.layout).area(rel.split("/", 1)[0]) is None:
             rel = f"{area.name}/{rel}"
         arg = rel
     loc = resolve_location(arg, site, tier)
@@ -302,12 +304,14 @@ def verify_command(
 ) -> None:
     """Re-hash checkpoints against their storekit manifest; check the rule of those without one.
 
-    RUN verifies every complete checkpoint of the run; RUN/STEP one (a name, a tier-relative or an
-    absolute path, inside a tier or not). Every file is re-hashed: a changed or missing file, a file
-    the manifest does not name and a damaged manifest.json are all reported, for every checkpoint
-    of the run. A checkpoint of another writer without a manifest is checked by its writer's
-    completeness rule only (no digest exists: `ckpt adopt` writes one). Exit 0 when all pass, 4 on
-    any damage or incomplete checkpoint (named), 3 when RUN or STEP does not exist.
+    RUN verifies every checkpoint of the run but those in progress, and its trackers; RUN/STEP one
+    (a name, a tier-relative or an absolute path, inside a tier or not). Every file is re-hashed: a
+    changed or missing file, a file the manifest does not name and a damaged manifest.json are all
+    reported, for every checkpoint of the run, as are incomplete checkpoints and a tracker (DeepSpeed's
+    `latest`) naming a missing or incomplete one. A checkpoint of another writer without a manifest
+    is checked by its writer's completeness rule only (no digest exists: `ckpt adopt` writes one).
+    Exit 0 when all pass, 4 on any damage or incomplete checkpoint (named), 3 when RUN or STEP does
+    not exist.
 
     \b
     Examples:
@@ -318,10 +322,23 @@ def verify_command(
     now = time.time()
     place = _place(target, config, tier, allow_unit=True)
     scan = _scan(place, now)
-    units = [_one(place, scan)] if place.unit else scan.complete()
+    # a whole run: the complete checkpoints and the incomplete ones (a loader fails on those: damage),
+    # not those in progress or temp names; and the trackers a loader without a tag would follow
+    units = [_one(place, scan)] if place.unit else _verified_units(scan)
+    trouble = [] if place.unit else _pointer_trouble(scan)
     results = [verify_unit(place.store, u) for u in units]
-    ok = all(r.ok for r in results)
-    doc = {"run": place.run, "ok": ok, "results": [r.to_dict() for r in results]}
+    for problem in trouble:
+        out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
+    newest = scan.latest()
+    if trouble and newest is not None:
+        out.err.print(f"hint: {_pointer_hint(place, scan, newest)}", markup=False)
+    ok = all(r.ok for r in results) and not trouble
+    doc = {
+        "run": place.run,
+        "ok": ok,
+        "results": [r.to_dict() for r in results],
+        "pointer_problems": [p.__dict__ for p in trouble],
+    }
 
     def human(console: Console) -> None:
         for r in results:
@@ -335,11 +352,15 @@ def verify_command(
             if r.note:
                 console.print(f"  {r.note}", markup=False)
         if not results:
-            console.print(f"{place.run}: no complete checkpoint to verify")
+            console.print(f"{place.run}: no checkpoint to verify")
 
     out.result("ckpt verify", doc, human)
     if not ok:
         raise typer.Exit(int(ExitCode.MISMATCH))
+
+
+def _verified_units(scan: RunScan) -> list[Unit]:
+    return [u for u in scan.units if not u.is_temp and u.state in (COMPLETE, INCOMPLETE)]
 
 
 def _one(place: _Place, scan: RunScan) -> Unit:

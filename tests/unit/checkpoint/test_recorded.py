@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,64 @@ def test_deepspeed_shard_count_reads_the_recorded_world_size(
     step3 = scan(local_store, area).unit("global_step3")
     assert step3 is not None and step3.state == INCOMPLETE
     assert "cannot be read as a torch checkpoint" in step3.reason
+
+
+@pytest.mark.parametrize(
+    ("cut", "says"), [("half", "is cut short"), ("empty", "is empty"), ("fifo", "is not a regular file")]
+)
+def test_deepspeed_shard_cut_short_by_a_kill_inside_torch_save(
+    cut: str, says: str, run_dir: Path, local_store: Store, area: AreaSpec, spec: LayoutSpec
+) -> None:
+    """DeepSpeed's ranks torch.save their shards under the final name: rank 1 killed inside that
+    save leaves its shard cut short (here: the bytes of a real torch.save, cut), never loadable,
+    while rank 0's `latest` names the step. It is incomplete, not latest, and prune keeps the
+    step before it. A FIFO in a shard's place is refused, never opened for reading."""
+    torch = pytest.importorskip("torch")
+    materialize(run_dir, load("deepspeed-zero1-2ranks"))
+    shard = run_dir / "global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    torch.save({"optimizer_state_dict": {"state": torch.arange(4096.0)}, "ds_version": "0.19.8"}, shard)
+    whole = shard.read_bytes()
+    if cut == "fifo":
+        shard.unlink()
+        os.mkfifo(shard)
+    else:
+        shard.write_bytes(whole[: len(whole) // 2] if cut == "half" else b"")
+        with pytest.raises((RuntimeError, EOFError, OSError)):  # what DeepSpeed's load_checkpoint meets
+            torch.load(shard, weights_only=False)
+    result = scan(local_store, area)
+    step3 = result.unit("global_step3")
+    assert step3 is not None and (step3.writer, step3.state) == ("deepspeed", INCOMPLETE)
+    assert step3.reason.startswith(f"deepspeed: zero_pp_rank_1_mp_rank_00_optim_states.pt {says}")
+    assert result.latest() is not None and result.latest().name == "global_step2"  # type: ignore[union-attr]
+    found = check_layout(spec, local_store, now=time.time() + DAY).findings
+    assert {(f.rule, f.path.rsplit("/", 1)[1]) for f in found} >= {
+        ("bad-pointer", "latest"),
+        ("incomplete-checkpoint", "global_step3"),
+    }
+    keep = {a.unit.name for a in plan_prune(result, keep_last=1) if not a.delete}
+    assert keep == {"global_step2", "global_step3"}  # the loadable step, and what `latest` names
+    shard.unlink()
+    shard.write_bytes(whole)  # the save finished: whole again
+    assert scan(local_store, area).latest().name == "global_step3"  # type: ignore[union-attr]
+
+
+def test_deepspeed_shard_behind_a_link_is_followed_inside_the_tier_only(
+    run_dir: Path, tmp_path: Path, local_store: Store, area: AreaSpec
+) -> None:
+    torch = pytest.importorskip("torch")
+    materialize(run_dir, load("deepspeed-zero1-2ranks"))
+    shard = run_dir / "global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    shard.unlink()
+    inside = run_dir.parent / "shard.pt"  # a whole torch.save file inside the tier
+    torch.save({"state": torch.arange(64.0)}, inside)
+    shard.symlink_to(inside)
+    assert scan(local_store, area).latest().name == "global_step3"  # type: ignore[union-attr]
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(inside.read_bytes())
+    shard.unlink()
+    shard.symlink_to(outside)
+    step3 = scan(local_store, area).unit("global_step3")
+    assert step3 is not None and step3.state == INCOMPLETE and "outside the root" in step3.reason
 
 
 def test_prune_keeps_the_trainers_best_model(run_dir: Path, local_store: Store, area: AreaSpec) -> None:

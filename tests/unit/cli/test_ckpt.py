@@ -226,6 +226,35 @@ def test_deepspeed_latest_naming_a_half_written_step(cwd: Path, sk: Any) -> None
     assert sk(cwd, "ckpt", "verify", "run_002/global_step3").returncode == 4
 
 
+def test_verify_of_a_run_reports_its_half_written_step_and_tracker(cwd: Path, sk: Any) -> None:
+    """`ckpt verify RUN` on the recorded DeepSpeed run whose rank 1 was killed mid-save: the step its
+    `latest` names and the tracker are damage (exit 4); the loadable steps pass; one in progress
+    is no damage."""
+    from tests.unit.checkpoint.test_recorded import load, materialize
+
+    (cwd / RUN / "step_000500").mkdir()  # being written right now
+    assert sk(cwd, "ckpt", "verify", "run_001").returncode == 0
+    run = cwd / "storage/checkpoints/run_002"
+    run.mkdir()
+    materialize(run, load("deepspeed-rank-killed"))
+    old(run)
+    proc = sk(cwd, "ckpt", "verify", "run_002", "--json")
+    assert proc.returncode == 4, proc.stderr
+    results = {r["path"].rsplit("/", 1)[1]: r for r in doc(proc)["results"]}
+    assert {name: r["ok"] for name, r in results.items()} == {
+        "global_step1": True, "global_step2": True, "global_step3": False
+    }  # fmt: skip
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt is missing" in results["global_step3"]["note"]
+    assert doc(proc)["ok"] is False
+    assert [p["path"] for p in doc(proc)["pointer_problems"]] == ["checkpoints/run_002/latest"]
+    human = sk(cwd, "ckpt", "verify", "run_002")
+    assert human.returncode == 4
+    assert "run_002/global_step3: FAILED" in human.stdout
+    assert "latest: names global_step3, which is incomplete" in human.stderr
+    assert "hint: the newest complete checkpoint is global_step2" in human.stderr
+    assert (run / "latest").read_text() == "global_step3"
+
+
 def test_verify_and_adopt_take_a_path_outside_the_tiers(cwd: Path, sk: Any) -> None:
     run = cwd / "elsewhere/run_x"  # not below the tier root (storage/)
     for step in (4, 5):
@@ -250,6 +279,35 @@ def test_verify_and_adopt_take_a_path_outside_the_tiers(cwd: Path, sk: Any) -> N
         ("model.safetensors", 77),
         ("trainer_state.json", 2),
     ]
+
+
+def test_a_tier_relative_path_outside_the_checkpoints_area(cwd: Path, sk: Any) -> None:
+    """scratch/job_7/run_x/STEP is relative to the tier root (it starts with an area of the layout),
+    not taken for checkpoints/scratch/...: verify re-hashes it, adopt writes its manifest."""
+    run = cwd / "storage/scratch/job_7/run_x"
+    for step in (4, 5):
+        with commit(run, step) as stage, stage.open("model.bin") as fh:
+            fh.write(b"m" * 1000)
+    (run / "step_000005/model.bin").write_bytes(b"m" * 10)  # truncated
+    one = sk(cwd, "ckpt", "verify", "scratch/job_7/run_x/step_000005", "--json")
+    assert one.returncode == 4, one.stderr
+    assert [(r["path"], r["problems"]) for r in doc(one)["results"]] == [
+        ("scratch/job_7/run_x/step_000005", [{"path": "model.bin", "problem": "size 10 != manifest 1000"}])
+    ]
+    whole = sk(cwd, "ckpt", "verify", "scratch/job_7/run_x", "--json")
+    assert whole.returncode == 4
+    assert [r["ok"] for r in doc(whole)["results"]] == [True, False]
+    latest = sk(cwd, "ckpt", "latest", "scratch/job_7/run_x")
+    assert (latest.returncode, latest.stdout) == (0, f"{run / 'step_000005'}\n")
+    hf = cwd / "storage/scratch/job_7/run_y/checkpoint-6"
+    hf.mkdir(parents=True)
+    (hf / "trainer_state.json").write_text("{}")
+    adopted = sk(cwd, "ckpt", "adopt", "scratch/job_7/run_y/checkpoint-6")
+    assert adopted.returncode == 0, adopted.stderr
+    assert [f["path"] for f in json.loads((hf / "manifest.json").read_text())["files"]] == [
+        "trainer_state.json"
+    ]
+    assert sk(cwd, "ckpt", "latest", "checkpoints/run_001").stdout == f"{cwd / RUN / 'step_000400'}\n"
 
 
 def test_verify_reports_every_damage_with_exit_4(cwd: Path, sk: Any) -> None:
