@@ -116,6 +116,7 @@ def not_regular(path: str, mode: int) -> NotRegularFileError:
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
     ]
     kind = next((name for test, name in kinds if test(mode)), "not a file")
     return NotRegularFileError(f"{path}: not a regular file ({kind}); storekit reads regular files only")
