@@ -1,6 +1,7 @@
 """Issue #33: no FIFO hangs a command, and no odd entry a neighbour (a real second uid) plants at a
-name storekit reads in a shared directory stops one: a FIFO at a dataset's lease in a sticky output
-parent or at a work dir's lease in scratch/. Opening a FIFO for reading blocks until someone writes it, so the
+name storekit reads or tidies in a shared directory stops one: a FIFO at a dataset's lease in a
+sticky output parent or at a work dir's lease in scratch/, a directory or another user's file under
+the name of a lease's write temp. Opening a FIFO for reading blocks until someone writes it, so the
 runs that would hang are subprocesses with a bound, which only ever matters on a hang."""
 
 from __future__ import annotations
@@ -97,3 +98,41 @@ def test_layout_clean_reclaims_an_abandoned_work_dir_whose_lease_is_a_fifo(
     assert res.code == 0, res.stdout + res.stderr
     assert set(json.loads(res.stdout)["deleted"]) == set(planned)
     assert os.listdir(scratch) == []
+
+
+def test_a_neighbours_entries_under_a_lease_temps_name_do_not_stop_a_run(
+    shared_dir: Path, capsys: Any
+) -> None:
+    """A lease's holder removes the write temps killed writes of that lease left beside it; a
+    neighbour's directory (EISDIR) or file (EPERM in a sticky dir) under such a name stopped the
+    run after it took the lease. They are not the holder's temps: left alone, and the run goes on."""
+    assert run_cli(["init", "--quiet"], capsys).code == 0
+    write_jsonl(shared_dir / "corpus.jsonl", sample_records(limit_bytes=4_000, max_doc=2_000))
+    os.chmod(shared_dir / "corpus.jsonl", 0o644)
+    out = shared_dir / FINAL.parent
+    out.mkdir(parents=True)
+    out.chmod(0o1777)
+    temp = out / f".{sibling_lease_path(shared_dir / FINAL).name}.storekit-tmp-"
+    planted_dir, planted_file = Path(f"{temp}dir"), Path(f"{temp}file")
+
+    def plant() -> None:
+        planted_dir.mkdir()
+        planted_file.write_bytes(b"theirs\n")
+
+    as_neighbour(plant)
+    res = run_cli(BASE, capsys)  # root: the directory stopped it (EISDIR)
+    assert res.code == 0, res.stderr
+    assert planted_dir.is_dir() and planted_file.read_bytes() == b"theirs\n"  # another user's: kept
+    result = shared_dir / "shared" / "result.json"
+
+    def third_user() -> None:  # the file stopped it (EPERM: sticky)
+        ran = run_cli([*BASE, "--min-chars", "3"])
+        result.write_text(json.dumps([ran.code, ran.stdout, ran.stderr]))
+
+    os.rename(shared_dir / FINAL, shared_dir / "elsewhere")  # the path free again, for uid 1002
+    planted_dir.rmdir()
+    as_neighbour(third_user, uid=NEIGHBOUR_UID + 1)
+    code, stdout, stderr = json.loads(result.read_text())
+    assert code == 0, stderr
+    assert json.loads(stdout)["status"] == "prepared"
+    assert planted_file.read_bytes() == b"theirs\n"
