@@ -122,6 +122,20 @@ def not_regular(path: str, mode: int) -> NotRegularFileError:
     return NotRegularFileError(f"{path}: not a regular file ({kind}); storekit reads regular files only")
 
 
+def refuse_not_regular(path: str) -> None:
+    """Raise not_regular when `path` names something that is not a regular file (a FIFO given as a
+    config, pipeline or tokenizer file would block, a device never end); nothing when it is missing."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode)
+
+
 class Interrupted(StorekitError):
     exit_code = ExitCode.INTERRUPTED
 
