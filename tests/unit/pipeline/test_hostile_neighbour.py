@@ -367,3 +367,26 @@ def test_a_kill_removing_the_old_copy_after_the_commit_is_settled_by_the_next_ru
 def _findings(capsys: Any) -> set[str]:
     doc = run_cli(["layout", "check", "--json"], capsys).json()
     return {f["path"] for tier in doc["tiers"] for f in tier["findings"]}
+
+
+def test_layout_clean_finishes_the_interrupted_delete_of_the_old_copy(here: Path, capsys: Any) -> None:
+    """The same kill, and nobody runs prepare into that path again: `layout clean` looked only at
+    scratch/ and left the old copy's tombstone beside the dataset for good. It finishes that delete
+    now (not while a run's lease covers it), and the committed dataset is untouched."""
+    _prepared_other(capsys, here)
+    killed = run_storekit([*BASE, "--force"], cwd=here, env={"STOREKIT_FAULTS": "durable.tombstoned=kill"})
+    assert killed.code == -signal.SIGKILL, killed.stderr
+    committed = (here / FINAL / "manifest.json").read_bytes()
+    (left,) = (here / FINAL.parent).glob("..v1.storekit-tmp-*.storekit-deleting-*")
+    rel = left.relative_to(here / "storage").as_posix()
+    dry = run_cli(["layout", "clean", "--dry-run", "--json"], capsys)
+    assert dry.code == 0, dry.stdout
+    assert {e["path"]: e["action"] for e in dry.json()["entries"]}.get(rel) == "delete"
+    assert left.exists()
+    res = run_cli(["layout", "clean", "--json"], capsys)
+    assert res.code == 0, res.stdout
+    assert rel in res.json()["deleted"] and not left.exists()
+    assert (here / FINAL / "manifest.json").read_bytes() == committed and verify(capsys).code == 0
+    assert rel not in _findings(
+        capsys
+    )  # (the killed run's stale lease is still reported: the next run breaks it)
