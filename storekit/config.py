@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from storekit.errors import ConfigError, NotFoundError, UsageError
+from storekit.errors import ConfigError, NotFoundError, UsageError, refuse_not_regular
 from storekit.readers import Invalid, read_duration, read_int, read_positive, read_size
 from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
@@ -155,12 +155,14 @@ def config_search_path() -> list[Path]:
 def find_config_file(explicit: str | None) -> Path | None:
     if explicit:
         path = Path(explicit)
+        refuse_not_regular(explicit)
         if not path.is_file():
             raise NotFoundError(f"config file {explicit} does not exist", hint="check --config")
         return path
     env = os.environ.get(ENV_CONFIG)
     if env:
         path = Path(env)
+        refuse_not_regular(env)
         if not path.is_file():
             raise NotFoundError(f"config file {env} (from ${ENV_CONFIG}) does not exist")
         return path

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable
 
@@ -83,11 +84,19 @@ def remove_write_temps_in(directory: str | os.PathLike[str]) -> None:
 
 
 def _unlink_entries(directory: str | os.PathLike[str], matches: Callable[[str], bool]) -> None:
+    """A write temp is a file of the writer's own: a directory under such a name, or another user's
+    file, is not, and is left alone (in a shared sticky directory it may be a neighbour's plant,
+    which would otherwise stop the writer with EISDIR or EPERM, or be deleted by root's run)."""
+    me = os.geteuid()
     with contextlib.suppress(FileNotFoundError):
         for entry in os.listdir(directory):
             if matches(entry):
+                path = os.path.join(directory, entry)
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(directory, entry))
+                    st = os.lstat(path)
+                    if stat.S_ISDIR(st.st_mode) or st.st_uid != me:
+                        continue
+                    os.unlink(path)
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h

@@ -116,9 +116,24 @@ def not_regular(path: str, mode: int) -> NotRegularFileError:
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
     ]
     kind = next((name for test, name in kinds if test(mode)), "not a file")
     return NotRegularFileError(f"{path}: not a regular file ({kind}); storekit reads regular files only")
+
+
+def refuse_not_regular(path: str) -> None:
+    """Raise not_regular when `path` names something that is not a regular file (a FIFO given as a
+    config, pipeline or tokenizer file would block, a device never end); nothing when it is missing."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode)
 
 
 class Interrupted(StorekitError):

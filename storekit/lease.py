@@ -37,11 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from storekit.durable import TMP_MARK, fsync_dir, remove_write_temps, write_file_atomic
-from storekit.errors import BusyError, PermissionDeniedError
+from storekit.errors import BusyError, NotRegularFileError, PermissionDeniedError
 from storekit.liveness import boot_id, pid_namespace, process_alive, process_start
+from storekit.trusted_dirs import read_small_file
 
 LEASE_NAME = ".storekit-lease"
 DEFAULT_TTL = 300.0  # seconds a lease of a process on another host binds without a heartbeat
+MAX_LEASE_BYTES = 64 << 10  # a lease is ~400 bytes of JSON; a bigger file is not one
 
 
 def sibling_lease_path(path: Path) -> Path:
@@ -85,16 +87,22 @@ class LeaseInfo:
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.acquired))
+        if self.pid < 0:  # damaged, or not a lease at all: no holder to name
+            return f"{self.purpose}, owned by {self.user}, since {since}"
         return f"pid {self.pid} on {self.host} (user {self.user}, since {since})"
 
 
 def read_lease(path: Path) -> LeaseInfo | None:
-    """The lease at `path`, None when there is none. A damaged one binds until its mtime + TTL."""
+    """The lease at `path`, None when there is none. A damaged one binds until its mtime + TTL.
+    What storekit never writes as a lease (a FIFO, a device, a link, a huge file: someone's trap in
+    a shared directory) is never opened for reading and binds nobody: the next run breaks it."""
     try:
-        data = path.read_bytes()
-        mtime = path.stat().st_mtime
+        data = read_small_file(path, limit=MAX_LEASE_BYTES)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
+    except NotRegularFileError as exc:
+        return _not_a_lease(path, exc)
     try:
         doc = json.loads(data)
         return LeaseInfo(
@@ -111,7 +119,18 @@ def read_lease(path: Path) -> LeaseInfo | None:
             where=(_opt_str(doc.get("boot_id")), _opt_str(doc.get("pid_ns"))),
         )
     except (ValueError, KeyError, TypeError):
-        return LeaseInfo(path, "", "?", -1, "?", -1, None, mtime, mtime + DEFAULT_TTL, "damaged lease file")
+        owner, mtime = _user_name(st.st_uid), st.st_mtime
+        expires = mtime + DEFAULT_TTL
+        return LeaseInfo(path, "", owner, st.st_uid, "?", -1, None, mtime, expires, "damaged lease file")
+
+
+def _not_a_lease(path: Path, why: NotRegularFileError) -> LeaseInfo | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    what = "not a lease: " + why.message.removeprefix(f"{path}: ").split(";")[0]  # "... (a FIFO)"
+    return LeaseInfo(path, "", _user_name(st.st_uid), st.st_uid, "?", -1, None, st.st_mtime, 0.0, what)
 
 
 def binding_lease(path: Path) -> LeaseInfo | None:
@@ -287,9 +306,13 @@ def break_stale(stale: LeaseInfo) -> bool:
     except FileNotFoundError:
         return False
     except PermissionError:  # another user's lease in a sticky directory: only they (or root) may
+        what = (
+            f"a stale lease of user {stale.user} ({stale.describe()}, no longer running)"
+            if stale.pid >= 0
+            else f"{stale.purpose}, owned by {stale.user},"
+        )
         raise PermissionDeniedError(
-            f"{stale.path}: a stale lease of user {stale.user} ({stale.describe()}, no longer running) "
-            "that you may not remove",
+            f"{stale.path}: {what} that you may not remove",
             hint=f"ask {stale.user} or an administrator to remove it, then rerun",
         ) from None
     moved = read_lease(tomb)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from storekit.errors import NotFoundError
+from storekit.errors import NotFoundError, refuse_not_regular
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 ENV_SEARCH = "STOREKIT_PATH"  # extra directories holding layouts/ and pipelines/ (os.pathsep-separated)
@@ -32,6 +32,7 @@ def resolve_declarative(kind: str, name_or_path: str) -> Path:
     if candidate.suffix == ".toml" or os.sep in name_or_path:
         if candidate.is_file():
             return candidate
+        refuse_not_regular(name_or_path)
         if not candidate.is_absolute() and candidate.parts[0] == kind:
             # `layouts/llm-cluster.toml` as the README writes it, typed outside the source checkout:
             # the bundled file of that name

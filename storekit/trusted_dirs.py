@@ -19,6 +19,7 @@ rename of the directory or of anything above it cannot change what is read.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import os
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from storekit.errors import MismatchError, StorekitError
+from storekit.errors import MismatchError, NotRegularFileError, StorekitError, not_regular
 
 
 def home_dir() -> Path | None:
@@ -176,6 +177,30 @@ class HeldDir:
         for what takes a path (numpy, scratch files); the directory's own name where /proc is absent."""
         proc = Path(f"/proc/self/fd/{self.fd}")
         return proc / rel if os.path.isdir(proc) else self.path / rel
+
+
+def read_small_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
+    """A small file storekit reads by name where someone else may have put something else (a lease
+    in a shared directory, a stub beside a user's data): opened without blocking and without
+    following a last link, refused unless a regular file (a FIFO would block open() forever, a
+    device never end), and never read past `limit` bytes. FileNotFoundError when there is none;
+    NotRegularFileError for a FIFO, device, socket, directory or link, or a file over `limit`."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise not_regular(name, os.lstat(name).st_mode) from None  # a link, never followed
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(name, mode)
+        os.set_blocking(fd, True)
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise NotRegularFileError(f"{name}: larger than {limit} bytes")
+    return data
 
 
 # -- the user's own key: what tells a rerun that something beside a dataset was made by this user's

@@ -7,7 +7,9 @@ the TTL) it is removed under its lease, so a run starting meanwhile wins. An ent
 Slurm job (`scratch/<jobid>`, `<jobid>_<task>`, `job-<jobid>`) is kept while that job is in
 `squeue` (running, pending or held), and kept whenever Slurm exists but cannot be asked. Deletes
 are tombstoned (rename to a hidden sibling, fsync the directory, then delete), so a crash never
-leaves a half-deleted directory under its real name; tombstones a crash left behind go too.
+leaves a half-deleted directory under its real name; tombstones a crash left behind go too,
+and so, in the areas without a TTL (datasets/), do the tombstones of a dataset's temp siblings a
+killed run left (the old copy of a replace), unless the dataset's lease says a run is on it.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from storekit.durable import is_tombstone, remove_tree
+from storekit.durable import TMP_MARK, is_tombstone, remove_tree
 from storekit.errors import NoSpaceError, StorekitError, UnreachableError, UsageError, storage_errors
 from storekit.jobs.reclaim import reclaim_work_dir, work_dir_state
 from storekit.layout.spec import LayoutSpec
-from storekit.lease import dir_lease_path
+from storekit.lease import LEASE_NAME, LeaseInfo, binding_lease, dir_lease_path
 from storekit.paths import join_rel
 from storekit.store import Entry, Store
 from storekit.units import format_duration
@@ -149,7 +151,46 @@ def plan_clean(
             except StorekitError as exc:  # one odd entry is reported and skipped, never stops the rest
                 _raise_if_storage_failed(exc)
                 plan.entries.append(CleanEntry(rel, "skip", f"skipped: {exc.message}"))
+    for area in spec.areas:
+        if area.ttl_seconds is None and not area.writers and store.exists(area.name):
+            plan.entries += _interrupted_deletes(store, area.name, len(area.levels) - 1)
     return plan
+
+
+def _interrupted_deletes(store: Store, rel: str, depth: int) -> list[CleanEntry]:
+    """Outside the TTL areas (datasets/, models/): the tombstones of temp siblings a killed run left
+    beside a dataset (`..v1.storekit-tmp-*.storekit-deleting-*`, e.g. the old copy of a replace
+    killed while removing it after the commit). Whatever they held was being deleted; the next run
+    into that path removes them too. One that a live run's lease covers is that run's to finish."""
+    out: list[CleanEntry] = []
+    try:
+        with storage_errors(f"{store.display_url}/{rel}"):
+            entries = store.list(rel)
+    except StorekitError as exc:
+        _raise_if_storage_failed(exc)
+        return [CleanEntry(rel, "skip", f"skipped: {exc.message}")]
+    for entry in entries:
+        path = join_rel(rel, entry.name)
+        if is_tombstone(entry.name) and TMP_MARK in entry.name:
+            lease = _leftover_lease(Path(_local(store, path)))
+            size = _newest_and_bytes(
+                store, path, entry.mtime, entry.is_dir and not entry.is_link, entry.size
+            )[1]
+            if lease is not None:
+                out.append(CleanEntry(path, "keep", f"in use: {lease.describe()} holds its lease", size))
+            else:
+                out.append(CleanEntry(path, "delete", "left by an interrupted delete", size))
+        elif depth > 0 and entry.is_dir and not entry.is_link and not is_tombstone(entry.name):
+            out += _interrupted_deletes(store, path, depth - 1)
+    return out
+
+
+def _leftover_lease(path: Path) -> LeaseInfo | None:
+    """The live lease of the dataset a temp sibling's tombstone was left beside, if any:
+    `..v1.storekit-tmp-*.storekit-deleting-*` -> `.v1.storekit-lease`."""
+    if not (is_tombstone(path.name) and TMP_MARK in path.name):
+        return None
+    return binding_lease(path.parent / f".{path.name.lstrip('.').split(TMP_MARK)[0]}{LEASE_NAME}")
 
 
 def _plan_entry(
@@ -244,6 +285,9 @@ def _apply_entry(entry: CleanEntry, store: Store, anchor: Path) -> bool:
         if newest > entry.newest:
             entry.action, entry.reason = "keep", "changed since it was planned"
             return False
+    if _leftover_lease(Path(path)) is not None:
+        entry.action, entry.reason = "keep", "a run took its lease since it was planned"
+        return False
     with storage_errors(f"cannot delete {store.display_url}/{entry.path}"):
         remove_tree(path)
     return True

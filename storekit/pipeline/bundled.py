@@ -38,6 +38,6 @@ def bundled_path(ref: str) -> Path:
 def find_pipeline(ref: str) -> Path:
     """A pipeline file: a path, or a bundled pipeline by name (`sample`)."""
     name = (
-        ref[: -len(".toml")] if ref.endswith(".toml") and not Path(ref).is_file() and "/" not in ref else ref
+        ref[: -len(".toml")] if ref.endswith(".toml") and not Path(ref).exists() and "/" not in ref else ref
     )
     return resolve_declarative("pipelines", name)

@@ -16,7 +16,7 @@ from typing import Any
 
 import xxhash
 
-from storekit.errors import ConfigError, InputError, MismatchError, NotFoundError
+from storekit.errors import ConfigError, InputError, MismatchError, NotFoundError, refuse_not_regular
 from storekit.pipeline.bundled import bundled_path, is_bundled
 
 # Megatron's own rule (DType.optimal_dtype): uint16 below 65500 token ids, else int32
@@ -106,6 +106,8 @@ def locate(ref: str) -> tuple[Path, Path | None]:
     if is_bundled(ref):
         return bundled_path(ref), None
     path = Path(os.path.expanduser(ref))
+    if not path.is_dir():
+        refuse_not_regular(str(path))  # a FIFO or a device: never read (would block or never end)
     if path.is_file():
         return path, path.parent if (path.parent / "tokenizer_config.json").is_file() else None
     if path.is_dir():

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 
 from storekit.durable import fsync_dir, write_file_atomic
-from storekit.tier.stub import STUB_SUFFIX, Stub, parse_stub, render_stub
+from storekit.errors import NotRegularFileError
+from storekit.tier.stub import STUB_MAX_BYTES, STUB_SUFFIX, Stub, StubError, parse_stub, render_stub
+from storekit.trusted_dirs import read_small_file
 
 
 def stub_path(unit_path: str | os.PathLike[str]) -> Path:
@@ -18,11 +20,15 @@ def stub_path(unit_path: str | os.PathLike[str]) -> Path:
 
 
 def read_stub(path: str | os.PathLike[str]) -> Stub | None:
-    """The stub at `path`, None when there is none; StubError (exit 4) when it is not a valid one."""
+    """The stub at `path`, None when there is none; StubError (exit 4) when it is not a valid one
+    (a FIFO or a device under a stub's name, beside a user's data, is refused, never read)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_small_file(path, limit=STUB_MAX_BYTES)
     except FileNotFoundError:
         return None
+    except NotRegularFileError as exc:
+        why = exc.message.removeprefix(f"{os.fspath(path)}: ")
+        raise StubError(f"{os.fspath(path)}: not a storekit stub ({why})") from None
     return parse_stub(data, str(path))
 
 

@@ -75,6 +75,32 @@ def test_a_damaged_lease_binds_for_one_ttl_from_its_mtime(tmp_path: Path) -> Non
     assert not read_lease(path).binds()  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "oversized"])
+def test_what_storekit_never_writes_as_a_lease_is_not_read_and_binds_nobody(
+    tmp_path: Path, kind: str
+) -> None:
+    """A neighbour's trap at a lease's name in a shared (sticky) directory: a FIFO (opening it for
+    reading would block forever), a link (to a live lease elsewhere, or to /dev/zero), a file no
+    lease is the size of. It is not a lease: no run waits on it, the next one breaks it."""
+    path = tmp_path / ".v1.storekit-lease"
+    elsewhere = tmp_path / "elsewhere"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        _write(elsewhere)  # a lease this live process holds, as far as its contents go
+        path.symlink_to(elsewhere)
+    else:
+        _write(path, purpose="x" * (80 << 10))  # this live process, padded past any real lease
+    info = read_lease(path)
+    assert info is not None and not info.binds()
+    assert info.purpose.startswith("not a lease: ") and info.uid == os.geteuid()
+    with Lease(path, purpose="writing x") as lease:  # broken and taken, not waited on
+        assert lease.held()
+    assert not path.exists()
+    if kind == "symlink":
+        assert elsewhere.exists()  # the link was removed, never followed
+
+
 def test_breaking_a_stale_lease_never_removes_a_fresh_one(tmp_path: Path) -> None:
     """Two processes saw the same stale lease; the first broke it and took a fresh one; the
     second's break must put the fresh one back."""

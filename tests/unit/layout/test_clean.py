@@ -16,6 +16,7 @@ from storekit.durable import TOMBSTONE_MARK
 from storekit.errors import NoSpaceError
 from storekit.layout.clean import SlurmUnreachable, apply_clean, job_ids_in_name, plan_clean
 from storekit.layout.spec import load_layout
+from storekit.lease import Lease, sibling_lease_path
 from storekit.store import open_store
 from tests.conftest import Ran, run_in_process, run_storekit
 
@@ -172,3 +173,28 @@ def test_work_dirs_are_judged_by_their_lease(storage: Path, tmp_path: Path) -> N
     assert entry.action == "delete" and entry.reason.startswith("abandoned: no run holds it")
     assert [e.path for e in apply_clean(plan, store)] == [f"scratch/{work.name}"]
     assert sorted(p.name for p in (storage / "scratch").iterdir()) == ["storekit-prepare-live"]
+
+
+def test_an_interrupted_delete_beside_a_dataset_is_finished_unless_a_run_holds_its_lease(
+    storage: Path,
+) -> None:
+    """Outside scratch/ (no TTL), clean finishes only storekit's own interrupted deletes of a
+    dataset's temp siblings, and not while the dataset's lease binds: its run is deleting it."""
+    folder = storage / "datasets" / "text" / "web"
+    (folder / "v1").mkdir(parents=True)
+    (folder / "v1" / "manifest.json").write_bytes(b"{}")
+    tomb = folder / f"..v1.storekit-tmp-old-abc{TOMBSTONE_MARK}0123"
+    (tomb / "sub").mkdir(parents=True)
+    (tomb / "sub" / "train.bin").write_bytes(b"x" * 1000)
+    (folder / ".v2.storekit-tmp-0123").mkdir()  # a staging dir, not a tombstone: left for its next run
+    store = open_store(TierConfig(name="local", url=storage.as_uri()))
+    spec = load_layout("llm-cluster")
+    rel = f"datasets/text/web/{tomb.name}"
+    with Lease(sibling_lease_path(folder / "v1"), purpose="writing the dataset web/v1"):
+        plan = plan_clean(spec, store, jobs=lambda: None)
+        assert {e.path: e.action for e in plan.entries} == {rel: "keep"}
+        assert apply_clean(plan, store) == [] and tomb.exists()
+    plan = plan_clean(spec, store, jobs=lambda: None)
+    assert [(e.path, e.action, e.bytes) for e in plan.entries] == [(rel, "delete", 1000)]
+    assert [e.path for e in apply_clean(plan, store)] == [rel]
+    assert sorted(p.name for p in folder.iterdir()) == [".v2.storekit-tmp-0123", "v1"]

@@ -4,6 +4,7 @@ followed, root reclaims the abandoned work dir, and every entry after them is st
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 from storekit.lease import Lease, dir_lease_path
 from tests.conftest import run_cli
-from tests.hostile import NEIGHBOUR_UID, as_neighbour, shared_dir
+from tests.hostile import NEIGHBOUR_UID, as_neighbour, neighbour_cli, shared_dir
 
 __all__ = ["shared_dir"]  # the fixture, imported for pytest
 DAY = 86400.0
@@ -64,3 +65,30 @@ def test_clean_goes_on_past_links_out_and_reclaims_another_users_abandoned_work_
     assert deleted == expected | {"scratch/z-old-run"}
     assert sorted(os.listdir(scratch)) == []
     assert (outside / "keep.txt").read_bytes() == b"not the tier's\n"  # links removed, never followed
+
+
+def test_a_user_cleaning_skips_what_is_not_theirs_and_goes_on(shared_dir: Path, capsys: Any) -> None:
+    """uid 1001 cleans a tier where root's expired dir comes first in scratch/ (sticky: only its
+    owner or root may remove it). It is reported as skip with the reason, and the neighbour's own
+    expired dir after it is still removed (apply stopped with exit 1 at the first)."""
+    assert run_cli(["init", "--quiet"], capsys).code == 0
+    scratch = shared_dir / "storage" / "scratch"
+    roots, mine = scratch / "a-roots-old-run", scratch / "z-my-old-run"
+    (roots / "sub").mkdir(parents=True)
+    (roots / "sub" / "data.bin").write_bytes(b"r" * 100)
+
+    def neighbour() -> None:
+        mine.mkdir()
+        (mine / "data.bin").write_bytes(b"m" * 100)
+
+    as_neighbour(neighbour)
+    for path in (roots, mine):
+        age(path, 30)
+    code, stdout, stderr = neighbour_cli(["layout", "clean", "--json"], shared_dir / "shared" / "out.json")
+    assert code == 0, stdout + stderr
+    doc = json.loads(stdout)
+    assert doc["deleted"] == ["scratch/z-my-old-run"]
+    entry = next(e for e in doc["entries"] if e["path"] == "scratch/a-roots-old-run")
+    assert entry["action"] == "skip" and "operation not permitted" in entry["reason"], entry
+    assert (roots / "sub" / "data.bin").read_bytes() == b"r" * 100  # root's: untouched, not half-deleted
+    assert not mine.exists()

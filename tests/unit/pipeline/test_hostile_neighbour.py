@@ -182,6 +182,20 @@ def test_a_planted_final_dataset_of_another_user_is_not_adopted(here: Path, caps
     assert (here / FINAL / "manifest.json").read_bytes() == before
 
 
+def test_an_output_parent_another_user_owns_is_refused(here: Path, capsys: Any) -> None:
+    """The staging dir and the old copy of a replace live beside the dataset: the owner of that
+    directory could rename them (a poisoned staging dir swapped in before the commit). Refused
+    before anything is written there, with one line naming the directory."""
+    out = here / FINAL.parent
+    out.mkdir(parents=True)
+    os.chown(out, NEIGHBOUR_UID, NEIGHBOUR_UID)  # theirs, 0755: nobody else may write, they may rename
+    res = run_cli(BASE, capsys)
+    assert res.code == 1, res.stderr
+    err = res.json()["error"]["message"]
+    assert f"{out} is owned by uid {NEIGHBOUR_UID}" in err and "someone else could swap it" in err
+    assert os.listdir(out) == []  # no lease, no staging dir, no dataset
+
+
 def _plant_old_copy(capsys: Any, here: Path, dest: Path, owner: int) -> None:
     """A copy of a dataset with the very plan id the victim's run will have, set beside the final
     name as an "old copy of an interrupted replace", one extra file listed with its digest."""
@@ -328,3 +342,51 @@ def test_a_kill_where_the_old_copy_was_moved_never_leaves_the_dataset_path_empty
     again = run_cli([*BASE, "--force"], capsys)
     assert again.code == 0, again.stderr
     assert not list((here / FINAL.parent).glob(".v1.storekit-tmp-*"))
+
+
+def test_a_kill_removing_the_old_copy_after_the_commit_is_settled_by_the_next_run(
+    here: Path, capsys: Any
+) -> None:
+    """SIGKILL at durable.tombstoned of a --force replace: the old copy's tombstone
+    (`..v1.storekit-tmp-*.storekit-deleting-*`, a full old copy) stayed forever, since the double
+    dot missed settle_leftovers' prefix. The new dataset is committed; the next run removes it."""
+    old = _prepared_other(capsys, here)
+    killed = run_storekit([*BASE, "--force"], cwd=here, env={"STOREKIT_FAULTS": "durable.tombstoned=kill"})
+    assert killed.code == -signal.SIGKILL, killed.stderr
+    assert (here / FINAL / "manifest.json").read_bytes() != old and verify(capsys).code == 0
+    (left,) = (here / FINAL.parent).glob("..v1.storekit-tmp-*.storekit-deleting-*")
+    assert (left / "manifest.json").read_bytes() == old  # the whole old copy
+    rel = left.relative_to(here / "storage").as_posix()
+    assert rel in _findings(capsys)  # reported as a leftover until settled
+    again = run_cli(BASE, capsys)
+    assert again.code == 0 and again.json()["status"] == "unchanged", again.stderr
+    assert not list((here / FINAL.parent).glob(".*.storekit-*")), "the next run settles it"
+    assert not [p for p in _findings(capsys) if p.startswith("datasets/")]
+
+
+def _findings(capsys: Any) -> set[str]:
+    doc = run_cli(["layout", "check", "--json"], capsys).json()
+    return {f["path"] for tier in doc["tiers"] for f in tier["findings"]}
+
+
+def test_layout_clean_finishes_the_interrupted_delete_of_the_old_copy(here: Path, capsys: Any) -> None:
+    """The same kill, and nobody runs prepare into that path again: `layout clean` looked only at
+    scratch/ and left the old copy's tombstone beside the dataset for good. It finishes that delete
+    now (not while a run's lease covers it), and the committed dataset is untouched."""
+    _prepared_other(capsys, here)
+    killed = run_storekit([*BASE, "--force"], cwd=here, env={"STOREKIT_FAULTS": "durable.tombstoned=kill"})
+    assert killed.code == -signal.SIGKILL, killed.stderr
+    committed = (here / FINAL / "manifest.json").read_bytes()
+    (left,) = (here / FINAL.parent).glob("..v1.storekit-tmp-*.storekit-deleting-*")
+    rel = left.relative_to(here / "storage").as_posix()
+    dry = run_cli(["layout", "clean", "--dry-run", "--json"], capsys)
+    assert dry.code == 0, dry.stdout
+    assert {e["path"]: e["action"] for e in dry.json()["entries"]}.get(rel) == "delete"
+    assert left.exists()
+    res = run_cli(["layout", "clean", "--json"], capsys)
+    assert res.code == 0, res.stdout
+    assert rel in res.json()["deleted"] and not left.exists()
+    assert (here / FINAL / "manifest.json").read_bytes() == committed and verify(capsys).code == 0
+    assert rel not in _findings(
+        capsys
+    )  # (the killed run's stale lease is still reported: the next run breaks it)

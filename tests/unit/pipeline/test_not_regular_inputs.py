@@ -45,3 +45,24 @@ def test_a_fifo_or_device_input_is_refused_in_one_line(
     assert expected in res.json()["error"]["message"]
     assert "regular files only" in res.json()["error"]["message"]
     assert not (cwd / "storage").exists()  # refused before anything was written (no lease, no work dir)
+
+
+NAMED = [
+    (["prepare", "dataset", "spec.toml"], "spec.toml"),
+    (["prepare", "dataset", "--tokenizer", "tok.json", "--name", "nr", "-i", "in/a.jsonl"], "tok.json"),
+    ([*BASE, "-i", "in/a.jsonl", "--config", "site.toml"], "site.toml"),
+    (["layout", "check", "--layout", "lay.toml"], "lay.toml"),
+]
+
+
+@pytest.mark.parametrize(("args", "fifo"), NAMED, ids=[c[1] for c in NAMED])
+def test_a_fifo_given_as_a_pipeline_tokenizer_config_or_layout_file_is_named_for_what_it_is(
+    cwd: Path, capsys: Any, args: list[str], fifo: str
+) -> None:
+    """Such a FIFO was reported as a file that 'does not exist' (exit 3) while it was right there;
+    now it is refused as what it is (exit 1), without opening it."""
+    os.mkfifo(cwd / fifo)
+    res = run_cli([*args, "--json"], capsys)
+    assert res.code == 1, res.stdout
+    assert f"{fifo}: not a regular file (a FIFO)" in res.json()["error"]["message"]
+    assert not (cwd / "storage").exists()

@@ -143,3 +143,17 @@ def test_a_shard_linked_inside_the_tier_is_a_mismatch(ds: Path, capsys: Any) -> 
     assert {"path": "train-00001.bin", "problem": "a symbolic link; a dataset holds regular files only"} in (
         res.json()["problems"]
     )
+
+
+@pytest.mark.parametrize("change", [_drop_first_train, _drop_and_fix_totals], ids=["dropped", "totals-fixed"])
+@pytest.mark.parametrize("command", ["info", "blend"])
+def test_info_and_blend_refuse_a_manifest_that_drops_a_shard(
+    ds: Path, capsys: Any, change: Callable[[dict[str, Any]], None], command: str
+) -> None:
+    """`dataset blend` emitted 3 of 4 train shards for such a manifest and `dataset info` showed it
+    as sound: both read it through the same checks as verify (exit 4), and print no data arguments."""
+    edit(ds, change)
+    res = run_cli(["dataset", command, str(DS.relative_to("storage")), "--json"], capsys)
+    message = error_of(res)
+    assert "train-00000" in message or "splits.train.shards is 2, shards[] add up to 1" in message
+    assert set(res.json()) <= {"schema_version", "error"}, res.stdout  # no prefixes, no summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -14,6 +15,7 @@ from storekit.layout.check import check_layout
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
 from storekit.tier.stub import StubError, parse_stub, render_stub, stub_rel, unit_rel_of
+from storekit.tier.stubfile import read_stub, stub_path
 from tests.conftest import Ran
 from tests.unit.tier.conftest import dcp_unit, make_site
 from tests.unit.tier.helpers import ARCHIVED
@@ -52,6 +54,22 @@ def test_a_bad_stub_is_one_line_naming_the_key(change: dict[str, object], words:
     assert err.value.exit_code == 4
     with pytest.raises(StubError, match=r"^s: not a storekit stub"):
         parse_stub(b"\xff", "s")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_stub_that_is_not_a_regular_file_is_refused_not_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO under a stub's name beside someone's unit blocked `tier` opening it (forever: nobody
+    writes it); a link would make another place's stub this unit's. storekit writes neither."""
+    path = stub_path(tmp_path / "step_5")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        elsewhere = tmp_path / "elsewhere.storekit-stub"
+        elsewhere.write_bytes(render_stub(ARCHIVED))
+        path.symlink_to(elsewhere)
+    what = "a FIFO" if kind == "fifo" else "a symbolic link"
+    with pytest.raises(StubError, match=rf"not a storekit stub \(not a regular file \({what}\)"):
+        read_stub(path)
 
 
 def test_layout_check_knows_stubs_of_checkpoints_and_datasets(tmp_path: Path) -> None:
