@@ -141,7 +141,15 @@ JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Print exactly one JSON document (with schema_version) on stdout."),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or informational logs.")]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Errors only, on stderr (no progress, logs or warnings); stdout only for what was "
+        "asked for (--json, a path, a listing). A failure always says why.",
+    ),
+]
 ConfigOpt = Annotated[
     str | None,
     typer.Option(

@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, NoReturn, cast
+
+import typer
 
 from storekit.cli.progress import PlainProgress, ProgressState, fit, interval_from_env, progress_parts
 
@@ -198,6 +200,15 @@ class Output:
             sys.stdout.flush()
         elif not self.quiet or (command in ANSWERS if answer is None else answer):
             human(self.out)
+
+    def failed(self, code: int, message: str, hint: str | None = None) -> NoReturn:
+        """End a command whose report is out with failure exit `code` (a mismatch found, a move that
+        failed). --quiet left that report out, so the failure is said as an error line on stderr:
+        cron mails it, a Slurm epilog's log keeps it; nothing fails silently."""
+        if self.quiet:
+            sys.stderr.write(f"error: {message}\n" + (f"hint: {hint}\n" if hint else ""))
+            sys.stderr.flush()
+        raise typer.Exit(code)
 
     def info(self, message: str) -> None:
         if not self.quiet:
