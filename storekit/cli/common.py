@@ -163,7 +163,12 @@ ConfigOpt = Annotated[
 ]
 TierOpt = Annotated[
     str | None,
-    typer.Option("--tier", "-t", metavar="NAME", help="Tier to act on. Default: the config's default_tier."),
+    typer.Option(
+        "--tier",
+        "-t",
+        metavar="NAME",
+        help="Tier to act on. Default: $STOREKIT_TIER, else the config's default_tier.",
+    ),
 ]
 EveryTierOpt = Annotated[
     str | None,
