@@ -251,7 +251,10 @@ class Output:
 
 
 def error_document(message: str, hint: str | None, exit_code: int) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "schema_version": JSON_SCHEMA_VERSION,
         "error": {"message": message, "hint": hint, "exit_code": exit_code},
     }
+    if _config["source"] is not None:  # a failure from the wrong cwd says which config it used too
+        doc["config"] = _config["source"]
+    return doc

@@ -1,6 +1,6 @@
 """A tier that is down (its root missing, or not on the mount the config names) is down everywhere:
-`status` (and its storekit_tier_up), `layout check`, exit 5. Every report says which config it used,
-and a run with no config outside a terminal says so on stderr."""
+`status` (and its storekit_tier_up), `layout check`, exit 5. Every report (an error's JSON too) says
+which config it used, and a run with no config outside a terminal says so on stderr."""
 
 from __future__ import annotations
 
@@ -100,6 +100,12 @@ def test_every_report_names_its_config(tmp_path: Path, sk: Callable[..., Ran]) -
         assert human.stdout.splitlines()[0] == f"config: {cfg}"
         assert sk(tmp_path.parent, *args, "--config", cfg, "--json").json()["config"] == cfg
     assert sk(root, "dataset", "list", "--tier", "fast", "--json").json()["config"] == "storekit.toml"
+    # a failure's one JSON document names it too: which site a cron job was looking at
+    missing = sk(
+        tmp_path.parent, "dataset", "verify", "datasets/text/nope/v1", "-t", "fast", "-c", cfg, "--json"
+    )
+    assert missing.code == 3 and missing.json()["error"]["exit_code"] == 3
+    assert missing.json()["config"] == cfg
 
 
 def test_no_config_outside_a_terminal_is_said_on_stderr(
