@@ -61,6 +61,7 @@ def site(tmp_path: Path, sk: Callable[..., Ran]) -> Path:
     return root
 
 
+@pytest.mark.slow  # every command twice, a prepare and a bench io run among them: ~6 s, 15 s under load
 def test_every_command_prints_nothing_but_its_answer_and_whole_lines_into_a_pipe(
     site: Path, sk: Callable[..., Ran]
 ) -> None:
