@@ -331,7 +331,12 @@ def rerun_command(
     ] = None,
     slurm_mem: Annotated[
         str | None,
-        typer.Option("--slurm-mem", metavar="SIZE", help="New memory per element (after OUT_OF_MEMORY)."),
+        typer.Option(
+            "--slurm-mem",
+            metavar="SIZE",
+            help="New memory per element (after OUT_OF_MEMORY), e.g. 16G (sbatch --mem: Slurm's units, "
+            "M if none).",
+        ),
     ] = None,
     slurm_partition: Annotated[
         str | None, typer.Option("--slurm-partition", metavar="NAME", help="Another partition.")
