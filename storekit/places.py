@@ -21,6 +21,7 @@ from storekit.errors import NotFoundError, UsageError
 from storekit.paths import resolves_outside
 from storekit.rootprobe import guard_root
 from storekit.store import Store, open_store
+from storekit.store.posix import require_mounted
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def resolve_place(
     rel = path.strip("/")
     if tier_cfg.local_root is not None:  # before the first call on it: a stalled MDS is exit 5, no hang
         guard_root(tier_cfg.local_root, tier_cfg.name)
+        require_mounted(tier_cfg, tier_cfg.local_root)  # nothing read or written beside the mount
     if rel:
         store.full(rel)  # validates: no '..', no absolute, no symlink escape
     return Place(store, rel, tier_cfg.name)
@@ -87,6 +89,8 @@ def resolve_place(
 def tier_place(site: SiteConfig, tier: str | None) -> Place:
     """The root of a configured tier."""
     cfg = site.tier(tier)
+    if cfg.local_root is not None:
+        require_mounted(cfg, cfg.local_root)
     return Place(open_store(cfg), "", cfg.name)
 
 
@@ -122,6 +126,7 @@ def _local_place(path: str, site: SiteConfig | None) -> Place:
     guard_root(path, path)
     for cfg, rel in posix_tiers_holding(site, path):
         if rel:  # a tier's root itself is the ad-hoc place below
+            require_mounted(cfg, cfg.local_root or path)
             return Place(open_store(cfg), Path(rel).as_posix(), cfg.name)
     parent, name = os.path.split(path)
     adhoc = TierConfig(name="path", url=Path(parent or "/").as_uri())

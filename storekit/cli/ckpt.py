@@ -263,7 +263,7 @@ def latest_command(
         out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
     if unit is None:
         raise NotFoundError(f"{place.store.display_url}/{place.run}: no complete checkpoint")
-    if trouble:
+    if trouble and not out.quiet:
         out.err.print(f"hint: {_pointer_hint(place, scan, unit)}", markup=False)
     doc = {
         "path": _where(place.store, unit),
@@ -272,8 +272,10 @@ def latest_command(
         "pointer_problems": [p.__dict__ for p in trouble],
     }
     out.result("ckpt latest", doc, lambda console: console.print(doc["path"], markup=False, soft_wrap=True))
-    if trouble:
-        raise typer.Exit(int(ExitCode.MISMATCH))
+    if trouble:  # --quiet: the one reason for exit 4, as an error line
+        where = f"{place.store.display_url}/{trouble[0].path}"
+        hint = _pointer_hint(place, scan, unit)
+        out.failed(int(ExitCode.MISMATCH), f"{where}: {trouble[0].message}", hint=hint)
 
 
 def _pointer_trouble(scan: RunScan) -> list[Problem]:
@@ -356,7 +358,13 @@ def verify_command(
 
     out.result("ckpt verify", doc, human)
     if not ok:
-        raise typer.Exit(int(ExitCode.MISMATCH))
+        bad = [r for r in results if not r.ok]
+        first = f": {bad[0].problems[0]['path']}: {bad[0].problems[0]['problem']}" if bad[0].problems else ""
+        out.failed(
+            int(ExitCode.MISMATCH),
+            f"{len(bad)} of {len(results)} checkpoint(s) failed verification, "
+            f"the first: {bad[0].unit.path}{first}",
+        )
 
 
 def _verified_units(scan: RunScan) -> list[Unit]:
@@ -479,7 +487,7 @@ def prune_command(
     newest = scan.latest()
     for problem in trouble:
         out.warn(f"{place.store.display_url}/{problem.path}: {problem.message}")
-    if trouble and newest is not None:
+    if trouble and newest is not None and not out.quiet:
         out.err.print(f"hint: {_pointer_hint(place, scan, newest)}", markup=False)
     doc = {
         "run": place.run,

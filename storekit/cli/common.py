@@ -141,7 +141,15 @@ JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Print exactly one JSON document (with schema_version) on stdout."),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or informational logs.")]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Errors only, on stderr (no progress, logs or warnings); stdout only for what was "
+        "asked for (--json, a path, a listing). A failure always says why.",
+    ),
+]
 ConfigOpt = Annotated[
     str | None,
     typer.Option(
@@ -155,7 +163,12 @@ ConfigOpt = Annotated[
 ]
 TierOpt = Annotated[
     str | None,
-    typer.Option("--tier", "-t", metavar="NAME", help="Tier to act on. Default: the config's default_tier."),
+    typer.Option(
+        "--tier",
+        "-t",
+        metavar="NAME",
+        help="Tier to act on. Default: $STOREKIT_TIER, else the config's default_tier.",
+    ),
 ]
 EveryTierOpt = Annotated[
     str | None,

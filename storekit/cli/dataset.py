@@ -87,7 +87,12 @@ def verify_command(
 
     out.result("dataset verify", report.to_dict(), human)
     if not report.ok:
-        raise typer.Exit(int(ExitCode.MISMATCH))
+        first = report.problems[0]
+        out.failed(
+            int(ExitCode.MISMATCH),
+            f"{report.dataset}: {len(report.problems)} problem(s), the first: "
+            f"{first['path']}: {first['problem']}",
+        )
 
 
 def info_command(

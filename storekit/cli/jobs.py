@@ -17,7 +17,6 @@ from storekit.cli.common import (
     DryRunOpt,
     JsonOpt,
     QuietOpt,
-    TierOpt,
     exit_codes,
     make_output,
     noun_app,
@@ -30,6 +29,17 @@ WorkDirOpt = Annotated[
     typer.Option("--work-dir", metavar="DIR", help="Where the command that made the job put work dirs."),
 ]
 WorkDirArg = Annotated[str, typer.Argument(metavar="WORKDIR", help="The job's work dir.")]
+# --tier only places a tier-relative TARGET; without TARGET every POSIX tier's scratch/ is searched
+TargetTierOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tier",
+        "-t",
+        metavar="NAME",
+        help="The tier a tier-relative TARGET is on. Default: $STOREKIT_TIER, else the config's "
+        "default_tier. It picks no jobs: without TARGET, every POSIX tier's scratch/ is searched.",
+    ),
+]
 
 STATUS_HELP = """Where each task of a job stands: done, running, failed or pending.
 
@@ -87,9 +97,9 @@ def register(app: typer.Typer) -> None:
 def status_command(
     target: Annotated[str | None, typer.Argument(metavar="[TARGET]", help="Work dir or dataset.")] = None,
     work_dir: WorkDirOpt = None,
-    tier: TierOpt = None,
-    tasks: Annotated[
-        bool, typer.Option("--tasks", help="One row per failed task (default: one per error and log).")
+    tier: TargetTierOpt = None,
+    per_task: Annotated[
+        bool, typer.Option("--per-task", help="One row per failed task (default: one per error and log).")
     ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -145,7 +155,7 @@ def status_command(
             for fin in view.get("finalize", []):
                 console.print(f"  finalize job {fin['job_id']}: {fin['state']} {fin['reason']}", markup=False)
             if st.failures:
-                rows = _failure_rows(st.states["failed"], st.failures, each=tasks)
+                rows = _failure_rows(st.states["failed"], st.failures, each=per_task)
                 if not console.is_terminal:  # a pipe: one whole line per row, paths never cut
                     for span, code, host, error, log in rows:
                         line = f"  tasks {span}: exit {code} on {host}: {error} (log: {log})"
@@ -314,14 +324,19 @@ def run_element_command(
 def rerun_command(
     target: Annotated[str, typer.Argument(metavar="TARGET", help="Work dir or dataset.")],
     work_dir: WorkDirOpt = None,
-    tier: TierOpt = None,
+    tier: TargetTierOpt = None,
     slurm_time: Annotated[
         str | None,
         typer.Option("--slurm-time", metavar="TIME", help="A new time limit per element (after TIMEOUT)."),
     ] = None,
     slurm_mem: Annotated[
         str | None,
-        typer.Option("--slurm-mem", metavar="SIZE", help="New memory per element (after OUT_OF_MEMORY)."),
+        typer.Option(
+            "--slurm-mem",
+            metavar="SIZE",
+            help="New memory per element (after OUT_OF_MEMORY), e.g. 16G (sbatch --mem: Slurm's units, "
+            "M if none).",
+        ),
     ] = None,
     slurm_partition: Annotated[
         str | None, typer.Option("--slurm-partition", metavar="NAME", help="Another partition.")

@@ -201,7 +201,12 @@ def check(
     if failures:
         raise _combined(failures)
     if total:
-        raise typer.Exit(int(ExitCode.MISMATCH))
+        where = ", ".join(r.tier for r in reports if r.findings or sum(r.truncated.values()))
+        out.failed(
+            int(ExitCode.MISMATCH),
+            f"{total} layout violation(s) on tier {where}",
+            hint="run it without --quiet (or with --json) for the list",
+        )
 
 
 def _init_command(cfg: SiteConfig, tier: str) -> str:

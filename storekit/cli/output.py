@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, NoReturn, cast
+
+import typer
 
 from storekit.cli.progress import PlainProgress, ProgressState, fit, interval_from_env, progress_parts
 
@@ -199,6 +201,15 @@ class Output:
         elif not self.quiet or (command in ANSWERS if answer is None else answer):
             human(self.out)
 
+    def failed(self, code: int, message: str, hint: str | None = None) -> NoReturn:
+        """End a command whose report is out with failure exit `code` (a mismatch found, a move that
+        failed). --quiet left that report out, so the failure is said as an error line on stderr:
+        cron mails it, a Slurm epilog's log keeps it; nothing fails silently."""
+        if self.quiet:
+            sys.stderr.write(f"error: {message}\n" + (f"hint: {hint}\n" if hint else ""))
+            sys.stderr.flush()
+        raise typer.Exit(code)
+
     def info(self, message: str) -> None:
         if not self.quiet:
             self.err.print(message, markup=False)
@@ -240,7 +251,10 @@ class Output:
 
 
 def error_document(message: str, hint: str | None, exit_code: int) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "schema_version": JSON_SCHEMA_VERSION,
         "error": {"message": message, "hint": hint, "exit_code": exit_code},
     }
+    if _config["source"] is not None:  # a failure from the wrong cwd says which config it used too
+        doc["config"] = _config["source"]
+    return doc

@@ -264,7 +264,7 @@ def prepare_dataset_command(
         str | None,
         typer.Option(
             "--work-dir",
-            metavar="PATH",
+            metavar="DIR",
             help="POSIX directory for task parts and completion records. "
             "Default: scratch/ of the output tier.",
         ),

@@ -381,4 +381,9 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
 
     out.result("tier", full, human)
     if code:
-        raise typer.Exit(code)
+        bad = [r for r in results if r.status == "failed"]
+        out.failed(
+            code,
+            f"{len(bad)} of {len(results)} move(s) failed, "
+            f"the first: {bad[0].action} {bad[0].path}: {bad[0].reason}",
+        )

@@ -139,7 +139,12 @@ def verify_command(
 
     out.result("tier verify", doc, human)
     if not ok:
-        raise typer.Exit(int(E.MISMATCH))
+        bad = [r for r in results if r.problems]
+        out.failed(
+            int(E.MISMATCH),
+            f"{len(bad)} of {len(results)} moved unit(s) failed their read-back, "
+            f"the first: {bad[0].stub}: {bad[0].problems[0]}",
+        )
 
 
 def _record(site: SiteConfig, results: list[ArchiveVerifyResult], *, whole: bool) -> None:

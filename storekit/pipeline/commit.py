@@ -31,6 +31,7 @@ from storekit.jobs.workdir import check_private
 from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel
+from storekit.pipeline.areamodes import drop_others_write, make_parents
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.workdir import WorkDir
 from storekit.trusted_dirs import anchor_for, check_ancestors, mark, marked, user_key
@@ -120,6 +121,8 @@ def output_lease(location: DatasetLocation, work: WorkDir) -> Lease:
     local = location.local_path() if location.store.capabilities.atomic_rename else None
     if local is not None:
         check_output_parents(location, Path(local))
+        if location.tier_name is not None:  # datasets/<kind>/<name> as the layout wants them
+            make_parents(location.store, location.parent)
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         path = sibling_lease_path(Path(local))
     else:
@@ -239,6 +242,8 @@ class Staging:
     def commit(self, plan_id: str) -> None:
         if not self.atomic_rename:
             return
+        if self.location.tier_name is not None:
+            drop_others_write(self.store, self.rel)  # a read-only area's dataset, whatever the umask
         faults.point("commit.before-rename")
         if self.lease is not None:
             self.lease.check()

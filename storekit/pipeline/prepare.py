@@ -24,6 +24,7 @@ from storekit.executors.local import peak_rss
 from storekit.lease import Lease
 from storekit.manifest import Manifest
 from storekit.paths import join_rel
+from storekit.pipeline.areamodes import make_area
 from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
 from storekit.pipeline.engines import choose_engine, sample_documents
 from storekit.pipeline.inputs import InputFS
@@ -178,23 +179,6 @@ def make_scratch_area(store: Store, work_path: Path) -> None:
     scratch = store.local_path("scratch")
     if scratch is not None and work_path.parent == Path(scratch):
         make_area(store, "scratch", 0o1777)
-
-
-def make_area(store: Store, name: str, fallback_mode: int) -> None:
-    """The tier's area `name` (scratch/, logs/), when missing, made with the layout's mode for it (or
-    `fallback_mode`), not the umask's."""
-    path = store.local_path(name)
-    if path is None or os.path.isdir(path):
-        return
-    from storekit.layout.spec import load_layout
-
-    area = next((a for a in load_layout(store.tier.layout).areas if a.name == name), None)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        os.mkdir(path, 0o700)  # opened up below, once it is a directory we made
-    except FileExistsError:
-        return  # another run made it first
-    os.chmod(path, area.mode if area is not None else fallback_mode)
 
 
 def remove_after_commit(work: WorkDir) -> None:

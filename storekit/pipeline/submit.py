@@ -25,11 +25,12 @@ from storekit.background import Background
 from storekit.config import SiteConfig
 from storekit.errors import BusyError, Interrupted, StorekitError, UnreachableError
 from storekit.manifest import Manifest
+from storekit.pipeline.areamodes import make_area
 from storekit.pipeline.commit import check_existing
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.location import DatasetLocation
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.prepare import check_space, draft_plan, make_area, make_scratch_area, with_engine
+from storekit.pipeline.prepare import check_space, draft_plan, make_scratch_area, with_engine
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.staging import copy_tokenizer
 from storekit.pipeline.workdir import WorkDir

@@ -23,6 +23,18 @@ from storekit.store.probe import posix_capabilities
 from storekit.store.scan import ScanEntry, scan_tree
 
 
+def require_mounted(tier: TierConfig, root: str) -> None:
+    """A tier whose config names its mount (mount_type/mount_source) is down (exit 5) unless `root`
+    is on that mount: an unmounted mount point is a directory of another disk, and whatever is
+    written there fills that disk and is hidden once the file system is mounted over it."""
+    wrong = mount_mismatch(root, tier.mount_type, tier.mount_source)
+    if wrong is not None:
+        raise UnreachableError(
+            f"tier {tier.name} is down: {wrong}",
+            hint=f"is it mounted? (mount_type/mount_source of [tiers.{tier.name}] say what it must be)",
+        )
+
+
 class PosixStore(Store):
     """A POSIX directory tree: local disk, NFS, Lustre or CephFS mounts. Plain OS calls throughout:
     no fsspec file system (importing fsspec costs every command ~40 ms)."""
@@ -86,12 +98,7 @@ class PosixStore(Store):
                 f"tier {self.name}: {self.display_url} is not reachable ({parent} does not exist)",
                 hint="is the filesystem mounted?",
             )
-        wrong = mount_mismatch(self.root, self.tier.mount_type, self.tier.mount_source)
-        if wrong is not None:
-            raise UnreachableError(
-                f"tier {self.name} is down: {wrong}",
-                hint=f"is it mounted? (mount_type/mount_source of [tiers.{self.name}] say what it must be)",
-            )
+        require_mounted(self.tier, self.root)
 
     def _entry(self, full: str, st: os.stat_result, is_link: bool) -> Entry:
         return Entry(

@@ -72,3 +72,19 @@ def test_layout_check_lists_and_layout_show_shows_every_rule(tmp_path: Path, sk:
     shown = sk(tmp_path, "layout", "show").stdout
     rows = dict(re.findall(r"^  ([a-z-]+) +(.+)$", shown, re.M))
     assert {rule: rows.get(rule) for rule in RULES} == RULES
+
+
+@pytest.mark.parametrize("path", [["jobs", "status"], ["jobs", "rerun"]])
+def test_tier_of_jobs_places_the_target_only(tmp_path: Path, sk: Callable[..., Ran], path: list[str]) -> None:
+    page = " ".join(sk(tmp_path, *path, "--help").stdout.split())
+    assert "Tier to act on" not in page  # it picks no jobs: every tier's scratch/ is searched
+    assert "The tier a tier-relative TARGET is on." in page and "every POSIX tier's scratch/" in page
+
+
+def test_a_tier_default_names_storekit_tier_first(tmp_path: Path, sk: Callable[..., Ran]) -> None:
+    wrong = []
+    for path, _ in commands():
+        page = " ".join(sk(tmp_path, *path, "--help").stdout.split())
+        if "default_tier" in page and "Default: $STOREKIT_TIER, else the config's default_tier" not in page:
+            wrong.append(" ".join(path))
+    assert wrong == []

@@ -146,7 +146,7 @@ def test_unknown_target_and_bad_tasks(tmp_path: Path) -> None:
 
 
 def test_status_shows_one_row_per_error_and_log_whole_in_a_pipe(tmp_path: Path) -> None:
-    """Failed tasks with the same error and log are one row (their task ranges); --tasks lists each;
+    """Failed tasks with the same error and log are one row (their task ranges); --per-task lists each;
     piped, a row is one line with the whole log path (no table wrapping at 80 columns)."""
     from tests.unit.jobs import echo_job
 
@@ -163,6 +163,6 @@ def test_status_shows_one_row_per_error_and_log_whole_in_a_pipe(tmp_path: Path) 
         f"  tasks 1-3,5: exit 1 on {rows[0].split(' on ')[1].split(':')[0]}: bad input: "
         f"/corpus/c.jsonl line 1 (log: {log})"
     ], grouped.stdout
-    each = run_in_process(["jobs", "status", str(work.path), "--tasks"])
+    each = run_in_process(["jobs", "status", str(work.path), "--per-task"])
     spans = [ln.split(":")[0].strip() for ln in each.stdout.splitlines() if log in ln]
     assert spans == ["tasks 1", "tasks 2", "tasks 3", "tasks 5"], each.stdout

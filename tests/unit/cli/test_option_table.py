@@ -44,6 +44,123 @@ ONE_MEANING = {
     "--time-limit": None,
     "--account": None,
 }
+# THE table: every long option of every command and what it is given (None: a flag; several: the
+# forms one meaning takes, e.g. a list that sweeps). A name means one thing: the same kind of value
+# wherever it appears. A new option is added here, which makes whoever adds it look for the name
+# an existing option already gives that meaning.
+OPTIONS: dict[str, str | tuple[str, ...] | None] = {
+    # every command
+    "--config": "FILE",
+    "--json": None,
+    "--quiet": None,
+    "--tier": "NAME",
+    "--dry-run": None,
+    "--layout": "NAME|FILE",
+    "--force": None,
+    "--output": ("REL|ABS-PATH|URL", "FILE"),  # where the result goes: a dataset, a blend's file
+    "--format": "FORMAT",
+    "--tokenizer": "PATH|NAME",
+    "--prometheus": "FILE",
+    "--seed": "N",
+    "--workers": ("N", "N[,N...]"),  # bench io sweeps a list of worker counts
+    "--work-dir": "DIR",  # where a job's work dirs go (prepare) or are looked for (jobs)
+    "--tasks": "3,4,7-9",  # plan task indexes
+    "--executor": "local|slurm",
+    # init, layout, status
+    "--adopt": None,
+    "--all": None,
+    # prepare dataset
+    "--input": "GLOB|DIR|FILE|s3://...",
+    "--name": "NAME",
+    "--version": "VERSION",
+    "--kind": "text|code|multimodal",
+    "--text-key": "KEY",
+    "--keep-fields": "a,b",
+    "--tokenizer-engine": "auto|hf|tiktoken",
+    "--special-tokens": "match|text",
+    "--bos": None,
+    "--bos-token": "TOKEN",
+    "--eos": None,
+    "--eos-token": "TOKEN",
+    "--dedup": None,
+    "--min-chars": "N",
+    "--max-chars": "N",
+    "--max-doc-bytes": "SIZE",
+    "--holdout": "FRACTION",
+    "--shard-size": "SIZE",
+    "--shard-tokens": "N",
+    "--task-size": "SIZE",
+    "--on-error": "skip|fail",
+    "--allow-empty": None,
+    # Slurm (prepare dataset, jobs rerun, bench io); --slurm-mem(-per-cpu) are Slurm's units
+    "--slurm-account": "NAME",
+    "--slurm-partition": "NAME",
+    "--slurm-qos": "NAME",
+    "--slurm-time": "TIME",
+    "--slurm-mem": "SIZE",
+    "--slurm-mem-per-cpu": "SIZE",
+    "--slurm-cpus": "N",
+    "--slurm-max-concurrent": "N",
+    "--slurm-tasks-per-element": "N",
+    "--slurm-job-name": "NAME",
+    "--slurm-log-dir": "DIR",
+    "--slurm-dependency": "DEP",
+    "--slurm-extra": "OPTION",
+    "--slurm-setup": "LINE",
+    "--slurm-container": "PREFIX",
+    "--slurm-no-requeue": None,
+    "--slurm-wait": None,
+    "--slurm-connect-timeout": "SECONDS",
+    # dataset inspect
+    "--shard": "NAME",
+    "--start": "I",
+    "--docs": "N",
+    "--show-chars": "N",
+    # ckpt prune
+    "--keep-last": "N",
+    "--keep-every": "K",
+    "--incomplete-older-than": "AGE",
+    # tier
+    "--archive": "POLICY|PATH",
+    "--drain": "[POLICY|PATH]",
+    "--recall": "PATH",
+    "--policy": "NAME",
+    "--apply": "FILE",
+    "--plan-out": "FILE",
+    "--sample": "FRACTION",
+    # jobs
+    "--per-task": None,
+    "--log": "FILE",
+    "--log-dir": "DIR",
+    # bench io
+    "--target": "PATH|s3://BUCKET/PREFIX",
+    "--endpoint-url": "URL",
+    "--pattern": "PATTERN",
+    "--size": "SIZE",
+    "--file-size": "SIZE",
+    "--small-file-size": "SIZE",
+    "--block-size": "SIZE[,SIZE...]",
+    "--queue-depth": "DEPTH",
+    "--files": "N",
+    "--repeat": "N",
+    "--duration": "DURATION",
+    "--direct": None,
+    "--drop-caches": None,
+    "--model": "MODEL",
+    "--ranks": "N",
+    "--full-checkpoint": None,
+    "--bytes-per-param": "NUM",
+    "--optimizer-bytes-per-param": "NUM",
+    "--seq-len": "N",
+    "--token-bytes": "N",
+    "--gpus": "N",
+    "--gpu-tokens-per-s": "NUM",
+    "--target-checkpoint-s": "NUM",
+    "--nodes": "N",
+    "--coordinator-address": "HOST",
+    "--plot": "FILE.png",
+    "--print-schema": None,
+}
 # the Slurm options of `prepare dataset --executor slurm`, by the names bench io takes too
 SLURM_NAMES = {"--slurm-partition", "--slurm-time", "--slurm-account"}
 
@@ -59,6 +176,26 @@ def options() -> Iterator[tuple[str, TyperOption]]:
                     yield from walk(sub, f"{path} {name}".strip())
 
     yield from walk(tidy_options(get_command(build_app())), "")
+
+
+def test_every_option_is_in_the_one_table() -> None:
+    """Every option of every command (the root's own switches apart) is in OPTIONS and is given what
+    the table says: one name, one kind of value, in every command that has it."""
+    wrong = []
+    for path, opt in options():
+        if not path:
+            continue  # --version, --install-completion: switches of `storekit` itself
+        name = max(opt.opts, key=len)
+        given = None if opt.is_flag else opt.metavar
+        if name not in OPTIONS:
+            wrong.append(f"{path}: {name} ({given}) is not in the table")
+            continue
+        allowed = OPTIONS[name]
+        if given != allowed and not (isinstance(allowed, tuple) and given in allowed):
+            wrong.append(f"{path}: {name} takes {given!r}, the table says {allowed!r}")
+    assert wrong == []
+    used = {max(opt.opts, key=len) for path, opt in options() if path}
+    assert sorted(set(OPTIONS) - used) == []  # the table holds nothing no command has
 
 
 def test_each_short_flag_means_one_option() -> None:

@@ -1,6 +1,6 @@
 """A tier that is down (its root missing, or not on the mount the config names) is down everywhere:
-`status` (and its storekit_tier_up), `layout check`, exit 5. Every report says which config it used,
-and a run with no config outside a terminal says so on stderr."""
+`status` (and its storekit_tier_up), `layout check`, exit 5. Every report (an error's JSON too) says
+which config it used, and a run with no config outside a terminal says so on stderr."""
 
 from __future__ import annotations
 
@@ -100,6 +100,12 @@ def test_every_report_names_its_config(tmp_path: Path, sk: Callable[..., Ran]) -
         assert human.stdout.splitlines()[0] == f"config: {cfg}"
         assert sk(tmp_path.parent, *args, "--config", cfg, "--json").json()["config"] == cfg
     assert sk(root, "dataset", "list", "--tier", "fast", "--json").json()["config"] == "storekit.toml"
+    # a failure's one JSON document names it too: which site a cron job was looking at
+    missing = sk(
+        tmp_path.parent, "dataset", "verify", "datasets/text/nope/v1", "-t", "fast", "-c", cfg, "--json"
+    )
+    assert missing.code == 3 and missing.json()["error"]["exit_code"] == 3
+    assert missing.json()["config"] == cfg
 
 
 def test_no_config_outside_a_terminal_is_said_on_stderr(
@@ -128,3 +134,28 @@ def test_no_config_outside_a_terminal_is_said_on_stderr(
     elsewhere.mkdir()
     ran = sk(elsewhere, "status", "--tier", "fast", "--json")
     assert "warning" not in ran.stderr and ran.json()["config"] == f"{tmp_path}/xdg/storekit/storekit.toml"
+
+
+def test_nothing_is_written_beside_a_mount_that_is_not_there(tmp_path: Path, sk: Callable[..., Ran]) -> None:
+    """Down everywhere: prepare, ckpt, dataset and bench io refuse a tier whose root is not on the
+    mount its config names (they wrote onto the root file system under the mount point, exit 0)."""
+    fstype, _ = findmnt(tmp_path)
+    wrong = "lustre" if fstype != "lustre" else "nfs"
+    root = site(tmp_path, f'mount_type = "{wrong}"\n')
+    storage = root / "mnt/lustre/storage"
+    storage.mkdir(parents=True)  # what an unmounted mount point's directory looks like
+    src = root / "in.jsonl"
+    src.write_text('{"text": "a document"}\n')
+    tok = "bundled:anthropic-bpe-65k.tokenizer.json.gz"
+    for args in (
+        ["prepare", "dataset", "-i", str(src), "--tokenizer", tok, "--name", "web"],
+        ["ckpt", "list", "run_001"],
+        ["dataset", "verify", "datasets/text/web/v1"],
+        ["dataset", "verify", str(storage / "datasets/text/web/v1")],  # by its absolute path
+        ["bench", "io", "--pattern", "meta", "--files", "4", "--workers", "1"],
+    ):
+        ran = sk(root, *args, "--tier", "lustre")
+        assert ran.code == 5, (args, ran.stderr)
+        assert ran.stderr.startswith(f"error: tier lustre is down: {storage} is on "), ran.stderr
+        assert f"not a {wrong} mount" in ran.stderr.splitlines()[0]
+    assert list(storage.iterdir()) == []  # nothing was written on the wrong disk

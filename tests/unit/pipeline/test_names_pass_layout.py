@@ -51,3 +51,31 @@ def test_a_name_the_layout_rejects_is_refused_before_writing(tmp_path: Path, sk:
     # a name taken from the input file is lowercased instead
     ran = prepare(sk, tmp_path, "-i", str(corpus(tmp_path, "MyCorpus.jsonl")), "--json")
     assert ran.code == 0 and ran.json()["path"] == "datasets/text/mycorpus/v1"
+
+
+def test_under_a_group_writable_umask_what_prepare_writes_passes_layout_check(
+    tmp_path: Path, sk: Callable[..., Ran]
+) -> None:
+    """umask 002 (users' default on many clusters, with a private group each) must not make a
+    dataset group-writable in datasets/, which the layout keeps read-only for everyone but its owner."""
+    src = corpus(tmp_path)
+    saved = os.umask(0o002)
+    try:
+        assert sk(tmp_path, "init", "-q").code == 0
+        ran = prepare(sk, tmp_path, "-i", str(src), "--name", "web")
+        assert ran.code == 0, ran.stderr
+        bare = tmp_path / "bare"  # no init: prepare makes datasets/ and everything below it
+        bare.mkdir()
+        ran = prepare(sk, bare, "-i", str(src), "--name", "web")
+        assert ran.code == 0, ran.stderr
+        check = sk(tmp_path, "layout", "check", "--json")
+    finally:
+        os.umask(saved)
+    assert check.code == 0, check.stdout
+    for root in (tmp_path, bare):
+        dataset = root / "storage/datasets/text/web/v1"
+        made = [dataset.parent, dataset, *dataset.iterdir()]
+        assert [p.name for p in made if p.stat().st_mode & 0o022] == [], root
+        assert stat.S_IMODE(dataset.stat().st_mode) == 0o755
+    assert stat.S_IMODE((bare / "storage/datasets").stat().st_mode) == 0o755  # the layout's mode
+    assert stat.S_IMODE((bare / "storage/datasets/text").stat().st_mode) == 0o755
