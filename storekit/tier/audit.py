@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storekit.config import SiteConfig, TierConfig, file_url_path
+from storekit.config import SiteConfig, TierConfig, file_url_path, mask_url
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
 from storekit.errors import BusyError, MismatchError, NotFoundError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
@@ -179,6 +180,19 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
     doc = journal.doc
     unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
     lease_path = sibling_lease_path(unit)
+    host = node_local_elsewhere(journal, site)
+    if host is not None:  # the same path on this node is another node's unit, or none at all
+        report.left.append(f"{journal.path}: a move on node-local {unit} of host {host}; run gc there")
+        return
+    if not unit.parent.is_dir():  # the run or dataset directory was removed since: no lease there
+        if dry_run:
+            done = report.finished if _committed(journal) else report.rolled_back
+            done.append(f"{journal.path}: {unit.parent} is gone")
+        elif _committed(journal):
+            report.finished.append(f"{journal.path}: {finish_without_directory(journal)}")
+        else:
+            _roll_back(journal, unit, site, report)
+        return
     if dry_run:
         holder = binding_lease(lease_path)
         if holder is not None:
@@ -213,6 +227,11 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
             continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
         doc = journal.doc
         unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+        if node_local_elsewhere(journal, site) is not None:
+            continue  # its node's own rerun or gc finishes it
+        if not unit.parent.is_dir():  # removed since the kill: nothing left to free or to stub there
+            done.append(f"{unit}: {finish_without_directory(journal)}")
+            continue
         try:
             lease = Lease(sibling_lease_path(unit), purpose=f"finishing an interrupted move of {unit}")
             lease.acquire()
@@ -224,6 +243,22 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
         finally:
             lease.release()
     return done
+
+
+def node_local_elsewhere(journal: UnitJournal, site: SiteConfig | None) -> str | None:
+    """The host a move of a unit on a node-local (burst) tier ran on, when that is not this host:
+    the journals are shared, the unit is not, and only that host may finish or roll it back."""
+    host = journal.doc.get("host")
+    if site is None or not isinstance(host, str) or host == socket.gethostname():
+        return None
+    doc = journal.doc
+    unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+    where = Path(os.path.abspath(unit))
+    for tier in site.tiers.values():
+        root = tier.local_root
+        if tier.role == "burst" and root is not None and where.is_relative_to(os.path.abspath(root)):
+            return host
+    return None
 
 
 def _committed(journal: UnitJournal) -> bool:
@@ -264,6 +299,23 @@ def finish_committed(journal: UnitJournal, site: SiteConfig | None) -> str:
     finally:
         dest.close()
     return f"{action} finished: source {'freed, stub in place' if r.freed else 'kept (copy only)'}"
+
+
+def finish_without_directory(journal: UnitJournal) -> str:
+    """A committed move whose unit's directory was removed after the kill (a run deleted by hand):
+    no stub can stand there and nothing is left to free; the committed copy stays where it is, and
+    the operator is told where, since no stub names it any more."""
+    doc = journal.doc
+    action = str(doc.get("action"))
+    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
+    log_action(journal.dir, f"{action}.directory-gone", journal.id, unit=str(unit), dest=doc.get("dest"))
+    journal.finish()
+    if action == "recall":
+        return f"recall finished: {unit.parent} is gone (removed since), so is the unit"
+    return (
+        f"{action} finished: {unit.parent} is gone (removed since), so is its stub; "
+        f"the committed copy stays at {mask_url(str(doc.get('dest', '?')))}"
+    )
 
 
 def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:

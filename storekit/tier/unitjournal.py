@@ -90,6 +90,7 @@ class UnitJournal:
     def advance(self, state: str, **fields: Any) -> None:
         """Durably record that `state` was reached (and any fields that go with it)."""
         self.doc.update(fields, version=JOURNAL_VERSION, id=self.id, state=state, updated=time.time())
+        self.doc.setdefault("host", socket.gethostname())  # a node-local unit is only there
         self.dir.mkdir(parents=True, exist_ok=True)
         data = json.dumps(self.doc, indent=1, sort_keys=True).encode() + b"\n"
         write_file_atomic(self.path, data, mode=0o600)
