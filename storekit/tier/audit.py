@@ -169,8 +169,11 @@ def gc(
                 report.tombstones.extend(str(directory / n) for n in os.listdir(directory) if is_tombstone(n))
             else:
                 report.tombstones.extend(str(directory / n) for n in purge_tombstones(directory))
-    for journal in journals(journal_dir, tidy=not dry_run):
+    damaged: list[str] = []
+    for journal in journals(journal_dir, tidy=not dry_run, damaged=damaged):
         _gc_journal(journal, site, dry_run, report)
+    # never guessed at: which step its move reached is unknown, so its unit is left as it is
+    report.left.extend(f"{why}; left as it is: check its unit, then remove the file" for why in damaged)
     if not dry_run:
         remove_verified_temps(journal_dir)
     return report
@@ -222,7 +225,8 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
     """Before a run: the committed moves that a kill interrupted, carried to their end (a plan would
     skip their units as already stubbed, or as gone); moves still running elsewhere are left."""
     done: list[str] = []
-    for journal in journals(journal_dir, tidy=False):  # read only: a live move's temps are its own
+    # read only: a live move's temps are its own; a damaged journal is `tier gc`'s to report
+    for journal in journals(journal_dir, tidy=False, damaged=[]):
         if not _committed(journal):
             continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
         doc = journal.doc

@@ -225,3 +225,24 @@ def test_a_killed_drain_of_another_node_is_left_to_that_node(
     there = sk(tmp_path, "tier", "--drain", "checkpoints/run_002", "--json")
     assert there.code == 0 and len(there.json()["finished_interrupted"]) == 1, there.stderr
     assert not unit.exists() and stub_path(unit).is_file() and unfinished(journal) == []
+
+
+def test_a_damaged_journal_stops_neither_the_other_moves_nor_gc(
+    site_dir: Path, sk: Callable[..., Ran]
+) -> None:
+    """A journal nobody can read (edited by hand, or of another storekit version) used to make every
+    plain `tier` run and `tier gc` fail on it (exit 4). Now the moves go on, and gc names it as left
+    untouched: which step its move reached is unknown, so nothing is guessed."""
+    journal = site_dir / "lustre" / ".storekit-tier-journal"
+    journal.mkdir(parents=True, exist_ok=True)
+    bad = journal / "0123456789abcdef.json"
+    bad.write_text('{"version": 99, "state": "stubbed"}\n')
+    ran = sk(site_dir, "tier", "--archive", "old-runs", "--json")
+    assert ran.code == 0, ran.stderr
+    assert {r["status"] for r in ran.json()["results"]} == {"done"}
+    assert not (site_dir / "lustre" / RUN / "step_000100").exists()  # archived and freed
+    gc_ran = sk(site_dir, "tier", "gc", "--json")
+    assert gc_ran.code == 0, gc_ran.stderr
+    (left,) = gc_ran.json()["left"]
+    assert left.startswith(f"{bad}: damaged unit journal") and "left as it is" in left
+    assert bad.read_text() == '{"version": 99, "state": "stubbed"}\n'
