@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import socket
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from storekit import faults
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
 from storekit.errors import (
+    BusyError,
     MismatchError,
     NoSpaceError,
     NotFoundError,
@@ -138,12 +140,15 @@ def archive_unit(
     transfer: TransferConfig | None = None,
     info: UnitInfo | None = None,
     dst_rel: str | None = None,
+    node_local: bool = False,
 ) -> UnitResult:
     """Copy the unit at `src_root/unit_rel` to the archive tier `dst` (at `dst_rel`, default the same
     relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
     free the source. An archive tier that is a POSIX directory takes the drain's way there."""
     if dst.scheme == "file":
-        return _to_posix("archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+        return _to_posix(
+            "archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel, node_local=node_local
+        )
     if dst.scheme != "s3":
         raise UsageError(
             f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
@@ -159,8 +164,9 @@ def archive_unit(
         return S3Destination(dst, to_path, journal=uploads, config=transfer)
 
     return _move(
-        "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info
-    )
+        "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info,
+        node_local=node_local,
+    )  # fmt: skip
 
 
 def drain_unit(
@@ -172,11 +178,14 @@ def drain_unit(
     free_source: bool = True,
     info: UnitInfo | None = None,
     dst_rel: str | None = None,
+    node_local: bool = False,
 ) -> UnitResult:
     """Copy the unit to the POSIX tier `dst` (at `dst_rel`, default the same relative path; a temp
     sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
-    free the source."""
-    return _to_posix("drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+    free the source. `node_local`: the source is on this node's burst tier (see unit_leased)."""
+    return _to_posix(
+        "drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel, node_local=node_local
+    )
 
 
 def posix_temp_tag(action: str, uid: str) -> str:
@@ -193,6 +202,8 @@ def _to_posix(
     free_source: bool,
     info: UnitInfo | None,
     dst_rel: str | None,
+    *,
+    node_local: bool = False,
 ) -> UnitResult:
     to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {dst.name}: path")
     check_rel(unit_rel, f"{action}: unit path")
@@ -211,8 +222,9 @@ def _to_posix(
     if not journal.load(tidy=False) and os.path.lexists(dest) != has_manifest:  # read-only here
         raise StorekitError(f"{dest}: already exists on the destination; refusing to {action} over it")
     return _move(
-        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
-    )
+        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info,
+        node_local=node_local,
+    )  # fmt: skip
 
 
 def _move(
@@ -225,10 +237,12 @@ def _move(
     to: tuple[str, str],  # (tier name, path on it)
     free_source: bool,
     info: UnitInfo | None,
+    *,
+    node_local: bool = False,
 ) -> UnitResult:
     src = src_root / unit_rel
     timer = PhaseTimer()
-    with unit_leased(action, src, journal) as resumed:
+    with unit_leased(action, src, journal, node_local=node_local) as resumed:
         if not resumed:
             stub = moved_stub(src)
             if stub is not None:
@@ -280,15 +294,24 @@ def _refuse_another_units_copy(dest: Destination, src: Path) -> bytes | None:
 
 
 @contextlib.contextmanager
-def unit_leased(action: str, src: Path, journal: UnitJournal) -> Iterator[bool]:
+def unit_leased(action: str, src: Path, journal: UnitJournal, *, node_local: bool = False) -> Iterator[bool]:
     """Hold the unit's lease, what a killed move left beside it tidied; yields whether `journal`
-    resumes an earlier run (every move and purge starts here)."""
+    resumes an earlier run (every move and purge starts here). On a node-local tier (`node_local`)
+    a journal another host left for this path is that host's unit: never resumed here."""
     if not src.parent.is_dir():
         raise NotFoundError(f"{src}: no such unit")
     with Lease(sibling_lease_path(src), purpose=f"running tier {action} of {src}"):
         purge_tombstones(src.parent)  # a free that a kill interrupted
         remove_own_temps(src)
-        yield journal.load()
+        resumed = journal.load()
+        host = journal.doc.get("host") if resumed else None
+        if node_local and isinstance(host, str) and host != socket.gethostname():
+            raise BusyError(
+                f"{src}: a {journal.doc.get('action', action)} of this path on host {host} is not "
+                f"finished ({journal.path}); this node's unit there waits for it",
+                hint=f"on {host}: rerun it, or run `storekit tier gc`; then rerun here",
+            )
+        yield resumed
 
 
 def moved_stub(src: Path) -> Stub | None:
@@ -606,13 +629,14 @@ def recall_unit(
     site: SiteConfig,
     transfer: TransferConfig | None = None,
     depth: int = 0,
+    node_local: bool = False,
 ) -> UnitResult:
     """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was (from
     either end of a chain: a copy that moved on again is recalled to where this stub says first)."""
     unit = root / check_rel(unit_rel, "recall: unit path")
     spath = stub_path(unit)
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
-    with unit_leased("recall", unit, journal) as resumed:
+    with unit_leased("recall", unit, journal, node_local=node_local) as resumed:
         stub = read_stub(spath)
         if not resumed and stub is not None and _settle_interrupted_move(unit, stub, journal_dir):
             return _result(

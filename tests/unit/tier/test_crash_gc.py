@@ -193,7 +193,8 @@ def test_a_killed_drain_of_another_node_is_left_to_that_node(
 ) -> None:
     """The journals are shared, the burst tier is not: a drain killed on node A after its stub is
     finished by A (its rerun, its gc), never by another node's drain (the Slurm epilog runs one on
-    every node) or gc, where the same path is another unit or nothing at all."""
+    every node) or gc, where the same path is another unit or nothing at all; a drain there of that
+    very path waits (exit 5) instead of resuming A's journal against its own unit."""
     monkeypatch.delenv("STOREKIT_TIER_JOURNAL", raising=False)
     make_site(tmp_path)
     nvme, journal = tmp_path / "nvme", tmp_path / "lustre" / ".storekit-tier-journal"
@@ -220,6 +221,14 @@ def test_a_killed_drain_of_another_node_is_left_to_that_node(
     assert gc_here.code == 0, gc_here.stderr
     assert [line for line in gc_here.json()["left"] if "of host node-a" in line] != []
     assert path.read_bytes() == kept and snapshot(unit) == before and stub_path(unit).is_file()
+    aside = tmp_path / "stub-of-node-a"
+    stub_path(unit).rename(aside)  # as this node sees the path: its own unit there, no stub
+    same = sk(tmp_path, "tier", "--drain", "checkpoints/run_001", "--json")
+    failed = [r for r in same.json()["results"] if r["path"] == "checkpoints/run_001/step_000100"]
+    assert same.code == 5 and [r["exit_code"] for r in failed] == [5], same.stdout
+    assert "on host node-a is not finished" in failed[0]["reason"]  # never resumed here
+    assert path.read_bytes() == kept and snapshot(unit) == before and not stub_path(unit).exists()
+    aside.rename(stub_path(unit))
     doc["host"] = socket.gethostname()  # node A itself: its next drain finishes the move
     path.write_text(json.dumps(doc))
     there = sk(tmp_path, "tier", "--drain", "checkpoints/run_002", "--json")
