@@ -175,6 +175,12 @@ def test_a_run_removed_after_a_killed_archive_does_not_stop_gc_or_a_rerun(
     shutil.rmtree(site_dir / "lustre" / RUN)
     rerun = sk(site_dir, "tier", "--archive", "old-runs", "--json")
     assert rerun.code == 0 and "Traceback" not in rerun.stderr, rerun.stderr
+    if point == "tier.copied":  # a dry run says what gc would do, and does nothing
+        held = unfinished(journal)
+        dry = sk(site_dir, "tier", "gc", "--dry-run", "--json")
+        said = [line.rsplit(": ", 1)[1] for line in dry.json()["rolled_back"]]
+        assert dry.code == 0 and said == [f"{site_dir / 'lustre' / RUN} is gone"], dry.stdout
+        assert unfinished(journal) == held and leftovers(site_dir) != []
     ran = sk(site_dir, "tier", "gc", "--json")
     assert ran.code == 0, ran.stderr
     assert unfinished(journal) == [] and leftovers(site_dir) == []
