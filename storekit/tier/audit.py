@@ -21,10 +21,11 @@ from typing import Any
 
 from storekit.config import SiteConfig, TierConfig, file_url_path, mask_url
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
-from storekit.errors import BusyError, MismatchError, NotFoundError
+from storekit.errors import BusyError, MismatchError, NotFoundError, StorekitError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.journal import FileUploadJournal
+from storekit.store import open_store
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
     MAX_CHAIN,
@@ -188,6 +189,10 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
         report.left.append(f"{journal.path}: a move on node-local {unit} of host {host}; run gc there")
         return
     if not unit.parent.is_dir():  # the run or dataset directory was removed since: no lease there
+        down = tier_down(unit, site)
+        if down is not None:  # not removed: its tier is not there now (unmounted): wait for it
+            report.left.append(f"{journal.path}: {down}; left for when the tier is back")
+            return
         if dry_run:
             done = report.finished if _committed(journal) else report.rolled_back
             done.append(f"{journal.path}: {unit.parent} is gone")
@@ -234,7 +239,8 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
         if node_local_elsewhere(journal, site) is not None:
             continue  # its node's own rerun or gc finishes it
         if not unit.parent.is_dir():  # removed since the kill: nothing left to free or to stub there
-            done.append(f"{unit}: {finish_without_directory(journal)}")
+            if tier_down(unit, site) is None:  # (an unmounted tier is not a removed run: it waits)
+                done.append(f"{unit}: {finish_without_directory(journal)}")
             continue
         try:
             lease = Lease(sibling_lease_path(unit), purpose=f"finishing an interrupted move of {unit}")
@@ -262,6 +268,25 @@ def node_local_elsewhere(journal: UnitJournal, site: SiteConfig | None) -> str |
         root = tier.local_root
         if tier.role == "burst" and root is not None and where.is_relative_to(os.path.abspath(root)):
             return host
+    return None
+
+
+def tier_down(path: Path, site: SiteConfig | None) -> str | None:
+    """Why the POSIX tier holding `path` cannot be looked at now (its root missing: not mounted; or
+    its probe fails), None when it is there (or unknown): a directory missing on a tier that is up
+    was removed, on one that is down it is only out of sight."""
+    where = Path(os.path.abspath(path))
+    for tier in site.tiers.values() if site is not None else ():
+        root = tier.local_root
+        if root is None or not where.is_relative_to(os.path.abspath(root)):
+            continue
+        if not os.path.isdir(root):
+            return f"tier {tier.name}: its root {root} is not there (not mounted?)"
+        try:
+            open_store(tier).probe()
+        except StorekitError as exc:
+            return exc.message
+        return None
     return None
 
 

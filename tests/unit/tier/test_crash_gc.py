@@ -261,3 +261,37 @@ def test_a_damaged_journal_stops_neither_the_other_moves_nor_gc(
     (left,) = gc_ran.json()["left"]
     assert left.startswith(f"{bad}: damaged unit journal") and "left as it is" in left
     assert bad.read_text() == '{"version": 99, "state": "stubbed"}\n'
+
+
+def test_a_killed_drain_whose_burst_tier_is_not_mounted_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sk: Callable[..., Ran]
+) -> None:
+    """An unmounted tier is not a removed run: gc and a plain rerun leave the journal of a drain
+    killed after its stub while its burst tier's root is missing, saying so; once the tier is back
+    the move is finished (the source freed, its stub in place)."""
+    monkeypatch.delenv("STOREKIT_TIER_JOURNAL", raising=False)
+    make_site(tmp_path)
+    nvme, journal = tmp_path / "nvme", tmp_path / "lustre" / ".storekit-tier-journal"
+    for n in (100, 200):
+        make_unit(nvme / f"{RUN}/step_{n:06d}", seed=n)
+    unit = nvme / f"{RUN}/step_000100"
+    before = snapshot(unit)
+    killed = run_storekit(
+        ["tier", "--drain", RUN, "--json"], cwd=tmp_path, env={"STOREKIT_FAULTS": "tier.stubbed=kill"}
+    )
+    assert killed.code == -9, killed.stderr
+    held = unfinished(journal)
+    nvme.rename(tmp_path / "nvme-not-mounted")  # the node's NVMe not mounted (yet)
+    rerun = sk(tmp_path, "tier", "--archive", "datasets", "--tier", "lustre", "--json")  # a plain run
+    assert rerun.code == 0 and "finished_interrupted" not in rerun.json(), rerun.stdout
+    assert unfinished(journal) == held
+    gc_ran = sk(tmp_path, "tier", "gc", "--tier", "lustre", "--json")
+    assert gc_ran.code == 0, gc_ran.stderr
+    (left,) = gc_ran.json()["left"]
+    assert f"its root {nvme} is not there (not mounted?)" in left and left.endswith("the tier is back")
+    assert unfinished(journal) == held
+    (tmp_path / "nvme-not-mounted").rename(nvme)
+    back = sk(tmp_path, "tier", "gc", "--json")
+    assert back.code == 0 and len(back.json()["finished"]) == 1, back.stdout
+    assert unfinished(journal) == [] and not unit.exists() and stub_path(unit).is_file()
+    assert snapshot(tmp_path / "lustre" / RUN / "step_000100") == before
