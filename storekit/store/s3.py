@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import IO, Any, NoReturn, TypeVar, cast
 
-from storekit.config import TierConfig, mask_url
+from storekit.config import URL_CREDENTIALS_HINT, TierConfig, mask_url
 from storekit.errors import (
+    DENIED_CODES,
     NotFoundError,
     PathEscapeError,
+    PermissionDeniedError,
     StorekitError,
     UnreachableError,
     exception_chain,
@@ -39,6 +41,10 @@ S3_READ_AHEAD = 16 * 1024 * 1024  # bytes a reader fetches per GET when the call
 T = TypeVar("T")
 S3_MAX_PARTS = 10_000  # parts per multipart upload: S3's ceiling, also RGW's
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+_DENIED_WHY = {
+    "RequestTimeTooSkewed": "this host's clock is too far from the gateway's",
+    "ExpiredToken": "the session token has expired",
+}
 _GLOB_MAGIC = re.compile(r"[*?\[]")
 
 
@@ -99,8 +105,16 @@ class S3Store(Store):
         try:
             self.call("head bucket", lambda: self.client.head_bucket(Bucket=self.bucket))
         except Exception as exc:
-            if s3_error_code(exc) in (*_MISSING_CODES, "NoSuchBucket"):
+            code = s3_error_code(exc)
+            if code in (*_MISSING_CODES, "NoSuchBucket"):
                 return False
+            if code in DENIED_CODES:  # a HEAD answer has no body: "403" alone would tell nothing
+                why = _DENIED_WHY.get(str(code), "a wrong key or secret, or keys without access to it")
+                raise PermissionDeniedError(
+                    f"tier {self.name}: {self.endpoint} refused access to bucket {self.bucket!r} "
+                    f"(HTTP 403 {code if code != '403' else 'Forbidden'}): {why}",
+                    hint=URL_CREDENTIALS_HINT,
+                ) from None
             raise
         return True
 

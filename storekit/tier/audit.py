@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storekit.config import SiteConfig, TierConfig, file_url_path
+from storekit.config import SiteConfig, TierConfig, file_url_path, mask_url
 from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
-from storekit.errors import BusyError, MismatchError, NotFoundError
+from storekit.errors import BusyError, MismatchError, NotFoundError, StorekitError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.journal import FileUploadJournal
+from storekit.store import open_store
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
     MAX_CHAIN,
@@ -168,8 +170,11 @@ def gc(
                 report.tombstones.extend(str(directory / n) for n in os.listdir(directory) if is_tombstone(n))
             else:
                 report.tombstones.extend(str(directory / n) for n in purge_tombstones(directory))
-    for journal in journals(journal_dir, tidy=not dry_run):
+    damaged: list[str] = []
+    for journal in journals(journal_dir, tidy=not dry_run, damaged=damaged):
         _gc_journal(journal, site, dry_run, report)
+    # never guessed at: which step its move reached is unknown, so its unit is left as it is
+    report.left.extend(f"{why}; left as it is: check its unit, then remove the file" for why in damaged)
     if not dry_run:
         remove_verified_temps(journal_dir)
     return report
@@ -179,6 +184,23 @@ def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, re
     doc = journal.doc
     unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
     lease_path = sibling_lease_path(unit)
+    host = node_local_elsewhere(journal, site)
+    if host is not None:  # the same path on this node is another node's unit, or none at all
+        report.left.append(f"{journal.path}: a move on node-local {unit} of host {host}; run gc there")
+        return
+    if not unit.parent.is_dir():  # the run or dataset directory was removed since: no lease there
+        down = tier_down(unit, site)
+        if down is not None:  # not removed: its tier is not there now (unmounted): wait for it
+            report.left.append(f"{journal.path}: {down}; left for when the tier is back")
+            return
+        if dry_run:
+            done = report.finished if _committed(journal) else report.rolled_back
+            done.append(f"{journal.path}: {unit.parent} is gone")
+        elif _committed(journal):
+            report.finished.append(f"{journal.path}: {finish_without_directory(journal)}")
+        else:
+            _roll_back(journal, unit, site, report)
+        return
     if dry_run:
         holder = binding_lease(lease_path)
         if holder is not None:
@@ -208,11 +230,18 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
     """Before a run: the committed moves that a kill interrupted, carried to their end (a plan would
     skip their units as already stubbed, or as gone); moves still running elsewhere are left."""
     done: list[str] = []
-    for journal in journals(journal_dir, tidy=False):  # read only: a live move's temps are its own
+    # read only: a live move's temps are its own; a damaged journal is `tier gc`'s to report
+    for journal in journals(journal_dir, tidy=False, damaged=[]):
         if not _committed(journal):
             continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
         doc = journal.doc
         unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+        if node_local_elsewhere(journal, site) is not None:
+            continue  # its node's own rerun or gc finishes it
+        if not unit.parent.is_dir():  # removed since the kill: nothing left to free or to stub there
+            if tier_down(unit, site) is None:  # (an unmounted tier is not a removed run: it waits)
+                done.append(f"{unit}: {finish_without_directory(journal)}")
+            continue
         try:
             lease = Lease(sibling_lease_path(unit), purpose=f"finishing an interrupted move of {unit}")
             lease.acquire()
@@ -224,6 +253,41 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
         finally:
             lease.release()
     return done
+
+
+def node_local_elsewhere(journal: UnitJournal, site: SiteConfig | None) -> str | None:
+    """The host a move of a unit on a node-local (burst) tier ran on, when that is not this host:
+    the journals are shared, the unit is not, and only that host may finish or roll it back."""
+    host = journal.doc.get("host")
+    if site is None or not isinstance(host, str) or host == socket.gethostname():
+        return None
+    doc = journal.doc
+    unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+    where = Path(os.path.abspath(unit))
+    for tier in site.tiers.values():
+        root = tier.local_root
+        if tier.role == "burst" and root is not None and where.is_relative_to(os.path.abspath(root)):
+            return host
+    return None
+
+
+def tier_down(path: Path, site: SiteConfig | None) -> str | None:
+    """Why the POSIX tier holding `path` cannot be looked at now (its root missing: not mounted; or
+    its probe fails), None when it is there (or unknown): a directory missing on a tier that is up
+    was removed, on one that is down it is only out of sight."""
+    where = Path(os.path.abspath(path))
+    for tier in site.tiers.values() if site is not None else ():
+        root = tier.local_root
+        if root is None or not where.is_relative_to(os.path.abspath(root)):
+            continue
+        if not os.path.isdir(root):
+            return f"tier {tier.name}: its root {root} is not there (not mounted?)"
+        try:
+            open_store(tier).probe()
+        except StorekitError as exc:
+            return exc.message
+        return None
+    return None
 
 
 def _committed(journal: UnitJournal) -> bool:
@@ -264,6 +328,23 @@ def finish_committed(journal: UnitJournal, site: SiteConfig | None) -> str:
     finally:
         dest.close()
     return f"{action} finished: source {'freed, stub in place' if r.freed else 'kept (copy only)'}"
+
+
+def finish_without_directory(journal: UnitJournal) -> str:
+    """A committed move whose unit's directory was removed after the kill (a run deleted by hand):
+    no stub can stand there and nothing is left to free; the committed copy stays where it is, and
+    the operator is told where, since no stub names it any more."""
+    doc = journal.doc
+    action = str(doc.get("action"))
+    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
+    log_action(journal.dir, f"{action}.directory-gone", journal.id, unit=str(unit), dest=doc.get("dest"))
+    journal.finish()
+    if action == "recall":
+        return f"recall finished: {unit.parent} is gone (removed since), so is the unit"
+    return (
+        f"{action} finished: {unit.parent} is gone (removed since), so is its stub; "
+        f"the committed copy stays at {mask_url(str(doc.get('dest', '?')))}"
+    )
 
 
 def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report: GcReport) -> None:

@@ -338,6 +338,7 @@ class PosixDestination:
         self.manifest_url = self.manifest_path.as_uri()
         self.replaces = replaces
         self.not_owned: list[str] = []  # entries the copy could not give their owner (not root)
+        self.made_dirs: list[Path] = []  # parents this copy created (a rollback removes them, if empty)
 
     def close(self) -> None:
         pass
@@ -362,7 +363,7 @@ class PosixDestination:
         remove_partial(self.temp)  # a killed run's partial copy: never committed
         where = self.where
         check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
-        make_parents(self.dest.parent, src.parent)
+        self.made_dirs = make_parents(self.dest.parent, src.parent)
         try:
             return self._copy(src, entries, on_copied)
         except NoSpaceError as exc:  # what a full tier let us write counts for nothing: gone now
@@ -520,7 +521,11 @@ class PosixDestination:
             remove_partial(self.dest)
         self._purge_swapped()
         remove_write_temps(self.manifest_path)  # what a kill left of its write (we hold the unit's lease)
+        for made in reversed(self.made_dirs):  # the run directories this copy made, deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()  # only if still empty: another writer's files keep it
         left = [self.temp] + ([] if self._holds_replaced() else [self.dest, self.manifest_path])
+        left += [d for d in self.made_dirs if d.is_dir() and not any(d.iterdir())]  # not removable
         return [str(p) for p in left if os.path.lexists(p)]
 
 
@@ -572,16 +577,22 @@ def _own(target: str, e: UnitEntry, not_owned: list[str]) -> None:
         not_owned.append(e.path)
 
 
-def make_parents(directory: Path, like: Path) -> None:
+def make_parents(directory: Path, like: Path) -> list[Path]:
     """Create `directory` and its missing parents, each with the owner and mode of the matching
-    ancestor of `like` where there is one (a drain as root leaves the run dir its user's)."""
+    ancestor of `like` where there is one (a drain as root leaves the run dir its user's); returns
+    those it created, outermost first."""
     missing = []
+    made: list[Path] = []
     d, s = directory, like
     while not d.exists():
         missing.append((d, s))
         d, s = d.parent, s.parent
     for d, s in reversed(missing):
-        d.mkdir(exist_ok=True)
+        try:
+            d.mkdir()
+            made.append(d)
+        except FileExistsError:  # another writer made it meanwhile: theirs
+            continue
         try:
             st = s.stat()
         except OSError:
@@ -589,6 +600,7 @@ def make_parents(directory: Path, like: Path) -> None:
         with contextlib.suppress(PermissionError):
             os.chown(d, st.st_uid, st.st_gid)
         os.chmod(d, stat.S_IMODE(st.st_mode))
+    return made
 
 
 def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:

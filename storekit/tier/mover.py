@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import socket
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,7 +33,15 @@ from typing import Any
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig, mask_url
 from storekit.durable import TMP_MARK, fsync_dir, purge_tombstones, remove_tree
-from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, UsageError
+from storekit.errors import (
+    BusyError,
+    MismatchError,
+    NoSpaceError,
+    NotFoundError,
+    StorekitError,
+    UsageError,
+    storage_error,
+)
 from storekit.lease import Lease, sibling_lease_path
 from storekit.manifest import (
     FILE,
@@ -53,6 +62,7 @@ from storekit.tier.dest import (
     remove_partial,
 )
 from storekit.tier.relpath import check_rel
+from storekit.tier.samecopy import differs as copy_differs
 from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
@@ -130,12 +140,15 @@ def archive_unit(
     transfer: TransferConfig | None = None,
     info: UnitInfo | None = None,
     dst_rel: str | None = None,
+    node_local: bool = False,
 ) -> UnitResult:
     """Copy the unit at `src_root/unit_rel` to the archive tier `dst` (at `dst_rel`, default the same
     relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
     free the source. An archive tier that is a POSIX directory takes the drain's way there."""
     if dst.scheme == "file":
-        return _to_posix("archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+        return _to_posix(
+            "archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel, node_local=node_local
+        )
     if dst.scheme != "s3":
         raise UsageError(
             f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
@@ -151,8 +164,9 @@ def archive_unit(
         return S3Destination(dst, to_path, journal=uploads, config=transfer)
 
     return _move(
-        "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info
-    )
+        "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info,
+        node_local=node_local,
+    )  # fmt: skip
 
 
 def drain_unit(
@@ -164,11 +178,14 @@ def drain_unit(
     free_source: bool = True,
     info: UnitInfo | None = None,
     dst_rel: str | None = None,
+    node_local: bool = False,
 ) -> UnitResult:
     """Copy the unit to the POSIX tier `dst` (at `dst_rel`, default the same relative path; a temp
     sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
-    free the source."""
-    return _to_posix("drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel)
+    free the source. `node_local`: the source is on this node's burst tier (see unit_leased)."""
+    return _to_posix(
+        "drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel, node_local=node_local
+    )
 
 
 def posix_temp_tag(action: str, uid: str) -> str:
@@ -185,6 +202,8 @@ def _to_posix(
     free_source: bool,
     info: UnitInfo | None,
     dst_rel: str | None,
+    *,
+    node_local: bool = False,
 ) -> UnitResult:
     to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {dst.name}: path")
     check_rel(unit_rel, f"{action}: unit path")
@@ -203,8 +222,9 @@ def _to_posix(
     if not journal.load(tidy=False) and os.path.lexists(dest) != has_manifest:  # read-only here
         raise StorekitError(f"{dest}: already exists on the destination; refusing to {action} over it")
     return _move(
-        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info
-    )
+        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info,
+        node_local=node_local,
+    )  # fmt: skip
 
 
 def _move(
@@ -217,10 +237,12 @@ def _move(
     to: tuple[str, str],  # (tier name, path on it)
     free_source: bool,
     info: UnitInfo | None,
+    *,
+    node_local: bool = False,
 ) -> UnitResult:
     src = src_root / unit_rel
     timer = PhaseTimer()
-    with unit_leased(action, src, journal) as resumed:
+    with unit_leased(action, src, journal, node_local=node_local) as resumed:
         if not resumed:
             stub = moved_stub(src)
             if stub is not None:
@@ -272,15 +294,24 @@ def _refuse_another_units_copy(dest: Destination, src: Path) -> bytes | None:
 
 
 @contextlib.contextmanager
-def unit_leased(action: str, src: Path, journal: UnitJournal) -> Iterator[bool]:
+def unit_leased(action: str, src: Path, journal: UnitJournal, *, node_local: bool = False) -> Iterator[bool]:
     """Hold the unit's lease, what a killed move left beside it tidied; yields whether `journal`
-    resumes an earlier run (every move and purge starts here)."""
+    resumes an earlier run (every move and purge starts here). On a node-local tier (`node_local`)
+    a journal another host left for this path is that host's unit: never resumed here."""
     if not src.parent.is_dir():
         raise NotFoundError(f"{src}: no such unit")
     with Lease(sibling_lease_path(src), purpose=f"running tier {action} of {src}"):
         purge_tombstones(src.parent)  # a free that a kill interrupted
         remove_own_temps(src)
-        yield journal.load()
+        resumed = journal.load()
+        host = journal.doc.get("host") if resumed else None
+        if node_local and isinstance(host, str) and host != socket.gethostname():
+            raise BusyError(
+                f"{src}: a {journal.doc.get('action', action)} of this path on host {host} is not "
+                f"finished ({journal.path}); this node's unit there waits for it",
+                hint=f"on {host}: rerun it, or run `storekit tier gc`; then rerun here",
+            )
+        yield resumed
 
 
 def moved_stub(src: Path) -> Stub | None:
@@ -598,13 +629,14 @@ def recall_unit(
     site: SiteConfig,
     transfer: TransferConfig | None = None,
     depth: int = 0,
+    node_local: bool = False,
 ) -> UnitResult:
     """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was (from
     either end of a chain: a copy that moved on again is recalled to where this stub says first)."""
     unit = root / check_rel(unit_rel, "recall: unit path")
     spath = stub_path(unit)
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
-    with unit_leased("recall", unit, journal) as resumed:
+    with unit_leased("recall", unit, journal, node_local=node_local) as resumed:
         stub = read_stub(spath)
         if not resumed and stub is not None and _settle_interrupted_move(unit, stub, journal_dir):
             return _result(
@@ -626,18 +658,71 @@ def recall_unit(
                     )
                 raise NotFoundError(f"{spath}: no such stub (and no unit {unit})")
             if os.path.lexists(unit):
-                raise StorekitError(f"{unit}: exists beside its stub {spath}; refusing to overwrite it")
+                return _unit_beside_its_stub(unit, unit_rel, stub, site, journal_dir, transfer)
             journal.advance(
                 "planned", action="recall", unit=unit_rel, target=str(unit), stub=dataclasses.asdict(stub)
             )
         stub = Stub(**journal.doc["stub"])
         if journal.state in ("planned", "copying"):
-            _recall_upstream(stub, site, journal_dir=journal_dir, transfer=transfer, depth=depth)
+            try:
+                _recall_upstream(stub, site, journal_dir=journal_dir, transfer=transfer, depth=depth)
+            except (StorekitError, OSError):  # nothing of this recall is written yet: no journal stays
+                remove_partial(_recall_temp(unit, journal.id))
+                log_action(journal_dir, "recall.failed", journal.id, unit=str(unit), rolled_back=True)
+                journal.finish()
+                raise
         source = source_of_stub(stub, site, transfer=transfer)
         try:
-            return _recall(unit, unit_rel, journal, stub, source, resumed)
+            return _recall(unit, unit_rel, journal, stub, source, resumed, where=_tier_at(site, root))
         finally:
             source.close()
+
+
+def _tier_at(site: SiteConfig, root: Path) -> str:
+    """The tier whose root is `root`, as messages name it."""
+    for tier in site.tiers.values():
+        if tier.local_root is not None and os.path.abspath(tier.local_root) == os.path.abspath(root):
+            return f"tier {tier.name}"
+    return f"the tier at {root}"
+
+
+def _recall_temp(unit: Path, uid: str) -> Path:
+    """Where a recall fetches the unit before renaming it into place."""
+    return unit.parent / f".{unit.name}{TMP_MARK}recall-{uid}"
+
+
+def _unit_beside_its_stub(
+    unit: Path,
+    unit_rel: str,
+    stub: Stub,
+    site: SiteConfig,
+    journal_dir: Path,
+    transfer: TransferConfig | None,
+) -> UnitResult:
+    """The unit is back beside its stub and no journal says why (copied back by hand, a journal
+    lost). The recall's goal is met if it is the copy the stub names, byte for byte: then only the
+    stub goes. Anything else is refused with what differs and what to do; nothing is changed."""
+    spath = stub_path(unit)
+    source = source_of_stub(stub, site, transfer=transfer)
+    try:
+        data, url = source.manifest(), source.manifest_url
+    finally:
+        source.close()
+    if data is None or manifest_digest(data) != stub.manifest_xxh3:
+        gone = "gone" if data is None else "replaced since"
+        differs: str | None = f"it cannot be compared: the copy the stub names is {gone}, {url}"
+    else:
+        differs = copy_differs(unit, walk_unit(unit), parse_unit_manifest(data, url))
+    if differs is not None:
+        raise StorekitError(
+            f"{unit}: here beside its stub, and not the copy the stub names ({differs}); nothing was changed",
+            hint=f"to keep the unit here, remove {spath}; to recall the copy, move the unit aside first",
+        )
+    spath.unlink()
+    fsync_dir(unit.parent)
+    why = "the unit here is the copy the stub names, byte for byte"
+    log_action(journal_dir, "recall.stub-removed", stub.unit_id, stub=str(spath), reason=why)
+    return _result("recall", unit_rel, unit.as_uri(), stub, "already-present", resumed=False, freed=True)
 
 
 MAX_CHAIN = 4  # burst -> parallel -> archive is 2 hops; more means a loop of stubs
@@ -690,21 +775,30 @@ def _settle_interrupted_move(unit: Path, stub: Stub, journal_dir: Path) -> bool:
 
 
 def _recall(
-    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination, resumed: bool
+    unit: Path,
+    unit_rel: str,
+    journal: UnitJournal,
+    stub: Stub,
+    source: Destination,
+    resumed: bool,
+    *,
+    where: str = "",
 ) -> UnitResult:
     uid, jdir = journal.id, journal.dir
-    temp = unit.parent / f".{unit.name}{TMP_MARK}recall-{uid}"
+    temp = _recall_temp(unit, uid)
     timer = PhaseTimer()
     if journal.state in ("planned", "copying"):
         journal.advance("copying", temp=str(temp))
         try:
             timer.lap("plan")
-            _recall_copy(unit, unit_rel, journal, stub, source, temp)
+            _recall_copy(unit, unit_rel, journal, stub, source, temp, where or f"the tier at {unit.parent}")
             timer.lap("copy")  # fetched, hashed, fsynced and checked against the manifest
-        except StorekitError:  # nothing was renamed into place: the temp and the journal go too
+        except (StorekitError, OSError) as exc:  # nothing was renamed into place: temp and journal go
             remove_partial(temp)
             log_action(jdir, "recall.failed", uid, unit=str(unit), rolled_back=True)
             journal.finish()
+            if isinstance(exc, OSError):  # a read-only or vanished tier: one line, not a traceback
+                raise storage_error(exc, str(exc.filename or temp)) or exc from None
             raise
     manifest, _data = _saved_manifest(journal)
     if journal.state == "copied":
@@ -746,7 +840,7 @@ def _recall(
 
 
 def _recall_copy(
-    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination, temp: Path
+    unit: Path, unit_rel: str, journal: UnitJournal, stub: Stub, source: Destination, temp: Path, where: str
 ) -> None:
     """Fetch the copy into `temp`, every file checked in the pass; the journal says `copied` after."""
     uid, jdir = journal.id, journal.dir
@@ -763,13 +857,18 @@ def _recall_copy(
     journal.save_manifest(data)
     manifest = parse_unit_manifest(data, source.manifest_url)
     remove_partial(temp)
-    check_space(unit.parent, manifest.total_bytes, len(manifest.entries), f"the tier at {unit.parent}")
+    check_space(unit.parent, manifest.total_bytes, len(manifest.entries), where)
     log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
     try:  # every file checked against the manifest in the pass
         not_owned = materialize(manifest.entries, temp, source.fetch)
     except MismatchError as exc:  # evidence against the copy: no purge may trust it any more
         record_failed(jdir, source.manifest_url, exc.message)
         raise
+    except NoSpaceError as exc:  # the tier filled up during the fetch: named, the partial copy goes
+        raise NoSpaceError(
+            f"{where} is full: {exc.message}; the partial copy was removed, nothing was changed",
+            hint=f"free space on {where}, then recall again",
+        ) from None
     fsync_dir(unit.parent)
     if not_owned:
         log_action(jdir, "recall.owners-not-restored", uid, entries=not_owned[:20], count=len(not_owned))

@@ -51,24 +51,27 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitResult:
     check_rel(unit.src_path, f"{unit.action} of tier {unit.src_tier} path")
     check_rel(unit.dst_path, f"{unit.action} to tier {unit.dst_tier} path")
     info = UnitInfo(unit_kind=unit.unit_kind, writer=unit.writer, step=unit.step)
+    # the unit's tier is this node's own (burst): another host's journal for its path is not its
+    local = site.tier(unit.dst_tier if unit.action == "recall" else unit.src_tier).role == "burst"
     try:
         if unit.action == "archive":
             src = tier_root(site.tier(unit.src_tier))
             dst = site.tier(unit.dst_tier)
             r = archive_unit(
                 src, unit.src_path, dst, journal_dir=journal, free_source=unit.free_source, info=info,
-                dst_rel=unit.dst_path,
+                dst_rel=unit.dst_path, node_local=local,
             )  # fmt: skip
         elif unit.action == "drain":
             src = tier_root(site.tier(unit.src_tier))
             r = drain_unit(
                 src, unit.src_path, site.tier(unit.dst_tier), journal_dir=journal,
-                free_source=unit.free_source, info=info, dst_rel=unit.dst_path,
+                free_source=unit.free_source, info=info, dst_rel=unit.dst_path, node_local=local,
             )  # fmt: skip
         elif unit.action == "recall":
             r = recall_unit(
-                tier_root(site.tier(unit.dst_tier)), unit.dst_path, journal_dir=journal, site=site
-            )
+                tier_root(site.tier(unit.dst_tier)), unit.dst_path, journal_dir=journal, site=site,
+                node_local=local,
+            )  # fmt: skip
         elif unit.action == "purge":
             from storekit.tier.purge import purge_unit
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from storekit.config import TierConfig
 from storekit.errors import MismatchError
-from storekit.manifest import FILE, LINK, UnitEntry, UnitManifest, manifest_digest, parse_unit_manifest
-from storekit.ops import FileDigest, hash_local
+from storekit.manifest import UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.s3transfer import TransferConfig
 from storekit.tier.dest import Destination, PosixDestination, S3Destination
 from storekit.tier.mover import (
@@ -31,6 +30,7 @@ from storekit.tier.mover import (
     unit_leased,
 )
 from storekit.tier.relpath import check_rel
+from storekit.tier.samecopy import differs as copy_differs
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitwalk import fingerprint, walk_unit
 from storekit.tier.verified import record_failed, record_verified, verified_at
@@ -103,7 +103,7 @@ def _verified_copy(
         raise NoVerifiedCopy(f"{src}: no committed copy at {dest.manifest_url}; not purged")
     manifest = parse_unit_manifest(data, dest.manifest_url)
     entries = walk_unit(src)
-    differs = _differs(src, entries, manifest)
+    differs = copy_differs(src, entries, manifest)
     if differs is not None:
         raise NoVerifiedCopy(f"{src}: not the unit copied to {dest.url} ({differs}); not purged")
     digest = manifest_digest(data)
@@ -125,28 +125,6 @@ def _verified_copy(
         how = "read back now"
     log_action(journal.dir, "purge.verified", journal.id, source=str(src), copy=dest.url, how=how)
     return entries, data
-
-
-def _differs(src: Path, entries: list[UnitEntry], manifest: UnitManifest) -> str | None:
-    """What makes the source other than the copy's manifest says (None: the same unit, byte for byte)."""
-    want = {e.path: e for e in manifest.entries}
-    got = {e.path: e for e in entries}
-    if set(want) != set(got):
-        odd = sorted(set(want) ^ set(got))
-        where = "the copy" if odd[0] in want else "the source"
-        return f"{odd[0]} is only in {where}; {len(odd)} entries differ"
-    for path, w in want.items():
-        g = got[path]
-        if (g.type, g.target) != (w.type, w.target) or (w.type != LINK and g.mode != w.mode):
-            return f"{path}: type, mode or link target differs"
-        if w.type == FILE and (g.size, g.mtime_ns) != (w.size, w.mtime_ns):
-            return f"{path}: size or mtime differs"
-    for path, w in want.items():
-        if w.type == FILE:
-            got_digest = hash_local(src if path == "." else src / path, drop_cache=True)
-            if got_digest != FileDigest(size=w.size, xxh3_128=w.xxh3_128):
-                return f"{path}: its bytes differ from the copy's"
-    return None
 
 
 def _already(unit_rel: str, dest: Destination, digest: str, size: int, files: int) -> UnitResult:

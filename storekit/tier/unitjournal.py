@@ -90,6 +90,7 @@ class UnitJournal:
     def advance(self, state: str, **fields: Any) -> None:
         """Durably record that `state` was reached (and any fields that go with it)."""
         self.doc.update(fields, version=JOURNAL_VERSION, id=self.id, state=state, updated=time.time())
+        self.doc.setdefault("host", socket.gethostname())  # a node-local unit is only there
         self.dir.mkdir(parents=True, exist_ok=True)
         data = json.dumps(self.doc, indent=1, sort_keys=True).encode() + b"\n"
         write_file_atomic(self.path, data, mode=0o600)
@@ -127,8 +128,10 @@ def _is_journal_name(name: str) -> bool:
     return name.endswith(".json") and name.count(".") == 1
 
 
-def journals(journal_dir: Path, *, tidy: bool = True) -> list[UnitJournal]:
-    """Every unit journal left in `journal_dir` (moves not finished)."""
+def journals(journal_dir: Path, *, tidy: bool = True, damaged: list[str] | None = None) -> list[UnitJournal]:
+    """Every unit journal left in `journal_dir` (moves not finished). A journal that cannot be read
+    raises, or with `damaged` given is listed there ("<path>: why") and skipped: one bad file must
+    not stop every other move's way forward."""
     found = []
     with contextlib.suppress(FileNotFoundError):
         names = sorted(os.listdir(journal_dir))
@@ -137,7 +140,14 @@ def journals(journal_dir: Path, *, tidy: bool = True) -> list[UnitJournal]:
             uid = name.split(".")[0]
             if _is_journal_name(name) and not name.startswith("."):
                 j = UnitJournal(journal_dir, uid)
-                if j.load(tidy=tidy):
+                try:
+                    loaded = j.load(tidy=tidy)
+                except MismatchError as exc:
+                    if damaged is None:
+                        raise
+                    damaged.append(exc.message)
+                    continue
+                if loaded:
                     found.append(j)
             elif tidy and name.endswith((".manifest.json", ".uploads.json")) and uid not in ids:
                 UnitJournal(journal_dir, uid).remove_orphans()  # a kill inside finish()

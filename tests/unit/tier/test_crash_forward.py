@@ -107,7 +107,7 @@ def test_a_cli_archive_killed_around_the_free_goes_forward(
     lustre, vault = site_dir / "lustre", site_dir / "vault"
     journal = lustre / ".storekit-tier-journal"
     src = lustre / UNIT
-    before = snapshot(src)
+    before, newest = snapshot(src), snapshot(lustre / RUN / "step_000200")
     killed = _cli(site_dir, "tier", "--archive", "old-runs", faults=f"{point}=kill")
     assert killed.code == -9, killed.stderr
     if then == "rerun":
@@ -132,7 +132,7 @@ def test_a_cli_archive_killed_around_the_free_goes_forward(
     assert not os.path.lexists(src)
     stub = read_stub(stub_path(src))
     assert stub is not None and stub.to_tier == "vault"
-    assert snapshot(lustre / RUN / "step_000200") == snapshot(lustre / RUN / "step_000200")
+    assert snapshot(lustre / RUN / "step_000200") == newest  # the newest step: never freed, untouched
     back = sk(site_dir, "tier", "--recall", UNIT, "--json")
     assert back.code == 0, back.stderr
     assert snapshot(src) == before and unfinished(journal) == []

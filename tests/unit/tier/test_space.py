@@ -83,6 +83,7 @@ def test_a_tier_that_fills_up_during_the_copy_keeps_nothing_and_the_rerun_comple
     assert info.value.exit_code == 6 and info.value.message.startswith("tier parallel is full: ")
     assert str(small_tier) in info.value.message and str(burst) not in info.value.message
     assert leftovers(small_tier) == [] and not (small_tier / UNIT).exists()
+    assert sorted(p.name for p in small_tier.iterdir()) == [filler.name]  # not even the run dirs it made
     assert unfinished(journal) == [] and snapshot(burst / UNIT) == before
     filler.unlink()
     result = drain_unit(burst, UNIT, site.tier("parallel"), journal_dir=journal)
