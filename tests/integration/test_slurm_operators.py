@@ -218,6 +218,48 @@ def test_slurm_reruns_a_preempted_requeued_or_timed_element_and_the_dataset_is_t
 
 @pytest.mark.slow
 def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: None, tmp_path: Path) -> None:
+@pytest.mark.slow  # ~30 s: a preemption and a rerun
+def test_with_no_requeue_a_preempted_element_ends_preempted_and_jobs_rerun_completes(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """--slurm-no-requeue: the script asks for no time-limit notice, Slurm's preemption ends the
+    element PREEMPTED and nothing requeues it (Slurm refuses `scontrol requeue` for such a job);
+    `jobs rerun` resubmits what is left and the dataset is byte-identical to a local run's."""
+    cfg, corpus = make_site(tmp_path)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {"STOREKIT_FAULTS": HELD, "STOREKIT_FAULT_DIR": str(faults)}
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1", "--slurm-no-requeue",
+                        "--slurm-tasks-per-element", "1000", "--slurm-time", "10")  # fmt: skip
+    proc = run_storekit(args, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)["slurm"]
+    array, fin = doc["array_job_id"], doc["finalize_job_id"]
+    assert "--signal" not in Path(doc["array_script"]).read_text()
+    wait_for("element held", lambda: "done" in _text(element_log(doc, 0)), array)
+    requeue = subprocess.run(
+        ["scontrol", "requeue", f"{array}_0"], capture_output=True, text=True, timeout=30
+    )
+    assert requeue.returncode != 0 and "disabled" in requeue.stderr, requeue.stderr  # what USR1 would ask
+    node = job_field(f"{array}_0", "NodeList")
+    urgent = slurm("sbatch", "--parsable", "-p", "urgent", f"--nodelist={node}", "--exclusive",
+                   "-o", "/dev/null", "--wrap", "true").strip()  # fmt: skip
+    release(faults, doc)
+    wait_gone([array, fin, urgent])
+    assert jobcomp(array) == [("0", "PREEMPTED")] and job_field(fin, "JobState") == "CANCELLED"
+    log = element_log(doc, 0).read_text()
+    assert log.count("tasks to run") == 1 and "stopped by SIGTERM" in log and "requeued" not in log, log
+    rerun = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    again = json.loads(rerun.stdout)
+    wait_gone([again["array_job_id"], again["finalize_job_id"]])
+    assert jobcomp(again["array_job_id"]) == [("0", "COMPLETED")]
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "1"))
+    assert local.returncode == 0, local.stderr
+    assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
+
+
     """32+ elements, 2 at a time (%2): the first ones do every task (helping) and finalize; the
     elements Slurm starts afterwards have nothing to do and exit 0, the finalize job too. While the
     first two are held, `jobs status` shows the rest pending for Slurm's JobArrayTaskLimit; once
@@ -352,3 +394,4 @@ def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, 
     assert all(
         ", 1 workers, on sk-node" in p.read_text() for p in element_logs if "tasks to run" in p.read_text()
     )
+    assert "--signal" not in scripts["array"]  # no requeue: no notice, the time limit ends it TIMEOUT

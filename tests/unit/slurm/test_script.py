@@ -110,3 +110,12 @@ def test_the_time_limit_notice_never_comes_at_the_start_of_a_short_limit() -> No
 def test_an_extra_option_with_spaces_is_quoted_for_sbatch() -> None:
     assert sbatch_line(" --comment=my job ") == '--comment="my job"'
     assert sbatch_line("--constraint=a&b") == "--constraint=a&b"
+
+
+def test_no_requeue_asks_for_no_time_limit_notice() -> None:
+    """The notice (USR1 before the limit) is how an element requeues itself; with --slurm-no-requeue
+    Slurm would refuse that, so the limit ends the element as Slurm says it: TIMEOUT."""
+    job = JobScript(job_name="x", log_dir="/l", command=COMMAND, array="0-3")
+    text = render(job, SlurmOptions(time="2:00:00", requeue=False))
+    assert "#SBATCH --no-requeue\n" in text and "--signal" not in text and "#SBATCH --requeue" not in text
+    assert "#SBATCH --signal=B:USR1@90\n" in render(job, SlurmOptions(time="2:00:00"))
