@@ -128,11 +128,13 @@ def test_scancel_of_an_element_or_the_array_cancels_and_nothing_requeues(
     rerun_args = ["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"]
     wrong = run_storekit([*rerun_args, "--slurm-partition", "nosuch"])
     assert wrong.returncode == 2 and "known: cpu, debug, urgent" in wrong.stdout, wrong.stdout
-    rerun = run_storekit([*rerun_args, "--slurm-time", "30", "--slurm-partition", "cpu"])
+    more = ["--slurm-time", "30", "--slurm-partition", "cpu", "--slurm-mem", "200M"]
+    rerun = run_storekit([*rerun_args, *more])
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     again = json.loads(rerun.stdout)
     assert job_field(again["array_job_id"], "Partition") == "cpu"  # what the retry asked for
     assert job_field(again["array_job_id"], "TimeLimit") == "00:30:00"
+    assert job_field(again["array_job_id"], "MinMemoryNode") == "200M"
     status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
     counts = json.loads(status.stdout)["jobs"][0]["counts"]
     # the cancelled elements' tasks are open again, not failures; the new array may already have run
@@ -216,8 +218,6 @@ def test_slurm_reruns_a_preempted_requeued_or_timed_element_and_the_dataset_is_t
     assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
 
 
-@pytest.mark.slow
-def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: None, tmp_path: Path) -> None:
 @pytest.mark.slow  # ~30 s: a preemption and a rerun
 def test_with_no_requeue_a_preempted_element_ends_preempted_and_jobs_rerun_completes(
     slurm_cluster: None, tmp_path: Path
@@ -260,6 +260,8 @@ def test_with_no_requeue_a_preempted_element_ends_preempted_and_jobs_rerun_compl
     assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
 
 
+@pytest.mark.slow
+def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: None, tmp_path: Path) -> None:
     """32+ elements, 2 at a time (%2): the first ones do every task (helping) and finalize; the
     elements Slurm starts afterwards have nothing to do and exit 0, the finalize job too. While the
     first two are held, `jobs status` shows the rest pending for Slurm's JobArrayTaskLimit; once
@@ -310,6 +312,38 @@ def test_with_no_requeue_a_preempted_element_ends_preempted_and_jobs_rerun_compl
         assert published["jobs"] == [array, fin] and published["finalized_by"].startswith(f"element {array}_")
     human = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg)])
     assert human.returncode == 0 and human.stdout.startswith(f"published: {dataset} at "), human.stdout
+
+
+def partition_cpus(partition: str = "debug") -> int:
+    """The CPUs of the partition's nodes, all together (sinfo %C: allocated/idle/other/total)."""
+    return int(slurm("sinfo", "-h", "-p", partition, "-o", "%C").split("/")[-1])
+
+
+@pytest.mark.slow  # ~1 min: 32+ element starts, a local run to compare
+def test_a_full_run_of_more_elements_than_cpus_is_completed_everywhere(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """No %N and nothing held: 32+ one-CPU elements on a cluster with fewer CPUs, Slurm starting each
+    as a CPU frees up (the late ones find their tasks done by helpers, or the job published). Every
+    element and the finalize job end COMPLETED in the jobcomp log, and the dataset is byte-identical
+    to a local run's."""
+    cfg, corpus = make_site(tmp_path)
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
+                        "--slurm-tasks-per-element", "1")  # fmt: skip
+    args[args.index("--task-size") + 1] = "8KiB"
+    doc = submit(args)["slurm"]
+    assert doc["elements"] >= 32 and doc["elements"] > partition_cpus(), doc
+    array, fin = doc["array_job_id"], doc["finalize_job_id"]
+    wait_gone([array, fin])
+    ends = jobcomp(array)
+    assert len(ends) == doc["elements"] and {s for _, s in ends} == {"COMPLETED"}, ends
+    assert jobcomp(fin) == [("", "COMPLETED")]
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    local_args = prepare_args(cfg, corpus, "v2", "--workers", "1")
+    local_args[local_args.index("--task-size") + 1] = "8KiB"  # the same plan
+    local = run_storekit(local_args)
+    assert local.returncode == 0, local.stderr
+    assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
 
 
 def test_a_bad_input_fails_only_the_element_that_owns_it_named_with_its_log(
@@ -368,6 +402,7 @@ def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, 
     for line in ("--mem-per-cpu=1G", "--no-requeue", "--dependency=afterok:1", "--job-name=tok"):
         assert f"#SBATCH {line}\n" in scripts["array"], scripts["array"]
     assert "--job-name=fin-tok\n" in scripts["finalize"] and "--dependency" not in scripts["finalize"]
+    assert "--signal" not in scripts["array"]  # no requeue: no notice, the time limit ends it TIMEOUT
 
     env = {"MY_PASS": "hunter2-not-for-slurm"}
     proc = run_storekit([*base, "--slurm-extra", "--comment=my job", "--slurm-wait"], env=env)
@@ -394,4 +429,3 @@ def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, 
     assert all(
         ", 1 workers, on sk-node" in p.read_text() for p in element_logs if "tasks to run" in p.read_text()
     )
-    assert "--signal" not in scripts["array"]  # no requeue: no notice, the time limit ends it TIMEOUT
