@@ -167,6 +167,14 @@ def render(script: JobScript, options: SlurmOptions) -> str:
             lines.append(f"#SBATCH --{flag}={value}")
     lines += [f"#SBATCH {sbatch_line(line)}" for line in options.extra]
     lines.append("set -eu")
+    # Slurm made the log with the submitter's umask (077: only its owner reads it); logs/ is the
+    # team's area, so it is made group-readable as the scripts beside it are
+    own_log = (
+        '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out"'
+        if script.array is not None
+        else '"${SLURM_JOB_ID}.out"'
+    )
+    lines.append(f"chmod g+r -- {shlex.quote(script.log_dir)}/{own_log} 2>/dev/null || :")
     if options.setup:
         lines.append(options.setup)
     prefix = f"{options.container} " if options.container else ""

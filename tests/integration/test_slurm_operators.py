@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_storekit
+from tests.conftest import run_storekit, start_storekit
 from tests.integration.test_prepare_slurm import (
     WAIT_S,
     dataset_files,
@@ -372,6 +372,24 @@ def test_a_bad_input_fails_only_the_element_that_owns_it_named_with_its_log(
     records = json.loads(status.stdout)["jobs"][0]["failed"]
     assert len(records) == 1 and records[0]["log"] == str(element_log(doc, owner)), records
     assert str(bad) in records[0]["error"] and str(bad) in element_log(doc, owner).read_text()
+
+
+def test_element_and_finalize_logs_are_group_readable_under_a_private_umask(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """A submitter whose umask is 077: Slurm makes each %A_%a.out and %j.out 0600; the jobs open
+    them to the group (0640), as the scripts beside them, so teammates can read the logs."""
+    cfg, corpus = make_site(tmp_path)
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1", "--slurm-wait",
+                        "--slurm-tasks-per-element", "1000")  # fmt: skip
+    proc = start_storekit(args, umask=0o077)
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0, out + err
+    doc = json.loads(out)["slurm"]
+    wait_gone([doc["array_job_id"], doc["finalize_job_id"]])  # the finalize job's own end
+    logs = sorted(Path(doc["log_dir"]).glob("*.out"))
+    assert len(logs) == doc["elements"] + 1, logs
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in logs} == {p.name: "0o640" for p in logs}
 
 
 def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, tmp_path: Path) -> None:
