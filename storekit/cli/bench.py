@@ -87,9 +87,10 @@ Several nodes (--executor slurm --nodes N): one agent per node, started
 once with srun --ntasks-per-node=1: inside an sbatch/salloc allocation
 on its nodes, else srun asks Slurm for N nodes (--slurm-partition,
 --slurm-time, --slurm-account) and waits for them. The agents connect back
-to this command over TCP (--coordinator-address); once the first has, the
-others have --slurm-connect-timeout seconds (300) or the run stops (exit 5)
-naming the node whose agent did not. It needs the target
+to this command over TCP (--coordinator-address); once their job step has
+started, and again once the first has connected, they have
+--slurm-connect-timeout seconds (300) or the run stops (exit 5) naming
+each node whose agent did not. It needs the target
 mounted too; it must be a shared filesystem. Workers wait on a two-level
 barrier (local, then all nodes); a node that fails, dies or falls silent
 stops every node before cleanup. Clock offsets are measured at the
@@ -401,7 +402,8 @@ def io(
         typer.Option(
             "--slurm-connect-timeout",
             metavar="SECONDS",
-            help="slurm: how long the other agents may take to connect after the first (default 300).",
+            help="slurm: how long the agents have to connect once their job step runs, counted "
+            "again from the first one's connection (default 300).",
         ),
     ] = None,
     coordinator_address: Annotated[

@@ -143,8 +143,8 @@ NoRequeueOpt = Annotated[
     bool,
     typer.Option(
         "--slurm-no-requeue",
-        help="Slurm may not requeue elements (preemption, node failure, the time-limit notice "
-        "end them; `storekit jobs rerun` resumes).",
+        help="Slurm may not requeue elements (preemption and node failure end them, the time "
+        "limit with TIMEOUT and no USR1 notice; `storekit jobs rerun` resumes).",
         rich_help_panel=_PANEL,
     ),
 ]

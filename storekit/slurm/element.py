@@ -60,6 +60,7 @@ def process_age() -> float | None:
 def stop_on_signals() -> None:
     """USR1/TERM stop the element like Ctrl-C (KeyboardInterrupt in the main thread); which one
     arrived decides whether it asks for a requeue (`requeue_wanted`)."""
+    _stopped_by.clear()  # one element per process; tests run several
     if threading.current_thread() is threading.main_thread():  # elsewhere (tests) main's handlers stand
         for sig in STOP_SIGNALS:
             signal.signal(sig, _note_and_stop)

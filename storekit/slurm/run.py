@@ -4,11 +4,12 @@ It reads which plan tasks it owns from the submission in jobs.json (by `$SLURM_A
 `$SLURM_ARRAY_TASK_ID`), skips those with a completion record (a requeued element resumes), and runs
 the rest on the local executor with `$SLURM_CPUS_PER_TASK` workers, naming its Slurm log in failure
 records. It takes no lock: tasks only add their own records. On USR1 it requeues itself and exits
-0; on TERM (scancel, preemption, the time limit) it stops and leaves the rest to Slurm (see
-element.py). An element that starts after the job was finalized (more elements than run at once:
-the others did its tasks) has nothing to do and exits 0 saying so. Once its own tasks are done
-it helps with other elements' unstarted tasks (see helping.py). The element that sees every task
-of the plan done finalizes the job itself, the finalize job being the fallback (see inline.py).
+0 (with --slurm-no-requeue it only stops); on TERM (scancel, preemption, the time limit) it stops
+and leaves the rest to Slurm (see element.py). An element that starts after the job was
+finalized (more elements than run at once: the others did its tasks) has nothing to do and exits 0
+saying so. Once its own tasks are done it helps with other elements' unstarted tasks (see
+helping.py). The element that sees every task of the plan done finalizes the job itself, the
+finalize job being the fallback (see inline.py).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def run_element(
         if not work_path.is_dir():
             raise NotFoundError(f"{work_path}: no such work dir")
         tasks = element_tasks(work, array, index, say=say)
+        requeue_ok = requeue_allowed(work, array)
         job = on_node(load_job(work_path, site))  # what its kind checks on a node (kinds.py)
         work.remove_dead_temps()  # a SIGKILLed run's on this node (a requeue after a kill, say)
         scan = work.scan()
@@ -168,6 +170,13 @@ def run_element(
                 "time limit); finished tasks are kept",
                 hint="Slurm requeues a preempted element; after a scancel or TIMEOUT, `storekit jobs rerun`",
             ) from None
+        if not requeue_ok:  # USR1 by hand (its script asks for no notice): Slurm would refuse
+            ignore_stop_signals()
+            raise Interrupted(
+                f"element {name}: stopped by SIGUSR1 after {ran[0]} tasks and not requeued: the array "
+                "was submitted with --slurm-no-requeue; finished tasks are kept",
+                hint="`storekit jobs rerun` resubmits the rest",
+            ) from None
         if not ran[0] and env.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
             ignore_stop_signals()  # requeued before and again no task done: it would never finish
             raise Interrupted(
@@ -200,6 +209,13 @@ def run_element(
     if not _finalizes(work, array):
         return result
     return replace(result, finalized=finalize_inline(work, job, array, name, say))
+
+
+def requeue_allowed(work: JobDir, array: str) -> bool:
+    """False for an array submitted with --slurm-no-requeue (`scontrol requeue` would be refused)."""
+    sub = next((s for s in work.submissions() if s.job_id == array), None)
+    options = sub.extra.get("options") if sub is not None else None
+    return not isinstance(options, dict) or options.get("requeue", True) is not False
 
 
 def _finalizes(work: JobDir, array: str) -> bool:

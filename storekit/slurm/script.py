@@ -60,7 +60,7 @@ class SlurmOptions:
     log_dir: str | None = None  # scripts and logs go to LOG_DIR/<work dir name>/
     mem_per_cpu: str | None = None
     dependency: str | None = None  # the array starts after this, e.g. afterok:123
-    requeue: bool = True  # False: --no-requeue (USR1 then ends the element; `jobs rerun` resumes)
+    requeue: bool = True  # False: --no-requeue and no USR1 notice (the limit: TIMEOUT; `jobs rerun`)
     extra_sbatch_args: tuple[str, ...] = field(default=())  # command-line only (tests: --nodelist)
 
     def check(self) -> None:
@@ -149,9 +149,10 @@ def render(script: JobScript, options: SlurmOptions) -> str:
     lines += [
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue" if options.requeue else "#SBATCH --no-requeue",
-        f"#SBATCH --signal={notice_signal(options.time)}",
-        "#SBATCH --ntasks=1",
     ]
+    if options.requeue:  # the notice is for requeueing: without it the limit ends an element TIMEOUT
+        lines.append(f"#SBATCH --signal={notice_signal(options.time)}")
+    lines += ["#SBATCH --ntasks=1"]
     for flag, value in (
         ("partition", options.partition),
         ("time", options.time),
@@ -166,6 +167,14 @@ def render(script: JobScript, options: SlurmOptions) -> str:
             lines.append(f"#SBATCH --{flag}={value}")
     lines += [f"#SBATCH {sbatch_line(line)}" for line in options.extra]
     lines.append("set -eu")
+    # Slurm made the log with the submitter's umask (077: only its owner reads it); logs/ is the
+    # team's area, so it is made group-readable as the scripts beside it are
+    own_log = (
+        '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out"'
+        if script.array is not None
+        else '"${SLURM_JOB_ID}.out"'
+    )
+    lines.append(f"chmod g+r -- {shlex.quote(script.log_dir)}/{own_log} 2>/dev/null || :")
     if options.setup:
         lines.append(options.setup)
     prefix = f"{options.container} " if options.container else ""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from storekit import faults
 from storekit.durable import write_file_atomic
-from storekit.errors import StorekitError
+from storekit.errors import StorekitError, UsageError
 from storekit.jobs.workdir import JobDir, Submission
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, ElementMap, limits_from_config, map_elements
@@ -87,6 +87,7 @@ def plan_submission(
 ) -> SubmitPlan:
     """The scripts for `todo`; reads the limits from `scontrol show config` unless given."""
     options.check()
+    check_log_dir(log_dir, work.path)
     limits = limits or limits_from_config(commands.show_config())
     elements = map_elements(todo, per_element=options.tasks_per_element, limits=limits)
     array = JobScript(
@@ -107,6 +108,17 @@ def plan_submission(
         options=options,
         config=config,
     )
+
+
+def check_log_dir(log_dir: Path, work: Path) -> None:
+    """Refuse (exit 2, before anything is written) a log dir inside the work dir: finalize removes
+    the work dir, and the scripts and element logs with it."""
+    if log_dir.resolve().is_relative_to(work.resolve()):
+        raise UsageError(
+            f"--slurm-log-dir {log_dir.parent}: the logs would go to {log_dir}, inside the work dir "
+            f"{work}, which finalize removes",
+            hint="give a log dir outside it (default: the tier's logs/)",
+        )
 
 
 def finalize_script(

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, run_storekit, storekit_env
+from tests.conftest import IN_CI, run_storekit, start_storekit, storekit_env
 from tests.integration.test_slurm import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -175,6 +176,17 @@ def test_more_nodes_than_the_cluster_has_is_refused(slurm_nodes: list[str], tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_unknown_partition_is_refused_naming_the_known_ones(
+    slurm_nodes: list[str], tmp_path: Path
+) -> None:
+    proc = run_storekit(["bench", "io", "--executor", "slurm", "--nodes", "1", "--slurm-partition", "nosuch",
+                         "--target", str(tmp_path), "--pattern", "meta", *SMALL], timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert "--slurm-partition 'nosuch': no such partition on this cluster (known: cpu, debug, urgent)" in said
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_controller_down_is_one_line_exit_5(slurm_nodes: list[str], tmp_path: Path) -> None:
     """The same cluster config with the controller's port moved where nothing listens."""
     conf = Path(os.environ["SLURM_CONF"]).read_text()
@@ -240,17 +252,18 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
 ) -> None:
     """Agent rank 1 stalls before connecting (a node with a hung mount): once the first agent has
     connected the other has --slurm-connect-timeout; then one line names the node that did not
-    connect (exit 5), the step is stopped, and no agent tells anyone to resume a benchmark."""
+    connect (exit 5), the step is stopped, and no agent tells anyone to resume a benchmark. (The
+    healthy agent has as long from the job step's start: it connects within ~1 s, 5 s is ample.)"""
     target = tmp_path / "shared"
     target.mkdir()
     faults = tmp_path / "faults"
     faults.mkdir()
     env = {"STOREKIT_FAULTS": "bench.agent1.connect=pause", "STOREKIT_FAULT_DIR": str(faults)}
-    proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "2", env=env)
+    proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "5", env=env)
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert (faults / "bench.agent1.connect.reached").exists()
     message = json.loads(proc.stdout)["error"]["message"]
-    stalled, rest = message.split(": its agent did not connect within 2 s of the first (1 of 2 connected: ")
+    stalled, rest = message.split(": its agent did not connect within 5 s of the first (1 of 2 connected: ")
     connected = rest.rstrip(")")
     assert stalled.startswith("node sk-node") and connected.startswith("sk-node") and stalled[5:] != connected
     assert "resume" not in proc.stderr, proc.stderr
@@ -258,3 +271,70 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
     connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
     assert f"--connect {connect}" not in ps  # the stalled agent was stopped with the step
+
+
+def test_agents_that_all_stall_stop_the_run_naming_every_node(slurm_nodes: list[str], tmp_path: Path) -> None:
+    """Every agent stalls before connecting (the mount they start from hangs on every node): no
+    agent connects first, so the deadline runs from the job step's start; one line names both
+    nodes (exit 5) instead of 'starting 2 agents' for ever with the allocation held."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {
+        "STOREKIT_FAULTS": "bench.agent0.connect=pause,bench.agent1.connect=pause",
+        "STOREKIT_FAULT_DIR": str(faults),
+    }
+    proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "2", env=env)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert (faults / "bench.agent0.connect.reached").exists() and (
+        faults / "bench.agent1.connect.reached"
+    ).exists()
+    message = json.loads(proc.stdout)["error"]["message"]
+    stalled, rest = message.split(": their agents did not connect within 2 s of the job step's start ")
+    assert rest == "(0 of 2 connected)", message
+    names = stalled.removeprefix("nodes ").split(", ")
+    assert len(names) == NODES and set(names) <= set(slurm_nodes), message
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1, proc.stderr
+    assert "resume" not in proc.stderr and leftovers(target) == []
+    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
+    assert f"--connect {connect}" not in ps  # the stalled agents were stopped with the step
+
+
+def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
+    slurm_nodes: list[str], tmp_path: Path
+) -> None:
+    """What an operator does at 'starting 2 agents' that never ends: Ctrl-C (once every agent has
+    stalled, seen through the fault points). One line, exit 130, no 'rerun to resume' (a benchmark
+    is run again), and no agent outlives the command."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {
+        "STOREKIT_FAULTS": "bench.agent0.connect=pause,bench.agent1.connect=pause",
+        "STOREKIT_FAULT_DIR": str(faults),
+    }
+    args = ["bench", "io", "--executor", "slurm", "--nodes", str(NODES), "--target", str(target),
+            "--pattern", "shards", *SMALL]  # fmt: skip
+    proc = start_storekit(args, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not all((faults / f"bench.agent{r}.connect.reached").exists() for r in range(NODES)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=30)
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: interrupted while waiting for {NODES} agents to connect; their job step is stopped"
+    ]
+    assert "resume" not in err.replace("not resumed", ""), err
+    connect = " ".join(err.split()).split("--connect ", 1)[1].split()[0]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
+    assert f"--connect {connect}" not in ps and leftovers(target) == []

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_storekit
+from tests.conftest import run_storekit, start_storekit
 from tests.integration.test_prepare_slurm import (
     WAIT_S,
     dataset_files,
@@ -128,11 +128,13 @@ def test_scancel_of_an_element_or_the_array_cancels_and_nothing_requeues(
     rerun_args = ["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"]
     wrong = run_storekit([*rerun_args, "--slurm-partition", "nosuch"])
     assert wrong.returncode == 2 and "known: cpu, debug, urgent" in wrong.stdout, wrong.stdout
-    rerun = run_storekit([*rerun_args, "--slurm-time", "30", "--slurm-partition", "cpu"])
+    more = ["--slurm-time", "30", "--slurm-partition", "cpu", "--slurm-mem", "200M"]
+    rerun = run_storekit([*rerun_args, *more])
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     again = json.loads(rerun.stdout)
     assert job_field(again["array_job_id"], "Partition") == "cpu"  # what the retry asked for
     assert job_field(again["array_job_id"], "TimeLimit") == "00:30:00"
+    assert job_field(again["array_job_id"], "MinMemoryNode") == "200M"
     status = run_storekit(["jobs", "status", "datasets/text/web/v1", "--config", str(cfg), "--json"])
     counts = json.loads(status.stdout)["jobs"][0]["counts"]
     # the cancelled elements' tasks are open again, not failures; the new array may already have run
@@ -216,6 +218,48 @@ def test_slurm_reruns_a_preempted_requeued_or_timed_element_and_the_dataset_is_t
     assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
 
 
+@pytest.mark.slow  # ~30 s: a preemption and a rerun
+def test_with_no_requeue_a_preempted_element_ends_preempted_and_jobs_rerun_completes(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """--slurm-no-requeue: the script asks for no time-limit notice, Slurm's preemption ends the
+    element PREEMPTED and nothing requeues it (Slurm refuses `scontrol requeue` for such a job);
+    `jobs rerun` resubmits what is left and the dataset is byte-identical to a local run's."""
+    cfg, corpus = make_site(tmp_path)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    env = {"STOREKIT_FAULTS": HELD, "STOREKIT_FAULT_DIR": str(faults)}
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1", "--slurm-no-requeue",
+                        "--slurm-tasks-per-element", "1000", "--slurm-time", "10")  # fmt: skip
+    proc = run_storekit(args, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)["slurm"]
+    array, fin = doc["array_job_id"], doc["finalize_job_id"]
+    assert "--signal" not in Path(doc["array_script"]).read_text()
+    wait_for("element held", lambda: "done" in _text(element_log(doc, 0)), array)
+    requeue = subprocess.run(
+        ["scontrol", "requeue", f"{array}_0"], capture_output=True, text=True, timeout=30
+    )
+    assert requeue.returncode != 0 and "disabled" in requeue.stderr, requeue.stderr  # what USR1 would ask
+    node = job_field(f"{array}_0", "NodeList")
+    urgent = slurm("sbatch", "--parsable", "-p", "urgent", f"--nodelist={node}", "--exclusive",
+                   "-o", "/dev/null", "--wrap", "true").strip()  # fmt: skip
+    release(faults, doc)
+    wait_gone([array, fin, urgent])
+    assert jobcomp(array) == [("0", "PREEMPTED")] and job_field(fin, "JobState") == "CANCELLED"
+    log = element_log(doc, 0).read_text()
+    assert log.count("tasks to run") == 1 and "stopped by SIGTERM" in log and "requeued" not in log, log
+    rerun = run_storekit(["jobs", "rerun", "datasets/text/web/v1", "--config", str(cfg), "--json"])
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    again = json.loads(rerun.stdout)
+    wait_gone([again["array_job_id"], again["finalize_job_id"]])
+    assert jobcomp(again["array_job_id"]) == [("0", "COMPLETED")]
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    local = run_storekit(prepare_args(cfg, corpus, "v2", "--workers", "1"))
+    assert local.returncode == 0, local.stderr
+    assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
+
+
 @pytest.mark.slow
 def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: None, tmp_path: Path) -> None:
     """32+ elements, 2 at a time (%2): the first ones do every task (helping) and finalize; the
@@ -270,6 +314,38 @@ def test_more_elements_than_run_at_once_end_completed_every_one(slurm_cluster: N
     assert human.returncode == 0 and human.stdout.startswith(f"published: {dataset} at "), human.stdout
 
 
+def partition_cpus(partition: str = "debug") -> int:
+    """The CPUs of the partition's nodes, all together (sinfo %C: allocated/idle/other/total)."""
+    return int(slurm("sinfo", "-h", "-p", partition, "-o", "%C").split("/")[-1])
+
+
+@pytest.mark.slow  # ~1 min: 32+ element starts, a local run to compare
+def test_a_full_run_of_more_elements_than_cpus_is_completed_everywhere(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """No %N and nothing held: 32+ one-CPU elements on a cluster with fewer CPUs, Slurm starting each
+    as a CPU frees up (the late ones find their tasks done by helpers, or the job published). Every
+    element and the finalize job end COMPLETED in the jobcomp log, and the dataset is byte-identical
+    to a local run's."""
+    cfg, corpus = make_site(tmp_path)
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1",
+                        "--slurm-tasks-per-element", "1")  # fmt: skip
+    args[args.index("--task-size") + 1] = "8KiB"
+    doc = submit(args)["slurm"]
+    assert doc["elements"] >= 32 and doc["elements"] > partition_cpus(), doc
+    array, fin = doc["array_job_id"], doc["finalize_job_id"]
+    wait_gone([array, fin])
+    ends = jobcomp(array)
+    assert len(ends) == doc["elements"] and {s for _, s in ends} == {"COMPLETED"}, ends
+    assert jobcomp(fin) == [("", "COMPLETED")]
+    dataset = cfg.parent / "storage" / "datasets" / "text" / "web" / "v1"
+    local_args = prepare_args(cfg, corpus, "v2", "--workers", "1")
+    local_args[local_args.index("--task-size") + 1] = "8KiB"  # the same plan
+    local = run_storekit(local_args)
+    assert local.returncode == 0, local.stderr
+    assert dataset_files(dataset) == dataset_files(dataset.parent / "v2")
+
+
 def test_a_bad_input_fails_only_the_element_that_owns_it_named_with_its_log(
     slurm_cluster: None, tmp_path: Path
 ) -> None:
@@ -296,6 +372,24 @@ def test_a_bad_input_fails_only_the_element_that_owns_it_named_with_its_log(
     records = json.loads(status.stdout)["jobs"][0]["failed"]
     assert len(records) == 1 and records[0]["log"] == str(element_log(doc, owner)), records
     assert str(bad) in records[0]["error"] and str(bad) in element_log(doc, owner).read_text()
+
+
+def test_element_and_finalize_logs_are_group_readable_under_a_private_umask(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """A submitter whose umask is 077: Slurm makes each %A_%a.out and %j.out 0600; the jobs open
+    them to the group (0640), as the scripts beside them, so teammates can read the logs."""
+    cfg, corpus = make_site(tmp_path)
+    args = prepare_args(cfg, corpus, "v1", "--executor", "slurm", "--slurm-cpus", "1", "--slurm-wait",
+                        "--slurm-tasks-per-element", "1000")  # fmt: skip
+    proc = start_storekit(args, umask=0o077)
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0, out + err
+    doc = json.loads(out)["slurm"]
+    wait_gone([doc["array_job_id"], doc["finalize_job_id"]])  # the finalize job's own end
+    logs = sorted(Path(doc["log_dir"]).glob("*.out"))
+    assert len(logs) == doc["elements"] + 1, logs
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in logs} == {p.name: "0o640" for p in logs}
 
 
 def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, tmp_path: Path) -> None:
@@ -326,6 +420,7 @@ def test_operator_options_logs_cpus_names_and_early_errors(slurm_cluster: None, 
     for line in ("--mem-per-cpu=1G", "--no-requeue", "--dependency=afterok:1", "--job-name=tok"):
         assert f"#SBATCH {line}\n" in scripts["array"], scripts["array"]
     assert "--job-name=fin-tok\n" in scripts["finalize"] and "--dependency" not in scripts["finalize"]
+    assert "--signal" not in scripts["array"]  # no requeue: no notice, the time limit ends it TIMEOUT
 
     env = {"MY_PASS": "hunter2-not-for-slurm"}
     proc = run_storekit([*base, "--slurm-extra", "--comment=my job", "--slurm-wait"], env=env)

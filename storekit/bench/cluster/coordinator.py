@@ -55,6 +55,12 @@ class NotConnected(Exception):
         self.connected = connected
 
 
+def _step_look_s(waited: float) -> float:
+    """How often to ask Slurm whether the agents' job step runs: often at first, then rarely (srun
+    may wait hours for an allocation, and each look is a request to the controller)."""
+    return 1.0 if waited < 60 else 10.0
+
+
 class Node:
     def __init__(self, conn: Connection, hello: dict[str, Any]) -> None:
         self.conn = conn
@@ -81,16 +87,31 @@ class Cluster:
     # -- connections ------------------------------------------------------------------------------
     @classmethod
     def accept(
-        cls, listener: socket.socket, count: int, token: str, *, alive: Any, connect_s: float | None
+        cls,
+        listener: socket.socket,
+        count: int,
+        token: str,
+        *,
+        alive: Any,
+        connect_s: float | None,
+        step_running: Callable[[], bool] | None = None,
     ) -> Cluster:
         """Accept `count` agents that present the run's token; `alive()` is False once srun ended.
-        Once the first has connected the others have `connect_s` seconds (NotConnected)."""
+        Once `step_running()` (the agents' job step has started on its nodes) they have `connect_s`
+        seconds; once the first has connected, the others have `connect_s` from then (NotConnected):
+        a stalled node is named, and a run whose every node stalls does not wait for ever."""
         nodes: list[Node] = []
         listener.settimeout(0.2)
         deadline: float | None = None
+        began = next_look = time.monotonic()
         while len(nodes) < count:
             if not alive():
                 raise _srun_gone(len(nodes), count)
+            now = time.monotonic()
+            if deadline is None and step_running is not None and connect_s is not None and now >= next_look:
+                next_look = now + _step_look_s(now - began)
+                if step_running():
+                    deadline = now + connect_s
             if deadline is not None and time.monotonic() > deadline:
                 for node in nodes:
                     node.conn.close()
@@ -112,7 +133,7 @@ class Cluster:
                 continue
             sock.settimeout(None)
             nodes.append(Node(conn, hello))
-            if deadline is None and connect_s is not None:
+            if len(nodes) == 1 and connect_s is not None:  # the others: connect_s from the first
                 deadline = time.monotonic() + connect_s
         return cls(nodes)
 

@@ -22,17 +22,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from storekit.bench.cluster.coordinator import Cluster, NodeLost, NotConnected
 from storekit.bench.cluster.wire import TOKEN_ENV
 from storekit.bench.spec import BenchSpec
-from storekit.errors import StorekitError, UnreachableError, UsageError
+from storekit.errors import Interrupted, StorekitError, UnreachableError, UsageError
 from storekit.slurm.commands import run_slurm
 
 CONNECT_AFTER_START_S = 300.0  # once srun runs, its agents start within this (python import, NFS)
-# the default of --slurm-connect-timeout: counted from the first agent's connection (the job step
-# has started: srun's own wait for an allocation is not limited), generous for a slow node
+# the default of --slurm-connect-timeout: counted from the job step's start on the nodes (srun's own
+# wait for an allocation is not limited) and again from the first agent's connection, generous for
+# a slow node
 SRUN_EXIT_WAIT_S = 30.0
 
 
@@ -78,7 +79,14 @@ def check_nodes(opts: AgentSrunOptions) -> int:
         where = f"this allocation (job {os.environ.get('SLURM_JOB_ID')})"
         node_cpus = [int(os.environ.get("SLURM_CPUS_ON_NODE") or 1)]
     else:
-        nodes = partition_nodes(run_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%c"]), opts.partition)
+        sinfo = run_slurm(["sinfo", "-h", "-N", "-o", "%N|%P|%c"])
+        nodes = partition_nodes(sinfo, opts.partition)
+        known = sorted({line.split("|")[1].rstrip("*") for line in sinfo.split() if line.count("|") == 2})
+        if opts.partition is not None and opts.partition not in known:
+            raise UsageError(
+                f"--slurm-partition {opts.partition!r}: no such partition on this cluster "
+                f"(known: {', '.join(known) or 'none'})"
+            )
         have, node_cpus = len(nodes), list(nodes.values())
         where = f"partition {opts.partition}" if opts.partition else "the default partition"
     if opts.nodes > have:
@@ -138,6 +146,8 @@ def launch(opts: AgentSrunOptions, info: Callable[[str], None]) -> Iterator[Clus
     """Start the agents, accept them, measure clocks; on leaving, shut them down and reap srun."""
     cpus = check_nodes(opts)
     token = secrets.token_hex(16)
+    # squeue shows the first 8 characters (bench-io); the rest tells this run's step from others'
+    opts = replace(opts, job_name=f"{opts.job_name}-{secrets.token_hex(3)}")
     listener = socket.create_server(("0.0.0.0", 0), backlog=max(opts.nodes, 16))
     connect = f"{coordinator_address(opts.coordinator_address)}:{listener.getsockname()[1]}"
     argv = srun_command(opts, connect, cpus)
@@ -158,19 +168,28 @@ def launch(opts: AgentSrunOptions, info: Callable[[str], None]) -> Iterator[Clus
     try:
         try:
             cluster = Cluster.accept(
-                listener, opts.nodes, token, alive=lambda: proc.poll() is None, connect_s=opts.connect_timeout
-            )
+                listener, opts.nodes, token, alive=lambda: proc.poll() is None,
+                connect_s=opts.connect_timeout, step_running=lambda: bool(step_nodes(opts.job_name)),
+            )  # fmt: skip
         except NotConnected as exc:
             missing = sorted(set(step_nodes(opts.job_name)) - set(exc.connected)) or ["?"]
+            since = "the first" if exc.connected else "the job step's start"
+            whose = "node {}: its agent" if len(missing) == 1 else "nodes {}: their agents"
             raise NodeLost(
-                f"node {', '.join(missing)}: its agent did not connect within {opts.connect_timeout:.0f} s "
-                f"of the first ({len(exc.connected)} of {opts.nodes} connected: {', '.join(exc.connected)})",
+                f"{whose.format(', '.join(missing))} did not connect within {opts.connect_timeout:.0f} s "
+                f"of {since} ({len(exc.connected)} of {opts.nodes} connected"
+                + (f": {', '.join(exc.connected)})" if exc.connected else ")"),
                 hint="a stalled node (a hung mount?); --slurm-connect-timeout gives slow nodes longer",
             ) from None
         except UnreachableError as exc:
             if proc.poll() is not None:
                 raise UnreachableError(f"srun failed (exit {proc.returncode}): {tail.last()}") from None
             raise exc
+        except KeyboardInterrupt:  # Ctrl-C while a node stalls: nothing ran, and nothing resumes
+            raise Interrupted(
+                f"interrupted while waiting for {opts.nodes} agents to connect; their job step is stopped",
+                hint="a benchmark is run again, not resumed",
+            ) from None
         finally:
             listener.close()
         cluster.measure_clocks()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from storekit.bench.cluster.clock import ClockSample, estimate_offset, to_coordinator_clock
-from storekit.bench.cluster.coordinator import Cluster, NodeFailed
+from storekit.bench.cluster.coordinator import Cluster, NodeFailed, NotConnected
 from storekit.bench.cluster.wire import TOKEN_ENV, target_to_wire, task_from_wire, task_to_wire
 from storekit.bench.leftovers import OWNER_FILE
 from storekit.bench.patterns import build_plan, peak_bytes
@@ -175,6 +175,20 @@ def test_an_agent_without_the_runs_token_is_turned_away(agents: Any) -> None:
     assert abs(cluster.nodes[0].clock["offset_ns"]) < SECOND and cluster.nodes[0].clock["samples"] == 8
     assert cluster.shutdown() == [{"node": "node1", "run_dir_gone": True}]
     assert procs[1].wait(timeout=60) == 0
+
+
+def test_no_agent_connecting_after_the_step_started_ends_the_wait() -> None:
+    """Every node stalls before its agent connects: once Slurm shows the job step running the
+    deadline runs, with no first agent to start it (before, accept waited for ever)."""
+    looks: list[int] = []
+
+    def step_running() -> bool:
+        looks.append(1)
+        return True
+
+    with socket.create_server(("127.0.0.1", 0)) as listener, pytest.raises(NotConnected) as caught:
+        Cluster.accept(listener, 2, "t", alive=lambda: True, connect_s=0.2, step_running=step_running)
+    assert caught.value.connected == [] and looks == [1]  # asked once: it was running
 
 
 def test_a_node_that_cannot_see_the_run_directory_stops_every_node(agents: Any, tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,40 @@ def test_the_time_limit_notice_never_comes_at_the_start_of_a_short_limit() -> No
 def test_an_extra_option_with_spaces_is_quoted_for_sbatch() -> None:
     assert sbatch_line(" --comment=my job ") == '--comment="my job"'
     assert sbatch_line("--constraint=a&b") == "--constraint=a&b"
+
+
+def test_no_requeue_asks_for_no_time_limit_notice() -> None:
+    """The notice (USR1 before the limit) is how an element requeues itself; with --slurm-no-requeue
+    Slurm would refuse that, so the limit ends the element as Slurm says it: TIMEOUT."""
+    job = JobScript(job_name="x", log_dir="/l", command=COMMAND, array="0-3")
+    text = render(job, SlurmOptions(time="2:00:00", requeue=False))
+    assert "#SBATCH --no-requeue\n" in text and "--signal" not in text and "#SBATCH --requeue" not in text
+    assert "#SBATCH --signal=B:USR1@90\n" in render(job, SlurmOptions(time="2:00:00"))
+
+
+def test_the_job_makes_its_own_log_group_readable_whatever_the_submitters_umask(tmp_path: Path) -> None:
+    """Slurm creates %A_%a.out / %j.out with the submitter's umask (0600 under 077); the script's
+    first command opens it to the group, as the scripts beside it in logs/ are (0640)."""
+    logs = tmp_path / "team logs"
+    logs.mkdir()
+    for array, name, env in (("0-3", "5_2.out", {"SLURM_ARRAY_JOB_ID": "5", "SLURM_ARRAY_TASK_ID": "2"}),
+                             (None, "9.out", {"SLURM_JOB_ID": "9"})):  # fmt: skip
+        log = logs / name
+        log.touch(mode=0o600)
+        os.chmod(log, 0o600)
+        text = render(
+            JobScript(job_name="x", log_dir=str(logs), command=["true"], array=array), SlurmOptions()
+        )
+        lines = text.splitlines()
+        chmod = next(ln for ln in lines if ln.startswith("chmod "))
+        assert lines.index(chmod) < len(lines) - 1 and lines[-1] == "exec true"
+        done = subprocess.run(["bash", "-euc", chmod], env={"PATH": os.environ["PATH"], **env})
+        assert done.returncode == 0 and log.stat().st_mode & 0o777 == 0o640, oct(log.stat().st_mode)
+    gone = render(JobScript(job_name="x", log_dir=str(tmp_path / "none"), command=["true"]), SlurmOptions())
+    line = next(ln for ln in gone.splitlines() if ln.startswith("chmod "))
+    assert (
+        subprocess.run(
+            ["bash", "-euc", line], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "1"}
+        ).returncode
+        == 0
+    )

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from storekit.errors import StorekitError
+from storekit.errors import ExitCode, StorekitError
 from storekit.jobs.workdir import JobDir, Submission
 from storekit.slurm.batches import ClusterLimits
 from storekit.slurm.run import element_identity
 from storekit.slurm.script import SlurmOptions
 from storekit.slurm.submit import element_tasks, job_environment, plan_submission
+from tests.conftest import run_storekit
+from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
 
 def test_a_plan_over_max_array_size_keeps_indices_below_it(tmp_path: Path) -> None:
@@ -48,6 +51,9 @@ def test_credentials_never_reach_the_job_environment() -> None:
         "STOREKIT_TEST_S3_SECRET": "x",
         "HF_TOKEN": "h",
         "DB_PASSWORD": "p",
+        "MY_PASS": "p",  # *PASS*, *CREDENTIAL*, *AUTH*: what the issue (#28) names
+        "GOOGLE_APPLICATION_CREDENTIALS": "/keys/sa.json",
+        "WANDB_AUTH": "a",
     }
     assert job_environment(env) == {"PATH": "/usr/bin", "PYTHONPATH": "/shared/sk"}
 
@@ -119,3 +125,34 @@ def test_an_element_of_a_removed_work_dir_fails_at_once(tmp_path: Path) -> None:
     with pytest.raises(StorekitError, match="not a submission"):
         element_tasks(work, "77", 0, clock=t.clock, sleep=t.sleep)
     assert t.sleeps == []
+
+
+def test_slurm_log_dir_takes_the_scripts_and_logs_never_into_the_work_dir(tmp_path: Path) -> None:
+    """--slurm-log-dir DIR: scripts and element logs go to DIR/<work dir name>/ (a dry run shows
+    where, writing nothing); a DIR that puts them inside the work dir, which finalize removes with
+    everything in it, is refused before anything is written (exit 2)."""
+    cfg = tmp_path / "storekit.toml"
+    cfg.write_text('default_tier = "shared"\n[tiers.shared]\nurl = "./storage"\n')
+    (tmp_path / "storage").mkdir()
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", sample_records(200))
+    logs = tmp_path / "team-logs"
+    args = ["prepare", "dataset", "-i", str(tmp_path / "corpus"), "--tokenizer", TOKENIZER, "--name", "w",
+            "--executor", "slurm", "--dry-run", "--json", "--config", str(cfg)]  # fmt: skip
+    no_slurm = {"PATH": str(Path(sys.executable).parent)}  # a dry run assumes Slurm's limits
+    proc = run_storekit([*args, "--slurm-log-dir", str(logs)], env=no_slurm)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    work = Path(doc["plan"]["work_dir"])
+    assert doc["slurm"]["log_dir"] == str(logs / work.name)
+    assert f"#SBATCH --output={logs / work.name}/%A_%a.out\n" in doc["slurm"]["sbatch"]["array"]
+    assert f"--log-dir {logs / work.name} " in doc["slurm"]["sbatch"]["finalize"]
+    assert not logs.exists()
+    for inside in (work, work.parent):  # DIR/<work dir name> is the work dir itself or below it
+        bad = run_storekit([*args, "--slurm-log-dir", str(inside)], env=no_slurm)
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        error = json.loads(bad.stdout)["error"]
+        assert error["exit_code"] == ExitCode.USAGE and f"inside the work dir {work}" in error["message"]
+    assert not logs.exists() and not work.exists()
+    with pytest.raises(StorekitError, match="inside the work dir"):
+        plan_submission(JobDir(work), [0], job_name="w", log_dir=work / "logs", options=SlurmOptions(),
+                        config=None, limits=ClusterLimits(max_array_size=10, max_job_count=100))  # fmt: skip
