@@ -99,7 +99,7 @@ def status_command(
     work_dir: WorkDirOpt = None,
     tier: TargetTierOpt = None,
     per_task: Annotated[
-        bool, typer.Option("--per-task", help="One row per failed task (default: one per error and log).")
+        bool, typer.Option("--tasks", help="One row per failed task (default: one per error and log).")
     ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -186,7 +186,7 @@ def _failure_rows(failed: list[int], failures: dict[int, Any], *, each: bool) ->
 
 def run_task_command(
     work_dir: WorkDirArg,
-    tasks: Annotated[str, typer.Option("--tasks", metavar="3,4,7-9", help="Plan tasks to run.")],
+    tasks: Annotated[str, typer.Option("--task-ids", metavar="3,4,7-9", help="Plan tasks to run.")],
     workers: Annotated[
         int | None,
         typer.Option(
@@ -213,7 +213,7 @@ def run_task_command(
     \b
     Examples:
       storekit jobs run-task /lustre/scratch/storekit-prepare-web-v2-0123 \\
-          --tasks 3,4,7-9
+          --task-ids 3,4,7-9
     """
     from storekit.interrupts import interrupt_on
     from storekit.jobs.run import run_tasks
@@ -225,7 +225,7 @@ def run_task_command(
 
         indexes = parse_ranges(tasks)
     except ValueError as exc:
-        raise UsageError(f"--tasks: {exc}", hint="e.g. --tasks 3,4,7-9") from None
+        raise UsageError(f"--task-ids: {exc}", hint="e.g. --task-ids 3,4,7-9") from None
     result = run_tasks(
         Path(work_dir), indexes, site_config(config), workers=workers or _slurm_cpus(), log=log
     )

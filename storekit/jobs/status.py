@@ -92,7 +92,7 @@ def ranges(indexes: Iterable[int]) -> str:
 
 
 def parse_ranges(text: str) -> list[int]:
-    """ "0-2,5" -> [0, 1, 2, 5] (ValueError on anything else); what --tasks takes."""
+    """ "0-2,5" -> [0, 1, 2, 5] (ValueError on anything else); what --task-ids takes."""
     out: list[int] = []
     for item in text.split(","):
         item = item.strip()

@@ -60,7 +60,7 @@ COMMANDS = [
     ["ckpt", "prune", "run_001", "--keep-last", "1", "--dry-run"],
     ["jobs", "status"],
     ["jobs", "status", "datasets/code/sample/v1"],
-    ["jobs", "run-task", "work", "--tasks", "0"],
+    ["jobs", "run-task", "work", "--task-ids", "0"],
     ["jobs", "finalize", "work"],
     ["jobs", "run-element", "work"],
     ["jobs", "rerun", "datasets/code/sample/v1", "--dry-run"],

@@ -64,7 +64,7 @@ def test_status_and_run_task_finish_a_killed_prepare(corpus: Path) -> None:
         assert early.returncode == 1 and "tasks are not done" in early.stderr
         assert not (corpus / "storage" / DATASET).exists()  # nothing published with tasks missing
 
-        every = ["jobs", "run-task", str(work), "--tasks", f"0-{total - 1}", "--json"]
+        every = ["jobs", "run-task", str(work), "--task-ids", f"0-{total - 1}", "--json"]
         kept, run_task_pid = _preempted_run_task([*every, "--workers", "1"], corpus)
         assert kept == 3  # the task finished before the signal stays, the one claimed after goes
         # ... and the SIGKILLed prepare's temp dirs (a dead pid on this host) were reclaimed
@@ -139,14 +139,14 @@ def test_failed_task_is_named_with_its_error(corpus: Path) -> None:
 def test_unknown_target_and_bad_tasks(tmp_path: Path) -> None:
     res = run_in_process(["jobs", "status", "datasets/text/nope/v1", "--json"], cwd=tmp_path)
     assert res.returncode == 3 and json.loads(res.stdout)["error"]["exit_code"] == 3
-    res = run_in_process(["jobs", "run-task", str(tmp_path), "--tasks", "2-1"], cwd=tmp_path)
-    assert res.returncode == 2 and res.stderr.startswith("error: --tasks")
-    res = run_in_process(["jobs", "run-task", str(tmp_path), "--tasks", "1"], cwd=tmp_path)
+    res = run_in_process(["jobs", "run-task", str(tmp_path), "--task-ids", "2-1"], cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith("error: --task-ids")
+    res = run_in_process(["jobs", "run-task", str(tmp_path), "--task-ids", "1"], cwd=tmp_path)
     assert res.returncode == 3 and "not a job work dir" in res.stderr
 
 
 def test_status_shows_one_row_per_error_and_log_whole_in_a_pipe(tmp_path: Path) -> None:
-    """Failed tasks with the same error and log are one row (their task ranges); --per-task lists each;
+    """Failed tasks with the same error and log are one row (their task ranges); --tasks lists each;
     piped, a row is one line with the whole log path (no table wrapping at 80 columns)."""
     from tests.unit.jobs import echo_job
 
@@ -163,6 +163,6 @@ def test_status_shows_one_row_per_error_and_log_whole_in_a_pipe(tmp_path: Path) 
         f"  tasks 1-3,5: exit 1 on {rows[0].split(' on ')[1].split(':')[0]}: bad input: "
         f"/corpus/c.jsonl line 1 (log: {log})"
     ], grouped.stdout
-    each = run_in_process(["jobs", "status", str(work.path), "--per-task"])
+    each = run_in_process(["jobs", "status", str(work.path), "--tasks"])
     spans = [ln.split(":")[0].strip() for ln in each.stdout.splitlines() if log in ln]
     assert spans == ["tasks 1", "tasks 2", "tasks 3", "tasks 5"], each.stdout

@@ -64,7 +64,7 @@ OPTIONS: dict[str, str | tuple[str, ...] | None] = {
     "--seed": "N",
     "--workers": ("N", "N[,N...]"),  # bench io sweeps a list of worker counts
     "--work-dir": "DIR",  # where a job's work dirs go (prepare) or are looked for (jobs)
-    "--tasks": "3,4,7-9",  # plan task indexes
+    "--task-ids": "3,4,7-9",  # plan task indexes
     "--executor": "local|slurm",
     # init, layout, status
     "--adopt": None,
@@ -129,7 +129,7 @@ OPTIONS: dict[str, str | tuple[str, ...] | None] = {
     "--plan-out": "FILE",
     "--sample": "FRACTION",
     # jobs
-    "--per-task": None,
+    "--tasks": None,
     "--log": "FILE",
     "--log-dir": "DIR",
     # bench io

@@ -91,7 +91,7 @@ def test_every_command_prints_nothing_but_its_answer_and_whole_lines_into_a_pipe
         "tier": ["tier", "--drain"],
         "tier verify": ["tier", "verify"],
         "tier gc": ["tier", "gc"],
-        "jobs run-task": ["jobs", "run-task", str(work.path), "--tasks", "0-2"],
+        "jobs run-task": ["jobs", "run-task", str(work.path), "--task-ids", "0-2"],
         "jobs finalize": ["jobs", "finalize", str(work.path)],
         "jobs status": ["jobs", "status"],
         "bench io": [
