@@ -181,7 +181,7 @@ def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_tr
                 "jobs",
                 "run-task",
                 str(work.path),
-                "--tasks",
+                "--task-ids",
                 "0",
                 "-q",
             ]
