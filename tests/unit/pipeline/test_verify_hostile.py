@@ -156,4 +156,4 @@ def test_info_and_blend_refuse_a_manifest_that_drops_a_shard(
     res = run_cli(["dataset", command, str(DS.relative_to("storage")), "--json"], capsys)
     message = error_of(res)
     assert "train-00000" in message or "splits.train.shards is 2, shards[] add up to 1" in message
-    assert set(res.json()) <= {"schema_version", "error"}, res.stdout  # no prefixes, no summary
+    assert set(res.json()) <= {"schema_version", "error", "config"}, res.stdout  # no prefixes, no summary
