@@ -28,7 +28,7 @@ from storekit.executors.local import peak_rss
 from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
 from storekit.pipeline.cuts import WHITE_SPACE, Unsplittable, stripped_hash
 from storekit.pipeline.encode import Encoder
-from storekit.pipeline.giant import BadText, measure
+from storekit.pipeline.giant import BadText, GiantInfo, measure
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, Doc, PieceReader
@@ -257,15 +257,15 @@ class TaskRunner:
                 for doc in reader.docs():
                     encoding.read(doc.nbytes)
                     measured = self._validate(doc, reader, stats)
-                    if measured is None or not self._length_ok(measured[0], stats):
+                    if measured is None or not self._length_ok(measured.chars, stats):
                         continue
-                    if not self._encodable(doc, measured[0], reader, stats):
+                    if not self._encodable(doc, measured, reader, stats):
                         continue
-                    digest = self._digest(doc, measured[1], reader, stats)
+                    digest = self._digest(doc, measured.digest, reader, stats)
                     if digest is None or self._duplicate(digest, index, seen, stats):
                         continue
                     try:
-                        encoding.add(doc, measured[0])
+                        encoding.add(doc, measured.chars)
                     except Unsplittable as exc:  # found before anything was written
                         self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
                         continue
@@ -281,29 +281,30 @@ class TaskRunner:
             self._remember(seen, index)
         return stats
 
-    def _validate(self, doc: Doc, reader: PieceReader, stats: TaskStats) -> tuple[int, int | None] | None:
-        """Validate stage: (characters, a giant document's hash), or None for an unusable record.
+    def _validate(self, doc: Doc, reader: PieceReader, stats: TaskStats) -> GiantInfo | None:
+        """Validate stage: characters (and a giant document's hash and cut proof), or None for an
+        unusable record.
 
         A giant document is measured in a first pass (never held as one str); its hash comes with it.
         """
         if doc.giant is not None:
             try:
-                info = measure(doc.giant, self.encoder.cut)
-            except (BadText, Unsplittable) as exc:
-                reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
-                self._bad(stats, reason, reader, doc.position, str(exc))
+                return measure(doc.giant, self.encoder.cut)
+            except BadText as exc:
+                self._bad(stats, exc.reason, reader, doc.position, str(exc))
                 return None
-            return info.chars, info.digest
         if doc.text is None:
             self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
             return None
-        return len(doc.text), None
+        return GiantInfo(chars=len(doc.text), digest=None)
 
-    def _encodable(self, doc: Doc, chars: int, reader: PieceReader, stats: TaskStats) -> bool:
-        """A document no cut rule may cut must be short enough to encode whole (after the length
-        filter: --max-chars is one way out the refusal names)."""
+    def _encodable(self, doc: Doc, measured: GiantInfo, reader: PieceReader, stats: TaskStats) -> bool:
+        """A document must be cut by its rule, or be short enough to encode whole, into pieces within
+        the bound (after the length filter: --max-chars is one way out the refusal names)."""
         try:
-            self.encoder.check_whole(chars)
+            if measured.uncuttable is not None:
+                raise Unsplittable(measured.uncuttable)
+            self.encoder.check_whole(measured.chars)
         except Unsplittable as exc:
             self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
             return False
