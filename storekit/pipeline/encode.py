@@ -93,6 +93,12 @@ class Encoder:
         self.ids_seconds += time.perf_counter() - t1
         return out, lengths
 
+    def encodes_nothing(self, text: str) -> bool:
+        """Whether the tokenizer gives `text` no tokens at all (counts nothing)."""
+        if self.fast is not None:
+            return len(self.fast.encode_ids(text)) == 0
+        return not self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def _count_specials(self, texts: Sequence[str]) -> list[int]:
         if self._specials is None:
             return [0] * len(texts)

@@ -13,6 +13,7 @@ alone. Its parts appear under the work dir by rename, with `done.json` as the co
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -35,6 +36,10 @@ from storekit.pipeline.readers import EMPTY, OVERSIZED, Doc, PieceReader
 from storekit.pipeline.taskparts import TaskParts
 from storekit.pipeline.workdir import WorkDir
 
+# a character other than whitespace, a control or a format character (Cc, Cf): a text without one is
+# encoded first, to see if the tokenizer leaves anything of it
+_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u180e\u200b-\u200f"
+                      r"\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")  # fmt: skip
 BATCH_CHARS = 256 * 1024  # text per encode call: small batches keep the tokenizer's memory low
 MAX_EXAMPLES = 5
 MAX_PRIOR_HASHES = 1_000_000  # ~100 MB: a cache that only saves work, never changes the result
@@ -331,6 +336,11 @@ class TaskRunner:
             digest = 0 if text.strip(WHITE_SPACE) else None
         if digest is None:
             self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
+        elif text is not None and _VISIBLE.search(text) is None and self.encoder.encodes_nothing(text):
+            # control and format characters only (U+001C..U+001F, U+200B, ...) that this tokenizer
+            # drops (BERT's normalizer does): no document, as for one of whitespace only
+            self._bad(stats, EMPTY, reader, doc.position, "the tokenizer encodes it to no tokens")
+            return None
         return digest
 
     def _duplicate(self, digest: int, index: int, seen: set[int], stats: TaskStats) -> bool:

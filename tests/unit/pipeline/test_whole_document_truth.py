@@ -280,6 +280,28 @@ def test_a_document_of_control_characters_is_kept(tmp_path: Path, monkeypatch: A
     assert dataset_documents(tmp_path / DS) == expected
 
 
+@pytest.mark.parametrize("engine", ["hf", "auto"])
+def test_a_document_the_tokenizer_encodes_to_nothing_is_empty(
+    engine: str, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """BERT's normalizer removes control and format characters: a document of nothing else is no
+    document (counted as empty, as one of whitespace only), not a bare EOS; inside text they stay."""
+    monkeypatch.chdir(tmp_path)
+    doc = tokfiles.trained("wordpiece", [r["text"] for r in sample_records(limit_bytes=20_000)])
+    tok_file = tokfiles.write(doc, tmp_path / "tokenizer.json")
+    texts = ["\x1c\x1d\x1e\x1f", "plain text", " \u200b\ufeff ", "a\x1cb", "\x1c"]
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    res = _prepare(tmp_path, capsys, tok_file, "[SEP]", "--tokenizer-engine", engine)
+    assert res.code == 0, res.stderr
+    assert res.json()["manifest"]["stats"]["errors"] == {"empty": 3}
+    tok = Tokenizer.from_str(tok_file.read_text())
+    eos = tok.token_to_id("[SEP]")
+    kept = ["plain text", "a\x1cb"]
+    assert dataset_documents(tmp_path / DS) == [
+        [*tok.encode(t, add_special_tokens=False).ids, eos] for t in kept
+    ]
+
+
 @pytest.mark.slow
 def test_a_real_giant_document_is_the_whole_document_encoding(
     tmp_path: Path, monkeypatch: Any, capsys: Any
