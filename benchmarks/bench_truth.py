@@ -9,9 +9,12 @@ threshold, the real piece size: nothing lowered) and compares every document of 
 refused (counted in the manifest errors) is listed, never compared; any differing document is a bug.
 
 The tokenizers are the test suite's (tests/unit/pipeline/tokfiles.py: small BPEs trained by
-`tokenizers` itself, the bundled 65k, tekken from mistral-common when installed).
+`tokenizers` itself, the bundled 65k, tekken from mistral-common when installed). CJK text, where
+neither cut rule finds a place, is in it twice: a long document below the giant threshold and a giant
+one of half as many characters as the others have bytes; both are encoded whole (within the 4 Mi
+character bound), not refused.
 
-    python benchmarks/bench_truth.py                      # 2 MB of real text + 3 giant documents of 5 MiB
+    python benchmarks/bench_truth.py                      # 2 MB of real text + 4 giant documents of 5 MiB
     python benchmarks/bench_truth.py --giant-mb 20 --families llama3,metaspace
 
 Everything it writes is under benchmarks/.work/truth/ (results.json holds the table).
@@ -40,6 +43,7 @@ from tests.unit.pipeline.helpers import SAMPLE_CORPUS, dataset_documents  # noqa
 WORK = REPO / "benchmarks" / ".work" / "truth"
 WORDS = ["word", "x", "'s", "42", "ünï", "\u00a0", "  ", "\t", "\n", "\r\n", ".\n", ",\r\n", "/\n",
          "<|endoftext|>", "<|sep|>", "e\u0301", "ﬁ", "Ω", "Ω", "😀", "Привет", "中文", "\x1c"]  # fmt: skip
+CJK = ["中文", "文本", "处理", "，", "。", "。\n", "\n", "　　", "第一章", "テキスト", "한국어", "！", "１２"]
 
 
 def corpus(path: Path, sample_mb: float, giant_mb: float) -> dict[str, Any]:
@@ -57,12 +61,15 @@ def corpus(path: Path, sample_mb: float, giant_mb: float) -> dict[str, Any]:
     n = int(giant_mb * (1 << 20))
     rng = random.Random(35)
     noise = "".join(rng.choice(WORDS) + rng.choice(["", " ", "\n", "  "]) for _ in range(20_000))
+    cjk = "".join(rng.choice(CJK) for _ in range(n // 3))  # no place to cut: whole up to 4 Mi chars
     giants = [
         ("x.\n" * (n // 3 + 1))[:n],  # Llama-3 Split: `.\n` is one pre-token
         (prose * (n // max(1, len(prose)) + 1))[:n],
         ("<|sep|>   " * (n // 10 + 1))[:n],  # an rstrip added token
+        (cjk * 2)[: n // 2],
     ]
-    docs = [*texts[: len(texts) // 2], giants[0], noise, "\x1c\x1d\x1e\x1f", *texts[len(texts) // 2 :]]
+    docs = [*texts[: len(texts) // 2], giants[0], noise, "\x1c\x1d\x1e\x1f", cjk[:300_000]]
+    docs += texts[len(texts) // 2 :]
     docs += giants[1:]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out:
@@ -89,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sample-mb", type=float, default=2.0, help="real text from the bundled sample")
     ap.add_argument("--giant-mb", type=float, default=5.0, help="size of each of the 3 giant documents")
-    ap.add_argument("--families", default="bytelevel,llama3,o200k,tekken,metaspace,added")
+    ap.add_argument("--families", default="bytelevel,llama3,o200k,tekken,metaspace,prepend,added")
     ap.add_argument("--engines", default="auto,hf")
     args = ap.parse_args()
     from tokenizers import Tokenizer

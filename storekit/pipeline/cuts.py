@@ -10,7 +10,10 @@ import re
 import xxhash
 
 PIECE_CHARS = 128 * 1024  # encode long documents in pieces of about this many characters (~17 MB peak)
-CUT_WINDOW = 16  # in pieces: no safe cut within this many pieces' characters and the document is refused
+# the most characters encoded as one piece (~550 MB in `tokenizers`): a document no rule may cut, or a
+# stretch of one without a place its rule allows (CJK text has none), is encoded whole up to this
+# length; longer, it is refused (`refusal`), never cut elsewhere
+WHOLE_MAX_CHARS = 4 << 20
 # Cut rules, one per pre-tokenizer family; a cut before position i is allowed where the family's regex
 # matches there. Both rules need text[i-1] and text[i] ASCII, which no Unicode normalisation composes
 # with anything, and neither regex family looks behind, so the pre-tokens after the cut start where
@@ -44,21 +47,34 @@ class Unsplittable(Exception):
     """A long document with no safe place to cut it, or too long to encode whole."""
 
 
+def refusal(why: str, limit: int) -> Unsplittable:
+    """A document that cannot be encoded within `limit` characters at once, with the ways out."""
+    return Unsplittable(
+        f"{why}; text without a place to cut is encoded whole only up to {limit} characters: "
+        f"leave the document out with --max-chars {limit} or --on-error skip"
+    )
+
+
 def cut_points(
     text: str, piece: int | None = None, window: int | None = None, rule: str = "gpt2"
 ) -> list[int]:
-    """Where to cut `text` into pieces of about `piece` characters (default PIECE_CHARS, read at call
-    time: tests lower it) by `rule` (CUT_RULES); raises Unsplittable."""
+    """Where to cut `text` into pieces of about `piece` characters (default PIECE_CHARS) and at most
+    `window` (default WHOLE_MAX_CHARS; both read at call time: tests lower them) by `rule`
+    (CUT_RULES); raises Unsplittable for a stretch longer than `window` without a cut."""
     piece = PIECE_CHARS if piece is None else piece
-    window = CUT_WINDOW * piece if window is None else window
+    window = WHOLE_MAX_CHARS if window is None else window
     safe = CUT_RULES[rule]
     cuts: list[int] = []
     start = 0
     while len(text) - start > piece:
         match = safe.search(text, start + piece, start + window)
         if match is None:
-            raise Unsplittable(
-                f"no place to cut ({rule} rule) between characters {start + piece} and {start + window}"
+            if len(text) - start <= window:
+                break  # the rest is the last piece, encoded whole
+            raise refusal(
+                f"no place the {rule} cut rule allows between characters {start + piece} and "
+                f"{start + window}",
+                window,
             )
         start = match.start()
         cuts.append(start)

@@ -2,9 +2,10 @@
 
 Memory: `tokenizers` needs about 130 bytes per input character while it encodes one document, so a
 long document is encoded in pieces of `PIECE_CHARS` cut where the tokenizer's cut rule
-(`TokenizerInfo.cut_rule`, `cuts.CUT_RULES`) proves the ids are those of the whole text. A tokenizer
-with no rule (Metaspace, Prepend, ...) gets every document whole, up to `WHOLE_MAX_CHARS` characters;
-a longer one is refused (`check_whole`), never cut.
+(`TokenizerInfo.cut_rule`, `cuts.CUT_RULES`) proves the ids are those of the whole text; a stretch
+without such a place is one piece of up to `cuts.WHOLE_MAX_CHARS`. A tokenizer with no rule
+(Metaspace, Prepend, ...) gets every document whole, up to `cuts.WHOLE_MAX_CHARS` characters; a
+longer one is refused (`check_whole`), never cut.
 """
 
 from __future__ import annotations
@@ -18,13 +19,9 @@ from typing import Any
 import numpy as np
 
 from storekit.pipeline import cuts
-from storekit.pipeline.cuts import Unsplittable, cut_points
+from storekit.pipeline.cuts import cut_points
 from storekit.pipeline.giant import GiantText, pieces
 from storekit.pipeline.tokenizer import TokenizerInfo, load_tokenizer
-
-# a document that no rule may cut is encoded whole up to this many characters (~550 MB in `tokenizers`,
-# what a 4 MiB document below the giant threshold already costs); a longer one is refused
-WHOLE_MAX_CHARS = 4 << 20
 
 
 class Encoder:
@@ -96,6 +93,12 @@ class Encoder:
         self.ids_seconds += time.perf_counter() - t1
         return out, lengths
 
+    def encodes_nothing(self, text: str) -> bool:
+        """Whether the tokenizer gives `text` no tokens at all (counts nothing)."""
+        if self.fast is not None:
+            return len(self.fast.encode_ids(text)) == 0
+        return not self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def _count_specials(self, texts: Sequence[str]) -> list[int]:
         if self._specials is None:
             return [0] * len(texts)
@@ -118,12 +121,12 @@ class Encoder:
 
     def check_whole(self, chars: int) -> None:
         """Raises Unsplittable for a document this tokenizer can neither cut nor encode whole."""
-        if self.cut is None and chars > WHOLE_MAX_CHARS:
-            raise Unsplittable(
+        limit = cuts.WHOLE_MAX_CHARS  # read per call: tests lower it
+        if self.cut is None and chars > limit:
+            raise cuts.refusal(
                 f"{chars} characters: tokenizer {self.info.name} has no proven place to cut a document "
-                f"(pre-tokenizer without a cut rule), and one is encoded whole only up to "
-                f"{WHOLE_MAX_CHARS} characters; leave it out with --max-chars {WHOLE_MAX_CHARS} "
-                "or --on-error skip, or use a byte-level BPE tokenizer"
+                f"(pre-tokenizer without a cut rule; a byte-level BPE tokenizer has one)",
+                limit,
             )
 
     def encode_giant(self, text: GiantText, write: Callable[[np.ndarray], None]) -> int:

@@ -18,7 +18,6 @@ import orjson
 import xxhash
 
 from storekit.pipeline import cuts
-from storekit.pipeline.cuts import Unsplittable
 
 GIANT_BYTES = 4 << 20  # documents above this take the chunked path
 CHUNK_BYTES = 1 << 20
@@ -26,10 +25,14 @@ _WS = re.compile(rb"[ \t\r\n]*")
 _STRUCT = re.compile(rb'[{}\[\]"]')
 _LITERAL = re.compile(rb"[^,}\]\s]*")
 # a JSON string may be cut for decoding after any printable ASCII byte that cannot be part of an escape
-# sequence (\", \\, \/, \b, \f, \n, \r, \t, \uXXXX); non-ASCII bytes may be inside a UTF-8 character
+# sequence (\", \\, \/, \b, \f, \n, \r, \t, \uXXXX); non-ASCII bytes may be inside a UTF-8 character.
+# Also after any byte but a backslash that the start of a UTF-8 character follows, or the start of an
+# escape (a backslash after a non-backslash starts one) that is not the low half of a surrogate pair:
+# CJK text has no ASCII, and json.dumps writes every non-ASCII character as an escape
 _ESCAPE_BYTES = set(b'"\\/bfnrtu0123456789abcdefABCDEF')
 _JSON_CUT = re.compile(
     b"[" + b"".join(re.escape(bytes([c])) for c in range(0x20, 0x7F) if c not in _ESCAPE_BYTES) + b"]"
+    rb"|[^\\](?=[\xc0-\xff]|\\(?!u[dD][c-fC-F]))"
 )
 
 
@@ -77,12 +80,17 @@ class GiantText:
 
 
 def _cut_after(raw: bytes, lo: int, hi: int) -> int | None:
-    """The last byte in raw[lo:hi] after which a JSON string may be cut (a space, else punctuation)."""
+    """A byte in raw[lo:hi] after which a JSON string may be cut: the last space, else the first other
+    place from the middle of the range on, else the last one before it."""
     space = raw.rfind(b" ", lo, hi)
     if space >= 0:
         return space
+    mid = (lo + hi) // 2
+    found = _JSON_CUT.search(raw, mid, hi)
+    if found is not None:
+        return found.start()
     last = None
-    for m in _JSON_CUT.finditer(raw, lo, hi):
+    for m in _JSON_CUT.finditer(raw, lo, mid):
         last = m.start()
     return last
 
@@ -172,10 +180,10 @@ def pieces(chunks: Iterator[str], rule: str | None, piece: int | None = None) ->
     if rule is None:
         yield from chunks
         return
-    piece = cuts.PIECE_CHARS if piece is None else piece  # read per call: tests lower it
-    window = cuts.CUT_WINDOW * piece
+    piece = cuts.PIECE_CHARS if piece is None else piece  # read per call: tests lower them
+    window = cuts.WHOLE_MAX_CHARS  # the longest piece (a stretch without a cut is encoded whole)
     safe = cuts.CUT_RULES[rule]
-    buf = ""
+    buf, done = "", 0
     for chunk in chunks:
         buf += chunk
         while len(buf) > piece:
@@ -183,7 +191,9 @@ def pieces(chunks: Iterator[str], rule: str | None, piece: int | None = None) ->
             if match is None:
                 if len(buf) < window:
                     break  # wait for more text
-                raise Unsplittable(f"no place to cut ({rule} rule) within {window} characters")
+                at = f"between characters {done + piece} and {done + window}"
+                raise cuts.refusal(f"no place the {rule} cut rule allows {at}", window)
+            done += match.start()
             yield buf[: match.start()]
             buf = buf[match.start() :]
     if buf:
@@ -194,11 +204,14 @@ def pieces(chunks: Iterator[str], rule: str | None, piece: int | None = None) ->
 class GiantInfo:
     chars: int
     digest: int | None  # xxh3-128 of the stripped text; None when it is empty
+    # why it cannot be cut by its rule into pieces of at most cuts.WHOLE_MAX_CHARS; refused only
+    # after the length filter, so that --max-chars (a way out the reason names) leaves it out
+    uncuttable: str | None = None
 
 
 def measure(text: GiantText, rule: str | None) -> GiantInfo:
-    """First pass: length, stripped-text hash, proof that it decodes and can be cut by `rule` (else it
-    raises; rule None: never cut, see Encoder.check_whole)."""
+    """First pass: length, stripped-text hash, proof that it decodes (else BadText) and can be cut by
+    `rule` (else `uncuttable` says why; rule None: never cut, see Encoder.check_whole)."""
     digest = xxhash.xxh3_128()
     chars, started, any_text = 0, False, False
     pending = ""  # whitespace that is trailing so far: hashed only if more text follows
@@ -219,6 +232,14 @@ def measure(text: GiantText, rule: str | None) -> GiantInfo:
                     pending += part
             yield chunk
 
-    for _ in pieces(counted(text.chunks()), rule):
-        pass
-    return GiantInfo(chars=chars, digest=int(digest.intdigest()) if any_text else None)
+    stream = counted(text.chunks())
+    uncuttable = None
+    try:
+        for _ in pieces(stream, rule):
+            pass
+    except cuts.Unsplittable as exc:
+        uncuttable = str(exc)
+        for _ in stream:  # the rest is still measured and decoded
+            pass
+    digest_or_none = int(digest.intdigest()) if any_text else None
+    return GiantInfo(chars=chars, digest=digest_or_none, uncuttable=uncuttable)

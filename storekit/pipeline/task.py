@@ -13,6 +13,7 @@ alone. Its parts appear under the work dir by rename, with `done.json` as the co
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -28,13 +29,17 @@ from storekit.executors.local import peak_rss
 from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
 from storekit.pipeline.cuts import WHITE_SPACE, Unsplittable, stripped_hash
 from storekit.pipeline.encode import Encoder
-from storekit.pipeline.giant import BadText, measure
+from storekit.pipeline.giant import BadText, GiantInfo, measure
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
 from storekit.pipeline.readers import EMPTY, OVERSIZED, Doc, PieceReader
 from storekit.pipeline.taskparts import TaskParts
 from storekit.pipeline.workdir import WorkDir
 
+# a character other than whitespace, a control or a format character (Cc, Cf): a text without one is
+# encoded first, to see if the tokenizer leaves anything of it
+_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u180e\u200b-\u200f"
+                      r"\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")  # fmt: skip
 BATCH_CHARS = 256 * 1024  # text per encode call: small batches keep the tokenizer's memory low
 MAX_EXAMPLES = 5
 MAX_PRIOR_HASHES = 1_000_000  # ~100 MB: a cache that only saves work, never changes the result
@@ -257,15 +262,15 @@ class TaskRunner:
                 for doc in reader.docs():
                     encoding.read(doc.nbytes)
                     measured = self._validate(doc, reader, stats)
-                    if measured is None or not self._length_ok(measured[0], stats):
+                    if measured is None or not self._length_ok(measured.chars, stats):
                         continue
-                    if not self._encodable(doc, measured[0], reader, stats):
+                    if not self._encodable(doc, measured, reader, stats):
                         continue
-                    digest = self._digest(doc, measured[1], reader, stats)
+                    digest = self._digest(doc, measured.digest, reader, stats)
                     if digest is None or self._duplicate(digest, index, seen, stats):
                         continue
                     try:
-                        encoding.add(doc, measured[0])
+                        encoding.add(doc, measured.chars)
                     except Unsplittable as exc:  # found before anything was written
                         self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
                         continue
@@ -281,29 +286,30 @@ class TaskRunner:
             self._remember(seen, index)
         return stats
 
-    def _validate(self, doc: Doc, reader: PieceReader, stats: TaskStats) -> tuple[int, int | None] | None:
-        """Validate stage: (characters, a giant document's hash), or None for an unusable record.
+    def _validate(self, doc: Doc, reader: PieceReader, stats: TaskStats) -> GiantInfo | None:
+        """Validate stage: characters (and a giant document's hash and cut proof), or None for an
+        unusable record.
 
         A giant document is measured in a first pass (never held as one str); its hash comes with it.
         """
         if doc.giant is not None:
             try:
-                info = measure(doc.giant, self.encoder.cut)
-            except (BadText, Unsplittable) as exc:
-                reason = exc.reason if isinstance(exc, BadText) else OVERSIZED
-                self._bad(stats, reason, reader, doc.position, str(exc))
+                return measure(doc.giant, self.encoder.cut)
+            except BadText as exc:
+                self._bad(stats, exc.reason, reader, doc.position, str(exc))
                 return None
-            return info.chars, info.digest
         if doc.text is None:
             self._bad(stats, str(doc.reason), reader, doc.position, doc.detail)
             return None
-        return len(doc.text), None
+        return GiantInfo(chars=len(doc.text), digest=None)
 
-    def _encodable(self, doc: Doc, chars: int, reader: PieceReader, stats: TaskStats) -> bool:
-        """A document no cut rule may cut must be short enough to encode whole (after the length
-        filter: --max-chars is one way out the refusal names)."""
+    def _encodable(self, doc: Doc, measured: GiantInfo, reader: PieceReader, stats: TaskStats) -> bool:
+        """A document must be cut by its rule, or be short enough to encode whole, into pieces within
+        the bound (after the length filter: --max-chars is one way out the refusal names)."""
         try:
-            self.encoder.check_whole(chars)
+            if measured.uncuttable is not None:
+                raise Unsplittable(measured.uncuttable)
+            self.encoder.check_whole(measured.chars)
         except Unsplittable as exc:
             self._bad(stats, OVERSIZED, reader, doc.position, str(exc))
             return False
@@ -330,6 +336,11 @@ class TaskRunner:
             digest = 0 if text.strip(WHITE_SPACE) else None
         if digest is None:
             self._bad(stats, EMPTY, reader, doc.position, "no text after stripping")
+        elif text is not None and _VISIBLE.search(text) is None and self.encoder.encodes_nothing(text):
+            # control and format characters only (U+001C..U+001F, U+200B, ...) that this tokenizer
+            # drops (BERT's normalizer does): no document, as for one of whitespace only
+            self._bad(stats, EMPTY, reader, doc.position, "the tokenizer encodes it to no tokens")
+            return None
         return digest
 
     def _duplicate(self, digest: int, index: int, seen: set[int], stats: TaskStats) -> bool:

@@ -160,15 +160,13 @@ def load_tokenizer(info: TokenizerInfo, *, special_as_text: bool = False) -> Any
     document are encoded as plain text instead of becoming the special token."""
     key = info.xxh3_128 + (":special-as-text" if special_as_text else "")
     if key not in _LOADED:
-        from tokenizers import Tokenizer
-
         tokenizer = _LOADED.get(info.xxh3_128)
         if tokenizer is None:
             tokenizer = _from_text(info.file, read_planned(info))
             _confirm(info, tokenizer)
             _LOADED[info.xxh3_128] = tokenizer
         if special_as_text:
-            tokenizer = Tokenizer.from_str(tokenizer.to_str())
+            tokenizer = _from_text(info.file, tokenizer.to_str())
             tokenizer.encode_special_tokens = True
         _LOADED[key] = tokenizer
     return _LOADED[key]
@@ -281,7 +279,56 @@ def _from_text(file: str | Path, text: str) -> Any:
         raise InputError(f"tokenizer {file}: cannot be loaded ({exc})") from None
     tokenizer.no_truncation()  # SWITCHED_OFF (the plan's switched_off says which were set)
     tokenizer.no_padding()
-    return tokenizer
+    return _pinned(file, text, tokenizer)
+
+
+_PIN_LOADS = 64  # loads tried: each keeps one of two colliding ids, either about as often
+
+
+def _pinned(file: str | Path, text: str, tokenizer: Any) -> Any:
+    """Normalized added tokens that are the same text after normalisation (Ω U+2126 and U+03A9 under
+    NFC) share one entry in `tokenizers`' matcher, which keeps the id of either, picked anew on each
+    load: two processes of one run, or two runs, would write different ids for that text. storekit
+    keeps the lowest id in every load (loading again until the library does), so shards are alike."""
+    from tokenizers import Tokenizer
+
+    wrong: list[tuple[str, list[int], int]] = []
+    for _ in range(_PIN_LOADS):
+        wrong = [(c, ids, low) for c, ids, low in _colliding(tokenizer) if ids != [low]]
+        if not wrong:
+            return tokenizer
+        tokenizer = Tokenizer.from_str(text)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+    content, ids, low = wrong[0]
+    raise InputError(
+        f"tokenizer {file}: added token {content!r} is another token's text after normalisation, and "
+        f"the tokenizers library kept id {ids} for it instead of {low} in {_PIN_LOADS} loads",
+        hint="remove one of the colliding added tokens from tokenizer.json",
+    )
+
+
+def _colliding(tokenizer: Any) -> list[tuple[str, list[int], int]]:
+    """For each group of normalized added tokens that are one text after normalisation: (a member's
+    content, the ids `tokenizer` encodes it to, the group's lowest id), when those ids are one of
+    the group's (else something else takes that text first and the group's choice does not show)."""
+    normalizer = tokenizer.normalizer
+    if normalizer is None:
+        return []  # contents are distinct: no two are the same text
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for token_id, token in tokenizer.get_added_tokens_decoder().items():
+        if token.normalized:
+            form = str(normalizer.normalize_str(token.content))
+            groups.setdefault(form, []).append((int(token_id), str(token.content)))
+    out = []
+    for members in groups.values():
+        if len(members) > 1:
+            ids_of = {i for i, _ in members}
+            content = members[0][1]
+            ids = [int(i) for i in tokenizer.encode(content, add_special_tokens=False).ids]
+            if len(ids) == 1 and ids[0] in ids_of:
+                out.append((content, ids, min(ids_of)))
+    return out
 
 
 def _confirm(info: TokenizerInfo, tokenizer: Any) -> None:

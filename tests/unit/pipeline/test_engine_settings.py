@@ -105,6 +105,38 @@ def test_added_tokens_that_collide_after_normalisation_are_never_compiled(
     assert res.code == 2 and "same after normalisation" in res.stderr
 
 
+@pytest.mark.parametrize("special_as_text", [False, True])
+def test_colliding_added_tokens_keep_the_lowest_id_in_every_load(
+    special_as_text: bool, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`tokenizers` keeps either colliding id, a different one on each load (in one process too: about
+    one load in three kept the other); every storekit load keeps the lowest, so no two processes or
+    runs write different ids for the same text."""
+    from storekit.pipeline import tokenizer as tokenizer_module
+
+    doc = tokfiles.family_doc("llama3")  # small (loads in milliseconds), NFKC
+    first = doc["model"]["vocab"].__len__() + len(doc["added_tokens"])
+    for k, content in enumerate(["\u2126", "Ω"]):  # OHM SIGN: NFKC makes it U+03A9
+        doc["added_tokens"].append({"id": first + k, "content": content, "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": True,
+                                    "special": False})  # fmt: skip
+    path = tokfiles.write(doc, tmp_path / "tokenizer.json")
+    info = resolve_tokenizer(str(path), eos=True, bos=False, eos_token="<|endoftext|>")
+    group = sorted(
+        i
+        for i, t in Tokenizer.from_str(path.read_text()).get_added_tokens_decoder().items()
+        if t.content in ("\u2126", "Ω")
+    )
+    assert len(group) == 2
+    kept = set()
+    for _ in range(40):
+        monkeypatch.setattr(tokenizer_module, "_LOADED", {})
+        tok = tokenizer_module.load_tokenizer(info, special_as_text=special_as_text)
+        for text in ("\u2126", "Ω", "x Ω y"):
+            kept |= set(tok.encode(text, add_special_tokens=False).ids) & set(group)
+    assert kept == {group[0]}
+
+
 def test_an_empty_sample_check_chooses_nothing() -> None:
     info = resolve_tokenizer(TOKENIZER, eos=True, bos=False)
     chosen = choose_engine("auto", info, [], special_as_text=False)

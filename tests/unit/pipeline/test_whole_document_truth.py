@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from storekit.pipeline import cuts, encode, giant
+from storekit.pipeline import cuts, giant
 from tests.conftest import run_cli
 from tests.unit.pipeline import tokfiles
 from tests.unit.pipeline.helpers import dataset_documents, sample_records, write_jsonl
@@ -110,6 +110,8 @@ def _documents(family: str) -> list[str]:
         _noise(7, n // 3)[:n],
         "short one",
         real[:3000],
+        ("x.\n" * 4000)[:10_000],  # long but not giant: cut by encode_long, not giant.pieces
+        real[:12_000],
     ]
     if family == "added":
         docs.append(("<|sep|>   " * n)[:n])  # an rstrip token swallows the spaces after it
@@ -173,7 +175,7 @@ def test_a_document_no_rule_may_cut_is_refused_past_the_whole_bound(
     """Metaspace: longer than the bound for encoding whole, the document is refused in one line
     naming it and a way out; nothing is written for it (with --on-error skip it is counted)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(encode, "WHOLE_MAX_CHARS", 100_000, raising=False)
+    monkeypatch.setattr(cuts, "WHOLE_MAX_CHARS", 100_000)
     tok_file = tokfiles.write(tokfiles.family_doc("metaspace"), tmp_path / "tokenizer.json")
     long = ("a b. " * 40_000)[: OLD_PIECE + 8_000]
     write_jsonl(tmp_path / "in.jsonl", [{"text": "kept"}, {"text": long}, {"text": "also kept"}])
@@ -200,6 +202,67 @@ def test_a_document_no_rule_may_cut_is_refused_past_the_whole_bound(
     ]
 
 
+def _without_cuts(seed: int, n: int) -> str:
+    """n characters of CJK-like text: no place the gpt2 or split rule allows (no ASCII printable
+    character before ASCII whitespace, no newline before an ASCII letter or digit)."""
+    rng = random.Random(seed)
+    words = ["中文", "文本", "处理", "，", "。", "。\n", "\n", "　　", "第一章", "テキスト", "한국어", "！",
+             "１２", "😀", "ﬁ", "Ω", "\u2028"]  # fmt: skip
+    text = "".join(rng.choice(words) for _ in range(n))[:n]
+    assert len(text) == n and not any(rule.search(text) for rule in cuts.CUT_RULES.values())
+    return text
+
+
+@pytest.mark.parametrize("family", ["bytelevel", "llama3"])
+def test_a_stretch_no_rule_may_cut_is_encoded_whole_within_the_bound(
+    family: str, small_giants: None, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Text without a place its cut rule allows (CJK prose) is one piece encoded whole, up to
+    cuts.WHOLE_MAX_CHARS, as a tokenizer without a rule gets it; it was refused once the rule found
+    no cut within 16 pieces (a long document: none up to its end), and a giant JSON string of it
+    with no place to cut for decoding. Past the bound it is refused in one line naming the document
+    and the way out, after the length filter (--max-chars, which it names, leaves it out)."""
+    monkeypatch.chdir(tmp_path)
+    tok_file = tokfiles.write(tokfiles.family_doc(family), tmp_path / "tokenizer.json")
+    real = "".join(r["text"] for r in sample_records(limit_bytes=40_000, max_doc=8_000))
+    long = _without_cuts(1, 9_000)  # the long path (over 2 pieces, under the giant threshold)
+    assert len(long) > 2 * cuts.PIECE_CHARS and len(long.encode()) + 20 < giant.GIANT_BYTES
+    texts = [
+        long,
+        _without_cuts(2, 100_000),  # giant: longer than 16 pieces without a cut
+        "short",
+        real[:20_000] + _without_cuts(3, 80_000) + real[:20_000],  # giant: cut, one long piece, cut
+    ]
+    # the second as json.dumps writes it by default (only escapes: \uXXXX, surrogate pairs), the others
+    # as UTF-8: a JSON string without ASCII is still decoded in chunks
+    lines = [json.dumps({"text": t}, ensure_ascii=k == 1).encode() for k, t in enumerate(texts)]
+    write_jsonl(tmp_path / "in.jsonl", lines)
+    eos_name = _eos(family)
+    res = _prepare(tmp_path, capsys, tok_file, eos_name, "--on-error", "fail")
+    assert res.code == 0, res.stderr
+    assert res.json()["manifest"]["tokenizer"]["cut_rule"] == ("gpt2" if family == "bytelevel" else "split")
+    tok = Tokenizer.from_str(tok_file.read_text())
+    eos = tok.token_to_id(eos_name)
+    assert dataset_documents(tmp_path / DS) == [
+        [*tok.encode(t, add_special_tokens=False).ids, eos] for t in texts
+    ]
+    # past the bound: refused, naming the first such document and the way out, nothing published
+    monkeypatch.setattr(cuts, "WHOLE_MAX_CHARS", 50_000)
+    res = _prepare(tmp_path, capsys, tok_file, eos_name, "--on-error", "fail", "--version", "v2")
+    assert res.code == 1, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and f"{tmp_path / 'in.jsonl'}:2" in lines[0], res.stderr
+    assert "--max-chars 50000" in lines[0] and "cut rule allows" in lines[0]
+    assert not (tmp_path / DS.parent / "v2").exists()
+    res = _prepare(tmp_path, capsys, tok_file, eos_name, "--on-error", "fail", "--version", "v2",
+                   "--max-chars", "50000")  # fmt: skip
+    assert res.code == 0, res.stderr
+    assert res.json()["manifest"]["stats"]["filtered"]["too_long"] == 2
+    assert dataset_documents(tmp_path / DS.parent / "v2") == [
+        [*tok.encode(t, add_special_tokens=False).ids, eos] for t in (long, "short")
+    ]
+
+
 def test_a_document_of_control_characters_is_kept(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
     """U+001C..U+001F are whitespace to Python's str.strip(), not to `tokenizers` (not White_Space):
     such a document is text, encoded like any other; one of White_Space only is still empty."""
@@ -215,6 +278,28 @@ def test_a_document_of_control_characters_is_kept(tmp_path: Path, monkeypatch: A
     expected = [[*tok.encode(t, add_special_tokens=False).ids, eos] for t in texts]
     assert all(len(e) > 1 for e in expected)  # the tokenizer does encode them
     assert dataset_documents(tmp_path / DS) == expected
+
+
+@pytest.mark.parametrize("engine", ["hf", "auto"])
+def test_a_document_the_tokenizer_encodes_to_nothing_is_empty(
+    engine: str, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """BERT's normalizer removes control and format characters: a document of nothing else is no
+    document (counted as empty, as one of whitespace only), not a bare EOS; inside text they stay."""
+    monkeypatch.chdir(tmp_path)
+    doc = tokfiles.trained("wordpiece", [r["text"] for r in sample_records(limit_bytes=20_000)])
+    tok_file = tokfiles.write(doc, tmp_path / "tokenizer.json")
+    texts = ["\x1c\x1d\x1e\x1f", "plain text", " \u200b\ufeff ", "a\x1cb", "\x1c"]
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    res = _prepare(tmp_path, capsys, tok_file, "[SEP]", "--tokenizer-engine", engine)
+    assert res.code == 0, res.stderr
+    assert res.json()["manifest"]["stats"]["errors"] == {"empty": 3}
+    tok = Tokenizer.from_str(tok_file.read_text())
+    eos = tok.token_to_id("[SEP]")
+    kept = ["plain text", "a\x1cb"]
+    assert dataset_documents(tmp_path / DS) == [
+        [*tok.encode(t, add_special_tokens=False).ids, eos] for t in kept
+    ]
 
 
 @pytest.mark.slow
