@@ -6,7 +6,8 @@ One interface, a backend per file system, chosen by the mount's type (mountinfo)
                                     ceph.dir.rbytes/rfiles/rsubdirs (usage in O(1), not a walk)
     Lustre  (lustre)                `lfs setstripe` / `lfs getstripe`; quotas are project quotas
                                     (`lfs project -p ID -s DIR`, `lfs setquota -p ID`), which also
-                                    give the directory's usage in O(1) (`lfs quota -p ID`)
+                                    give the directory's usage in O(1) (`lfs quota -p ID`); only a
+                                    project of the directory's own counts, not one it inherited
 
 Elsewhere (ext4, xfs, NFS, ...) there is no backend: the caller reports the declarations as skipped.
 """
@@ -69,6 +70,13 @@ class Applied:
     skipped: list[str]  # what could not be, and why
 
 
+@dataclass(frozen=True)
+class QuotaRoot:
+    path: str  # the directory whose quota was hit (an area, where init set it)
+    max_bytes: int | None
+    max_files: int | None
+
+
 Runner = Callable[[Sequence[str]], str]  # runs a command, returns its stdout; raises OSError on failure
 
 
@@ -86,15 +94,25 @@ class FsBackend(ABC):
         return None
 
     def differences(self, path: str, want: DirSettings) -> list[Difference]:
-        have = self.read(path)
+        return self.compare(self.read(path), want)
+
+    def compare(self, have: DirSettings, want: DirSettings) -> list[Difference]:
         return [
             Difference(name, value, getattr(have, name))
             for name, value in want.declared().items()
-            if getattr(have, name) != value and self.supports(name, value)
+            if getattr(have, name) != self.held(name, value) and self.supports(name, value)
         ]
 
     def supports(self, setting: str, value: int) -> bool:
         return True
+
+    def held(self, setting: str, value: int) -> int:
+        """What the file system keeps when `value` is set (its units may be coarser than bytes)."""
+        return value
+
+    def quota_root(self, path: str) -> QuotaRoot | None:
+        """The nearest directory at or above `path` whose quota this file system enforces."""
+        return None
 
 
 # -- CephFS ------------------------------------------------------------------------------------------
@@ -154,6 +172,20 @@ class CephFs(FsBackend):
             return None
         return DirUsage(bytes=size, files=files, dirs=max(0, (subdirs or 1) - 1))  # rsubdirs counts itself
 
+    def quota_root(self, path: str) -> QuotaRoot | None:
+        probe = os.path.abspath(path)
+        while True:
+            try:
+                qb, qf = _xattr_int(probe, "ceph.quota.max_bytes"), _xattr_int(probe, "ceph.quota.max_files")
+            except (OSError, ValueError):
+                qb = qf = None
+            if qb or qf:
+                return QuotaRoot(probe, qb or None, qf or None)
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return None
+            probe = parent
+
 
 # -- Lustre ------------------------------------------------------------------------------------------
 LFS_TIMEOUT_S = 30
@@ -192,38 +224,55 @@ class Lustre(FsBackend):
         pid = self._int(parts[0]) if parts else None
         return pid or None
 
+    def _own_project(self, path: str) -> int | None:
+        """The directory's project id where it is its own, not inherited from its parent: a site's
+        project over a whole tree (a group's quota) is that tree's, and setting or reading it for
+        one area would change or report everyone's."""
+        pid = self._project(path)
+        here = os.path.abspath(path)
+        if pid is None or here == os.path.abspath(self.mount_point):  # the file system's root: no parent
+            return pid
+        return None if self._project(os.path.dirname(here)) == pid else pid
+
     def _quota(self, pid: int) -> tuple[int | None, int | None, int, int]:
         """(byte limit, file limit, bytes used, files used) of a project: `lfs quota -p ID MNT`."""
         lines = self.run(["lfs", "quota", "-p", str(pid), self.mount_point]).splitlines()
-        for line in lines:
+        for i, line in enumerate(lines):
             cols = line.split()
-            if len(cols) >= 9 and cols[0] == self.mount_point:
-                # Filesystem kbytes quota limit grace files quota limit grace ('*': over the limit)
-                kb_used, kb_limit = int(cols[1].rstrip("*")), int(cols[3])
-                files, file_limit = int(cols[5].rstrip("*")), int(cols[7])
-                return (kb_limit * 1024 or None, file_limit or None, kb_used * 1024, files)
+            if not cols or cols[0] != self.mount_point:
+                continue
+            # lfs prints a mount point longer than 15 characters on a line of its own, the values below
+            values = cols[1:] if len(cols) > 1 else (lines[i + 1].split() if i + 1 < len(lines) else [])
+            if len(values) < 8:
+                break
+            # kbytes quota limit grace files quota limit grace ('*': over the limit, [n]: inaccurate)
+            kb_used, kb_limit, files, file_limit = (
+                int(values[k].rstrip("*").strip("[]")) for k in (0, 2, 4, 6)
+            )
+            return (kb_limit * 1024 or None, file_limit or None, kb_used * 1024, files)
         raise OSError(errno.EIO, f"lfs quota -p {pid} {self.mount_point}: no line for the file system")
+
+    def held(self, setting: str, value: int) -> int:
+        return -(-value // 1024) * 1024 if setting == "quota_bytes" else value  # limits in KiB
 
     def read(self, path: str) -> DirSettings:
         count = self._int(self.run(["lfs", "getstripe", "-d", "-c", path]))
         size = self._int(self.run(["lfs", "getstripe", "-d", "-S", path]))
-        pid = self._project(path)
+        pid = self._own_project(path)
         qb, qf = (None, None) if pid is None else self._quota(pid)[:2]
         return DirSettings(quota_bytes=qb, quota_files=qf, stripe_count=count, stripe_size=size)
 
     def apply(self, path: str, want: DirSettings) -> Applied:
         out = Applied([], [])
-        have = self.read(path)
-        stripe = (want.stripe_count, want.stripe_size)
-        if stripe != (None, None) and (have.stripe_count, have.stripe_size) != stripe:
+        pending = {d.setting for d in self.compare(self.read(path), want)}
+        if pending & {"stripe_count", "stripe_size"}:
             cmd = ["lfs", "setstripe"]
             cmd += ["-c", str(want.stripe_count)] if want.stripe_count is not None else []
             cmd += ["-S", str(want.stripe_size)] if want.stripe_size is not None else []
             self.run([*cmd, path])
             out.done.append(" ".join([*cmd, path]))
-        quota = (want.quota_bytes, want.quota_files)
-        if quota != (None, None) and (have.quota_bytes, have.quota_files) != quota:
-            pid = self._project(path) or project_id(path)
+        if pending & {"quota_bytes", "quota_files"}:
+            pid = self._own_project(path) or project_id(path)  # never the parent tree's project
             self.run(["lfs", "project", "-p", str(pid), "-s", "-r", path])
             cmd = ["lfs", "setquota", "-p", str(pid)]
             if want.quota_bytes is not None:  # limits in KiB, rounded up
@@ -236,11 +285,27 @@ class Lustre(FsBackend):
         return out
 
     def usage(self, path: str) -> DirUsage | None:
-        pid = self._project(path)
+        pid = self._own_project(path)
         if pid is None:
             return None
         _, _, used, files = self._quota(pid)
         return DirUsage(bytes=used, files=files, dirs=0)  # a project counts inodes, not dirs apart
+
+    def quota_root(self, path: str) -> QuotaRoot | None:
+        probe = os.path.abspath(path)
+        top = os.path.abspath(self.mount_point)
+        while probe == top or probe.startswith(top.rstrip("/") + "/"):
+            try:
+                pid = self._own_project(probe)
+                qb, qf = (None, None) if pid is None else self._quota(pid)[:2]
+            except (OSError, ValueError):  # not created yet, or lfs failed: look further up
+                qb = qf = None
+            if qb or qf:
+                return QuotaRoot(probe, qb, qf)
+            if probe == top:
+                return None
+            probe = os.path.dirname(probe)
+        return None
 
 
 def backend_for(path: str, *, table: Iterable[Mount] | None = None) -> FsBackend | None:
@@ -256,25 +321,9 @@ def backend_for(path: str, *, table: Iterable[Mount] | None = None) -> FsBackend
     return None
 
 
-@dataclass(frozen=True)
-class QuotaRoot:
-    path: str  # the directory whose quota was hit (an area, where init set it)
-    max_bytes: int | None
-    max_files: int | None
-
-
 def quota_root(path: str) -> QuotaRoot | None:
-    """The nearest directory at or above `path` with a CephFS quota (asked after an EDQUOT, to name
-    which quota was full); None where none is found (Lustre's are per project, not per directory)."""
-    probe = os.path.abspath(path)
-    while True:
-        try:
-            qb, qf = _xattr_int(probe, "ceph.quota.max_bytes"), _xattr_int(probe, "ceph.quota.max_files")
-        except (OSError, ValueError):
-            qb = qf = None
-        if qb or qf:
-            return QuotaRoot(probe, qb or None, qf or None)
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return None
-        probe = parent
+    """The nearest directory at or above `path` with a quota of its own (asked after an EDQUOT, to
+    name which quota was full): a CephFS quota xattr, or on Lustre a directory's own project quota;
+    None where none is found (a user or group quota, or a file system without directory quotas)."""
+    backend = backend_for(path)
+    return (backend if isinstance(backend, Lustre) else CephFs()).quota_root(path)

@@ -3,6 +3,7 @@ what `init` sets, what `layout check` finds differing, and each area's quota for
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from storekit.errors import storage_errors
@@ -53,7 +54,8 @@ def plan_settings(spec: LayoutSpec, store: Store) -> tuple[list[tuple[str, str]]
             skipped.append(f"{area.name}: {k}={getattr(want, k)} has no {backend.fs} equivalent")
         path = str(store.local_path(area.name))
         if os.path.isdir(path):
-            pending = {d.setting: d.want for d in backend.differences(path, want)}
+            with _reading(backend, path):
+                pending = {d.setting: d.want for d in backend.differences(path, want)}
         else:
             pending = {k: v for k, v in want.declared().items() if k not in unsupported}
         if pending:
@@ -83,8 +85,15 @@ def differences(spec: LayoutSpec, store: Store) -> list[tuple[str, str]]:
         want = wanted(area)
         path = str(store.local_path(area.name))
         if want.declared() and os.path.isdir(path):
-            out += [(area.name, f"{backend.fs}: {d.describe()}") for d in backend.differences(path, want)]
+            with _reading(backend, path):
+                found = backend.differences(path, want)
+            out += [(area.name, f"{backend.fs}: {d.describe()}") for d in found]
     return out
+
+
+def _reading(backend: FsBackend, path: str) -> contextlib.AbstractContextManager[None]:
+    # lfs failing (project quotas not enabled, a timeout) is one error line naming the area, not a crash
+    return storage_errors(f"{path}: reading its {backend.fs} quotas and striping")
 
 
 def area_usage(store: Store, backend: FsBackend, area: str) -> tuple[DirUsage | None, DirSettings]:

@@ -116,12 +116,19 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 @pytest.fixture
 def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str], Store]:
-    """A second, independent root on the backend `kind` ("local" or "s3")."""
+    """A second, independent root on the backend `kind` ("local", "s3", or "cephfs"/"cephfs2": the
+    real CephFS through its first or second mount, as two nodes see it)."""
 
     def make(kind: str) -> Store:
         if kind == "local":
             root = tmp_path / f"other-{uuid.uuid4().hex[:8]}"
             tier = TierConfig(name="other", url=root.as_uri(), role="plain")
+        elif kind.startswith("cephfs"):
+            shared: TwoMounts = request.getfixturevalue("cephfs")
+            node = shared.two if kind == "cephfs2" else shared.one
+            tier = TierConfig(
+                name="other", url=(node / f"other-{uuid.uuid4().hex[:8]}").as_uri(), role="plain"
+            )
         else:
             s3_tier: TierConfig = request.getfixturevalue("s3_tier")
             # same fresh bucket (removed after the test), another prefix
@@ -142,6 +149,9 @@ PAIRS = [
     pytest.param(("local", "s3"), id="local-s3", marks=pytest.mark.ceph),
     pytest.param(("s3", "local"), id="s3-local", marks=pytest.mark.ceph),
     pytest.param(("s3", "s3"), id="s3-s3", marks=pytest.mark.ceph),
+    pytest.param(("local", "cephfs"), id="local-cephfs", marks=pytest.mark.cephfs),
+    pytest.param(("cephfs", "local"), id="cephfs-local", marks=pytest.mark.cephfs),
+    pytest.param(("cephfs", "cephfs2"), id="cephfs-node2", marks=pytest.mark.cephfs),
 ]
 
 

@@ -194,7 +194,7 @@ def stalled_mds_of(cephfs: TwoMounts) -> Iterator[None]:
 
 
 STALL_CASES = {
-    "status": ["status", "--json"],
+    "status": ["status", "--json", "--prometheus", "LOCAL/up.prom"],
     "layout-check": ["layout", "check", "--json"],
     "prepare": [
         "prepare",
@@ -261,6 +261,7 @@ def test_a_stalled_mds_is_a_tier_down_not_a_hang(
     assert took < 60, took  # the deadline, not the outage, ended it (bounded: a loaded host starts slowly)
     if command == "status":
         assert ran.json()["tiers"][0]["reachable"] is False
+        assert 'storekit_tier_up{tier="shared",role="parallel"} 0\n' in (tmp_path / "up.prom").read_text()
     # the MDS is back: the same command through the same mount answers
     again = run_storekit(args, cwd=tmp_path, env=env, timeout=120)
     assert again.code in (0, 4), again.stderr  # layout check may find the test's own entries
