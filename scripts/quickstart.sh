@@ -27,3 +27,5 @@ $SK dataset info datasets/code/sample/v1
 $SK dataset verify datasets/code/sample/v1
 $SK layout check
 $SK status
+{ set +x; } 2>/dev/null
+echo "next: storekit is installed in ./.venv: run .venv/bin/storekit --help, or 'source .venv/bin/activate' and then storekit"
