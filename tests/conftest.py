@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,6 +159,20 @@ def start_storekit(
         text=True,
         **popen,
     )
+
+
+def wait_reached(faults: Path, proc: subprocess.Popen[str], *names: str) -> None:
+    """Wait until `proc` has reached every fault point in `names` (each writes NAME.reached in the
+    fault dir and waits for NAME.go). The 120 s bound is for a loaded host, not a timing assumption;
+    `proc` ending first fails the test with its stderr."""
+    deadline = time.monotonic() + 120
+    while not all((faults / f"{name}.reached").exists() for name in names):
+        if proc.poll() is not None:
+            _out, err = proc.communicate()
+            pytest.fail(f"the command ended (exit {proc.returncode}) before {', '.join(names)}: {err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the command never reached {', '.join(names)}")
+        time.sleep(0.05)
 
 
 def run_storekit(

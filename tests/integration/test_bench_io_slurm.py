@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, run_storekit, start_storekit, storekit_env
+from tests.conftest import IN_CI, run_storekit, start_storekit, storekit_env, wait_reached
 from tests.integration.test_slurm import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -61,6 +61,24 @@ def bench(target: Path, *args: str, env: dict[str, str] | None = None) -> subpro
 def leftovers(target: Path) -> list[str]:
     scratch = target / "scratch"
     return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
+
+
+def stalled_agents(tmp_path: Path, *ranks: int) -> tuple[Path, Path, dict[str, str]]:
+    """A shared target, a fault dir, and the environment that holds the agents of `ranks` before
+    they connect (a node whose mount hangs)."""
+    target = tmp_path / "shared"
+    target.mkdir()
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    pauses = ",".join(f"bench.agent{rank}.connect=pause" for rank in ranks)
+    return target, faults, {"STOREKIT_FAULTS": pauses, "STOREKIT_FAULT_DIR": str(faults)}
+
+
+def no_agent_outlived(stderr: str) -> bool:
+    """No agent of the run that printed `stderr` (all nodes' agents run on this host) is still alive."""
+    connect = " ".join(stderr.split()).split("--connect ", 1)[1].split()[0]  # rich may wrap it
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
+    return f"--connect {connect}" not in ps
 
 
 def test_two_nodes_give_per_node_and_aggregate_results(
@@ -132,9 +150,7 @@ def test_one_node_failing_stops_every_node(
     if action == "eio":  # the healthy node heard the abort and stopped its workers itself
         assert "aborted by the coordinator" in proc.stderr, proc.stderr
     assert leftovers(target) == []
-    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]  # rich may wrap it
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
-    assert f"--connect {connect}" not in ps  # no node's agent (all on this host) outlived the command
+    assert no_agent_outlived(proc.stderr)  # no node's agent outlived the command
     # nor any worker: the killed agent's one waited at the start barrier, orphaned; it must end by
     # itself at once (it used to wait out its 600 s barrier timeout)
     assert wait_gone(mark, 60) == [], "workers of the run outlived their agent"
@@ -255,11 +271,7 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
     connect (exit 5), the step is stopped, and no agent tells anyone to resume a benchmark. (The
     healthy agent has as long from the job step's start: it connects within ~1 s on a quiet host;
     20 s leaves room for a host at load 20, where a 5 s bound could fire first.)"""
-    target = tmp_path / "shared"
-    target.mkdir()
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {"STOREKIT_FAULTS": "bench.agent1.connect=pause", "STOREKIT_FAULT_DIR": str(faults)}
+    target, faults, env = stalled_agents(tmp_path, 1)
     proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "20", env=env)
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert (faults / "bench.agent1.connect.reached").exists()
@@ -269,23 +281,14 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
     assert stalled.startswith("node sk-node") and connected.startswith("sk-node") and stalled[5:] != connected
     assert "resume" not in proc.stderr, proc.stderr
     assert leftovers(target) == []
-    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
-    assert f"--connect {connect}" not in ps  # the stalled agent was stopped with the step
+    assert no_agent_outlived(proc.stderr)  # the stalled agent was stopped with the step
 
 
 def test_agents_that_all_stall_stop_the_run_naming_every_node(slurm_nodes: list[str], tmp_path: Path) -> None:
     """Every agent stalls before connecting (the mount they start from hangs on every node): no
     agent connects first, so the deadline runs from the job step's start; one line names both
     nodes (exit 5) instead of 'starting 2 agents' for ever with the allocation held."""
-    target = tmp_path / "shared"
-    target.mkdir()
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {
-        "STOREKIT_FAULTS": "bench.agent0.connect=pause,bench.agent1.connect=pause",
-        "STOREKIT_FAULT_DIR": str(faults),
-    }
+    target, faults, env = stalled_agents(tmp_path, *range(NODES))
     # 20 s: both agents reach their pause within it even on a loaded host (the asserts below)
     proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "20", env=env)
     assert proc.returncode == 5, proc.stdout + proc.stderr
@@ -299,9 +302,7 @@ def test_agents_that_all_stall_stop_the_run_naming_every_node(slurm_nodes: list[
     assert len(names) == NODES and set(names) <= set(slurm_nodes), message
     assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1, proc.stderr
     assert "resume" not in proc.stderr and leftovers(target) == []
-    connect = " ".join(proc.stderr.split()).split("--connect ", 1)[1].split()[0]
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
-    assert f"--connect {connect}" not in ps  # the stalled agents were stopped with the step
+    assert no_agent_outlived(proc.stderr)  # the stalled agents were stopped with the step
 
 
 def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
@@ -310,22 +311,12 @@ def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
     """What an operator does at 'starting 2 agents' that never ends: Ctrl-C (once every agent has
     stalled, seen through the fault points). One line, exit 130, no 'rerun to resume' (a benchmark
     is run again), and no agent outlives the command."""
-    target = tmp_path / "shared"
-    target.mkdir()
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    env = {
-        "STOREKIT_FAULTS": "bench.agent0.connect=pause,bench.agent1.connect=pause",
-        "STOREKIT_FAULT_DIR": str(faults),
-    }
+    target, faults, env = stalled_agents(tmp_path, *range(NODES))
     args = ["bench", "io", "--executor", "slurm", "--nodes", str(NODES), "--target", str(target),
             "--pattern", "shards", *SMALL]  # fmt: skip
     proc = start_storekit(args, env=env)
     try:
-        deadline = time.monotonic() + 120
-        while not all((faults / f"bench.agent{r}.connect.reached").exists() for r in range(NODES)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=30)
-            time.sleep(0.1)
+        wait_reached(faults, proc, *(f"bench.agent{rank}.connect" for rank in range(NODES)))
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=120)
     finally:
@@ -337,6 +328,4 @@ def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
         f"error: interrupted while waiting for {NODES} agents to connect; their job step is stopped"
     ]
     assert "resume" not in err.replace("not resumed", ""), err
-    connect = " ".join(err.split()).split("--connect ", 1)[1].split()[0]
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=60).stdout
-    assert f"--connect {connect}" not in ps and leftovers(target) == []
+    assert no_agent_outlived(err) and leftovers(target) == []

@@ -8,31 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TwoMounts, run_storekit, start_storekit
+from tests.conftest import TwoMounts, run_storekit, start_storekit, wait_reached
 
 pytestmark = [pytest.mark.cephfs, pytest.mark.slow]  # ~10 s of CLI runs on the shared mounts
 
 SITE = 'default_tier = "shared"\n[tiers.shared]\nurl = "{url}"\nrole = "parallel"\n'
 BURST = '[tiers.nvme]\nurl = "./nvme"\nrole = "burst"\n'
 RUN = "checkpoints/run_001"
-
-
-def held_at(faults: Path, name: str, proc: subprocess.Popen[str]) -> None:
-    """Wait for the drain to reach fault point `name` (it creates NAME.reached and waits for NAME.go)."""
-    deadline = time.monotonic() + 120  # a bound for a loaded host, not a timing assumption
-    while not (faults / f"{name}.reached").exists():
-        if proc.poll() is not None:
-            _out, err = proc.communicate()
-            pytest.fail(f"the drain ended (exit {proc.returncode}) before {name}: {err}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"the drain never reached {name}")
-        time.sleep(0.05)
 
 
 def listing(tmp_path: Path, env: dict[str, str]) -> dict[str, object]:
@@ -75,7 +61,7 @@ def test_a_drain_on_node_one_while_node_two_lists(cephfs: TwoMounts, tmp_path: P
     drain = start_storekit(["tier", "--drain", "--json"], cwd=tmp_path, env=env)
     try:
         # held with a file copied into the unit's temp on the shared tier
-        held_at(faults, "tier.file-copied", drain)
+        wait_reached(faults, drain, "tier.file-copied")
         run_two = cephfs.two / "storage" / RUN
         (temp,) = [p.name for p in run_two.iterdir()]
         assert temp.startswith(".step_000100.storekit-tmp-drain-")
@@ -89,7 +75,7 @@ def test_a_drain_on_node_one_while_node_two_lists(cephfs: TwoMounts, tmp_path: P
         # held with the unit renamed into place (the archive record not written yet): complete,
         # and every byte of it readable through node two
         (faults / "tier.file-copied.go").touch()
-        held_at(faults, "tier.renamed", drain)
+        wait_reached(faults, drain, "tier.renamed")
         doc = listing(tmp_path, two)
         units = [(u["name"], u["state"], u["bytes"], u["files"]) for u in doc["units"]]  # type: ignore[index]
         assert units == [("step_000100", "complete", sum(map(len, files.values())), 4)]

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import stat
+import subprocess
 import sys
+import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
@@ -208,3 +213,34 @@ def memory_dir(tmp_path: Path) -> Path:
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         return Path(tempfile.mkdtemp(prefix="storekit-tier-", dir="/dev/shm"))
     return tmp_path
+
+
+@contextlib.contextmanager
+def small_tmpfs() -> Iterator[Path]:
+    """A 512 KiB tmpfs: a tier that fills up (the test is skipped where it cannot be mounted)."""
+    where = Path(tempfile.mkdtemp(prefix="storekit-full-"))
+    ran = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)], capture_output=True
+    )
+    if ran.returncode != 0:
+        os.rmdir(where)
+        pytest.skip(f"cannot mount a small tmpfs here: {ran.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+        os.rmdir(where)
+
+
+def fill(where: Path, keep: int = 0) -> Path:
+    """Take the free space of `where` but `keep` bytes (another user's file, someone-else.bin)."""
+    filler = where / "someone-else.bin"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        while os.statvfs(where).f_bavail * os.statvfs(where).f_frsize > keep:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass  # full
+    finally:
+        os.close(fd)
+    return filler

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from storekit.tier.stubfile import read_stub, stub_path
 from storekit.tier.unitjournal import read_log
 from tests.conftest import Ran
 from tests.unit.tier.conftest import make_site
-from tests.unit.tier.helpers import leftovers, make_unit, posix_site, snapshot, unfinished
+from tests.unit.tier.helpers import fill, leftovers, make_unit, posix_site, small_tmpfs, snapshot, unfinished
 
 UNIT = "checkpoints/run_001/step_000100"
 KiB = 1024
@@ -112,33 +110,9 @@ def test_a_failed_recall_along_a_chain_leaves_no_journal(
 
 @pytest.fixture
 def small_burst() -> Iterator[Path]:
-    """A 512 KiB tmpfs: the burst tier a unit is recalled onto."""
-    where = Path(tempfile.mkdtemp(prefix="storekit-full-"))
-    ran = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)], capture_output=True
-    )
-    if ran.returncode != 0:
-        os.rmdir(where)
-        pytest.skip(f"cannot mount a small tmpfs here: {ran.stderr.decode().strip()}")
-    try:
+    """The burst tier a unit is recalled onto."""
+    with small_tmpfs() as where:
         yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
-        os.rmdir(where)
-
-
-def fill(where: Path, keep: int = 0) -> Path:
-    """Take the free space of `where` but `keep` bytes (another user's file)."""
-    filler = where / "someone-else.bin"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        while os.statvfs(where).f_bavail * os.statvfs(where).f_frsize > keep:
-            os.write(fd, b"\0" * 4 * KiB)
-    except OSError:
-        pass  # full
-    finally:
-        os.close(fd)
-    return filler
 
 
 @pytest.mark.parametrize("when", ["before", "during"])  # refused at the check / filled during the fetch

@@ -5,9 +5,6 @@ The full tier is a real small tmpfs (mounted as root; skipped where mounting is 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +14,7 @@ from storekit import faults
 from storekit.errors import NoSpaceError
 from storekit.tier.mover import drain_unit
 from storekit.tier.stubfile import stub_path
-from tests.unit.tier.helpers import leftovers, make_unit, posix_site, snapshot, unfinished
+from tests.unit.tier.helpers import fill, leftovers, make_unit, posix_site, small_tmpfs, snapshot, unfinished
 
 UNIT = "checkpoints/run_001/step_100"
 KiB = 1024
@@ -25,19 +22,9 @@ KiB = 1024
 
 @pytest.fixture
 def small_tier() -> Iterator[Path]:
-    """A 512 KiB tmpfs: the parallel tier that fills up."""
-    where = Path(tempfile.mkdtemp(prefix="storekit-full-"))
-    ran = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)], capture_output=True
-    )
-    if ran.returncode != 0:
-        os.rmdir(where)
-        pytest.skip(f"cannot mount a small tmpfs here: {ran.stderr.decode().strip()}")
-    try:
+    """The parallel tier that fills up."""
+    with small_tmpfs() as where:
         yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
-        os.rmdir(where)
 
 
 def test_a_unit_larger_than_the_free_space_is_refused_before_writing(
@@ -67,18 +54,11 @@ def test_a_tier_that_fills_up_during_the_copy_keeps_nothing_and_the_rerun_comple
     site = posix_site(burst, small_tier)
     filler = small_tier / "someone-else.bin"
 
-    def fill() -> None:  # another writer takes what is left, once the first file is in
+    def take_the_rest() -> None:  # another writer, once the first file is in
         if not filler.exists():
-            fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                while True:
-                    os.write(fd, b"\0" * 4 * KiB)
-            except OSError:
-                pass  # full
-            finally:
-                os.close(fd)
+            fill(small_tier)
 
-    with faults.at(when, fill), pytest.raises(NoSpaceError) as info:
+    with faults.at(when, take_the_rest), pytest.raises(NoSpaceError) as info:
         drain_unit(burst, UNIT, site.tier("parallel"), journal_dir=journal)
     assert info.value.exit_code == 6 and info.value.message.startswith("tier parallel is full: ")
     assert str(small_tier) in info.value.message and str(burst) not in info.value.message
