@@ -53,6 +53,7 @@ from storekit.manifest import (
 )
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
+from storekit.places import posix_tiers_holding
 from storekit.tier.dest import (
     Destination,
     PosixDestination,
@@ -680,8 +681,8 @@ def recall_unit(
 
 def _tier_at(site: SiteConfig, root: Path) -> str:
     """The tier whose root is `root`, as messages name it."""
-    for tier in site.tiers.values():
-        if tier.local_root is not None and os.path.abspath(tier.local_root) == os.path.abspath(root):
+    for tier, rel in posix_tiers_holding(site, str(root)):
+        if rel == "":
             return f"tier {tier.name}"
     return f"the tier at {root}"
 
