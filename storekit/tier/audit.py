@@ -25,6 +25,7 @@ from storekit.errors import BusyError, MismatchError, NotFoundError, StorekitErr
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.journal import FileUploadJournal
+from storekit.places import posix_tiers_holding
 from storekit.store import open_store
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
@@ -182,7 +183,7 @@ def gc(
 
 def _gc_journal(journal: UnitJournal, site: SiteConfig | None, dry_run: bool, report: GcReport) -> None:
     doc = journal.doc
-    unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+    unit = _unit_of(doc)
     lease_path = sibling_lease_path(unit)
     host = node_local_elsewhere(journal, site)
     if host is not None:  # the same path on this node is another node's unit, or none at all
@@ -235,7 +236,7 @@ def finish_interrupted(journal_dir: Path, site: SiteConfig) -> list[str]:
         if not _committed(journal):
             continue  # uncommitted: the rerun of its unit resumes it, `tier gc` rolls it back
         doc = journal.doc
-        unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
+        unit = _unit_of(doc)
         if node_local_elsewhere(journal, site) is not None:
             continue  # its node's own rerun or gc finishes it
         if not unit.parent.is_dir():  # removed since the kill: nothing left to free or to stub there
@@ -261,26 +262,17 @@ def node_local_elsewhere(journal: UnitJournal, site: SiteConfig | None) -> str |
     host = journal.doc.get("host")
     if site is None or not isinstance(host, str) or host == socket.gethostname():
         return None
-    doc = journal.doc
-    unit = Path(str(doc["source"])) if doc.get("action") != "recall" else _recall_target(doc)
-    where = Path(os.path.abspath(unit))
-    for tier in site.tiers.values():
-        root = tier.local_root
-        if tier.role == "burst" and root is not None and where.is_relative_to(os.path.abspath(root)):
-            return host
-    return None
+    holding = posix_tiers_holding(site, str(_unit_of(journal.doc)))
+    return host if any(tier.role == "burst" for tier, _rel in holding) else None
 
 
 def tier_down(path: Path, site: SiteConfig | None) -> str | None:
     """Why the POSIX tier holding `path` cannot be looked at now (its root missing: not mounted; or
     its probe fails), None when it is there (or unknown): a directory missing on a tier that is up
     was removed, on one that is down it is only out of sight."""
-    where = Path(os.path.abspath(path))
-    for tier in site.tiers.values() if site is not None else ():
+    for tier, _rel in posix_tiers_holding(site, str(path)):
         root = tier.local_root
-        if root is None or not where.is_relative_to(os.path.abspath(root)):
-            continue
-        if not os.path.isdir(root):
+        if not os.path.isdir(str(root)):
             return f"tier {tier.name}: its root {root} is not there (not mounted?)"
         try:
             open_store(tier).probe()
@@ -305,7 +297,7 @@ def finish_committed(journal: UnitJournal, site: SiteConfig | None) -> str:
     the stub written and the source freed (or kept, if it changed), a recall's stub removed."""
     doc = journal.doc
     action = str(doc.get("action"))
-    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
+    unit = _unit_of(doc)
     if unit.parent.is_dir():  # what a kill inside the free left (the mover's own start does this)
         purge_tombstones(unit.parent)
         remove_own_temps(unit)
@@ -336,7 +328,7 @@ def finish_without_directory(journal: UnitJournal) -> str:
     the operator is told where, since no stub names it any more."""
     doc = journal.doc
     action = str(doc.get("action"))
-    unit = Path(str(doc["source"])) if action != "recall" else _recall_target(doc)
+    unit = _unit_of(doc)
     log_action(journal.dir, f"{action}.directory-gone", journal.id, unit=str(unit), dest=doc.get("dest"))
     journal.finish()
     if action == "recall":
@@ -371,8 +363,9 @@ def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report
     report.rolled_back.append(str(journal.path))
 
 
-def _recall_target(doc: dict[str, Any]) -> Path:
-    return Path(str(doc["target"]))
+def _unit_of(doc: dict[str, Any]) -> Path:
+    """The unit a move's journal is about: a recall's target, any other move's source."""
+    return Path(str(doc["target"] if doc.get("action") == "recall" else doc["source"]))
 
 
 def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
