@@ -134,3 +134,26 @@ def test_a_tier_can_name_an_aws_profile(
         open_store(TierConfig(name="archive", url=s3_tier.url, role="archive", options=missing)).read_bytes(
             "p.bin"
         )
+
+
+@pytest.mark.ceph
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
+def test_a_response_is_acknowledged_as_soon_as_its_headers_are_read(s3_tier: TierConfig) -> None:
+    """RGW writes a response's headers and body separately with Nagle on: the body waits for the ACK
+    of the headers, which Linux delays up to 40 ms on a connection that just sent its request (every
+    small GET and listing page took ~44 ms instead of ~2, benchmarks/RESULTS.md). storekit's client
+    turns TCP_QUICKACK on once the headers are read, on every connection, over keep-alive reuse."""
+    from storekit.store.s3client import s3_client
+
+    client = s3_client(s3_tier.options, max_pool=1)
+    bucket, prefix = s3_tier.url[len("s3://") :].split("/", 1)
+    body = b"small object " * 300
+    client.put_object(Bucket=bucket, Key=f"{prefix}/small", Body=body)
+    for _ in range(3):  # the same pooled connection each time
+        response = client.get_object(Bucket=bucket, Key=f"{prefix}/small")
+        connection = response["Body"]._raw_stream.connection
+        assert type(connection).__name__.startswith("QuickAck")
+        assert connection.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 1
+        assert response["Body"].read() == body
+    listing = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
+    assert f"{prefix}/small" in [o["Key"] for o in listing["Contents"]]
