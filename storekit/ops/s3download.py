@@ -30,7 +30,7 @@ import xxhash
 from storekit import faults
 from storekit.durable import TMP_MARK, fsync_dir
 from storekit.errors import MismatchError, StorekitError, storage_error
-from storekit.ops.s3transfer import DownloadItem, DownloadResult, S3Transfer, fadvise_dontneed
+from storekit.ops.s3engine import DownloadItem, DownloadResult, S3Engine, fadvise_dontneed
 
 # O_DIRECT needs block-aligned offsets, lengths and memory; a page covers every usual block size
 ALIGN = mmap.PAGESIZE
@@ -61,7 +61,7 @@ class _Range:
     etag: str
 
 
-def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[DownloadResult]:
+def download_files(engine: S3Engine, items: Sequence[DownloadItem]) -> list[DownloadResult]:
     heads = list(engine.pool.map(lambda item: _head(engine, item), items))  # sizes and ETags, concurrently
     targets: list[_Target] = []
     window: deque[tuple[_Range, cf.Future[mmap.mmap]]] = deque()
@@ -109,7 +109,7 @@ def download_files(engine: S3Transfer, items: Sequence[DownloadItem]) -> list[Do
     return results
 
 
-def _head(engine: S3Transfer, item: DownloadItem) -> tuple[int, str]:
+def _head(engine: S3Engine, item: DownloadItem) -> tuple[int, str]:
     head = engine.call(
         f"download {engine.bucket}/{item.key}",
         lambda: engine.client.head_object(Bucket=engine.bucket, Key=item.key),
@@ -118,7 +118,7 @@ def _head(engine: S3Transfer, item: DownloadItem) -> tuple[int, str]:
 
 
 def _ranges(
-    engine: S3Transfer,
+    engine: S3Engine,
     items: Sequence[DownloadItem],
     heads: Sequence[tuple[int, str]],
     targets: list[_Target],
@@ -150,7 +150,7 @@ def _open_direct(path: str) -> int:
         return -1
 
 
-def _fetch(engine: S3Transfer, rng: _Range) -> mmap.mmap:
+def _fetch(engine: S3Engine, rng: _Range) -> mmap.mmap:
     """The range's bytes in one of the engine's aligned buffers, already written to the temp file."""
     buf = engine.range_buffers.take(engine.config.range_size)
     try:
@@ -166,7 +166,7 @@ def _fetch(engine: S3Transfer, rng: _Range) -> mmap.mmap:
     return buf
 
 
-def _get_into(engine: S3Transfer, rng: _Range, buf: mmap.mmap) -> None:
+def _get_into(engine: S3Engine, rng: _Range, buf: mmap.mmap) -> None:
     resp = engine.client.get_object(
         Bucket=engine.bucket,
         Key=rng.target.item.key,

@@ -14,12 +14,12 @@ import xxhash
 
 from storekit import faults
 from storekit.ops.s3download import ShortBody
-from storekit.ops.s3transfer import S3Transfer
+from storekit.ops.s3engine import S3Engine
 
 WINDOW = 4  # ranges in flight per object being read back
 
 
-def readback_digest(engine: S3Transfer, key: str) -> tuple[int, str]:
+def readback_digest(engine: S3Engine, key: str) -> tuple[int, str]:
     """(size, xxh3-128) of the object `key` as the gateway serves it now."""
     head = engine.call(
         f"read back {engine.bucket}/{key}", lambda: engine.client.head_object(Bucket=engine.bucket, Key=key)

@@ -27,22 +27,22 @@ import xxhash
 from storekit import faults
 from storekit.errors import StorekitError, s3_error_code, storage_error
 from storekit.ops.journal import UploadEntry
-from storekit.ops.s3parts import MappedPart
-from storekit.ops.s3transfer import (
+from storekit.ops.s3engine import (
     DIGEST_META_KEY,
     GONE_UPLOAD_CODES,
     NoSuchUpload,
-    S3Transfer,
+    S3Engine,
     UploadItem,
     UploadResult,
     fadvise_dontneed,
 )
+from storekit.ops.s3parts import MappedPart
 
 MAP_MIN = 4 * 1024 * 1024  # smaller parts are read: a map costs more than copying them
 
 
 def upload_files(
-    engine: S3Transfer, items: Sequence[UploadItem], on_done: Callable[[UploadResult], None] | None = None
+    engine: S3Engine, items: Sequence[UploadItem], on_done: Callable[[UploadResult], None] | None = None
 ) -> list[UploadResult]:
     """Upload every item; waits for all started work, then raises the first failure (if any).
     `on_done(result)` is called as each file's upload completes (from a pool thread), e.g. to start
@@ -84,7 +84,7 @@ def upload_files(
     return [fut.result() for fut in futures]
 
 
-def _start(engine: S3Transfer, item: UploadItem, stop: threading.Event) -> cf.Future[UploadResult]:
+def _start(engine: S3Engine, item: UploadItem, stop: threading.Event) -> cf.Future[UploadResult]:
     try:
         fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
@@ -102,7 +102,7 @@ def _start(engine: S3Transfer, item: UploadItem, stop: threading.Event) -> cf.Fu
 
 
 def _single_put(
-    engine: S3Transfer, item: UploadItem, fd: int, st: os.stat_result, stop: threading.Event
+    engine: S3Engine, item: UploadItem, fd: int, st: os.stat_result, stop: threading.Event
 ) -> cf.Future[UploadResult]:
     size = st.st_size
     engine.budget.acquire(size)
@@ -152,7 +152,7 @@ def _single_put(
 class _Multipart:
     """One file's multipart upload: parts read here, sent by the pool, completed by whoever ends last."""
 
-    def __init__(self, engine: S3Transfer, item: UploadItem, st: os.stat_result, stop: threading.Event):
+    def __init__(self, engine: S3Engine, item: UploadItem, st: os.stat_result, stop: threading.Event):
         self.engine, self.item, self.st, self.stop = engine, item, st, stop
         self.size = st.st_size
         self.part_size = engine.part_size(self.size)
@@ -164,6 +164,11 @@ class _Multipart:
         self.upload_id = ""
         self._lock = threading.Lock()
         self._finishing = False
+        self._error: BaseException | None = None
+        # work of this upload still running: run() itself until every part is handed out, each part
+        # being sent, the complete. A failure is settled (abort, then the future) once this is 0.
+        self._in_flight = 1
+        self._settled = False
 
     @property
     def what(self) -> str:
@@ -175,7 +180,7 @@ class _Multipart:
             reusable = self._begin()
             hasher = xxhash.xxh3_128()
             for number in range(1, self.nparts + 1):
-                if self.stop.is_set() or self.future.done():
+                if self.stop.is_set() or self._error is not None or self.future.done():
                     raise _Stopped()
                 offset = (number - 1) * self.part_size
                 length = min(self.part_size, self.size - offset)
@@ -198,6 +203,7 @@ class _Multipart:
                     self._part_done(number, f'"{known[1]}"')
                     continue
                 self.fd.acquire()
+                self._start_work()
                 self.engine.pool.submit(self._send, number, offset, data)
             _check_unchanged(self.item.path, fd, self.st)
             with self._lock:
@@ -211,6 +217,7 @@ class _Multipart:
                 raise
         finally:
             self.fd.release()
+            self._end_work()
 
     def _begin(self) -> dict[int, tuple[int, str]]:
         """Resume the journaled upload of this key if the source is unchanged, else start one."""
@@ -262,8 +269,9 @@ class _Multipart:
     def _send(self, number: int, offset: int, data: bytes | MappedPart) -> None:
         engine = self.engine
         try:
-            if self.future.done():
+            if self._error is not None or self.future.done():
                 return
+            faults.point("transfer.part-sending")
             engine.throttle(len(data))
             resp = engine.call(
                 f"{self.what} part {number}",
@@ -283,6 +291,7 @@ class _Multipart:
             engine.budget.release(len(data))
             _part_sent(data, self.fd, offset)
             self.fd.release()
+            self._end_work()
 
     def _part_done(self, number: int, etag: str) -> None:
         with self._lock:
@@ -292,8 +301,11 @@ class _Multipart:
     def _maybe_complete(self) -> None:
         with self._lock:
             ready = self.digest is not None and len(self.etags) == self.nparts and not self._finishing
+            ready = ready and self._error is None
             self._finishing = self._finishing or ready
-        if ready and not self.future.done():
+            if ready:
+                self._in_flight += 1
+        if ready:
             self.fd.acquire()  # _complete stats the file
             self.engine.pool.submit(self._complete)
 
@@ -336,6 +348,7 @@ class _Multipart:
             self._fail(exc)
         finally:
             self.fd.release()
+            self._end_work()
 
     def _object_is_there(self) -> bool:
         head = self.engine.call(
@@ -346,20 +359,42 @@ class _Multipart:
     def _fail(self, exc: BaseException) -> None:
         self.stop.set()
         with self._lock:
-            if self.future.done():
+            if self._error is None and not self.future.done():
+                self._error = exc
+        faults.point("transfer.upload-failed")
+        self._settle()
+
+    def _start_work(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+
+    def _end_work(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        self._settle()
+
+    def _settle(self) -> None:
+        """A failed upload is aborted, and its failure reported, only once none of its parts is still
+        going out: a part the gateway takes after the abort brings the upload back (RGW lists it again,
+        with its parts, and nothing would ever abort it), and the caller must not see the failure
+        while a part of it is still being sent."""
+        with self._lock:
+            if self._error is None or self._in_flight or self._settled or self.future.done():
                 return
-            self.future.set_exception(exc)
+            self._settled = True
+            exc = self._error
         if self.engine.journal is None and self.upload_id:
             # nothing would ever find these parts again: abort now (with a journal, a rerun resumes)
             with contextlib.suppress(Exception):
                 self.engine.abort(self.item.key, self.upload_id)
+        self.future.set_exception(exc)
 
 
 class _Stopped(Exception):
     pass
 
 
-def _journaled(engine: S3Transfer, key: str) -> UploadEntry | None:
+def _journaled(engine: S3Engine, key: str) -> UploadEntry | None:
     if engine.journal is None:
         return None
     for entry in engine.journal.entries():
@@ -368,7 +403,7 @@ def _journaled(engine: S3Transfer, key: str) -> UploadEntry | None:
     return None
 
 
-def _list_parts(engine: S3Transfer, key: str, upload_id: str) -> dict[int, tuple[int, str]]:
+def _list_parts(engine: S3Engine, key: str, upload_id: str) -> dict[int, tuple[int, str]]:
     parts: dict[int, tuple[int, str]] = {}
     marker = 0
     while True:

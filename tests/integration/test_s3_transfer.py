@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import xxhash
@@ -115,6 +117,59 @@ def test_a_source_rewritten_while_its_parts_go_out_fails_the_upload(tmp_path: Pa
             engine.upload_files([UploadItem(str(path), "ckpt.bin")])
         assert keys(engine) == []
         assert engine.client.list_multipart_uploads(Bucket=engine.bucket).get("Uploads", []) == []
+
+
+def test_a_failed_upload_is_aborted_only_after_its_last_part_went_out(tmp_path: Path) -> None:
+    """A part the gateway takes after the abort brings the upload back on RGW (listed again, with its
+    parts, and nothing would ever abort it). Forced order: the source changes before any part is read,
+    and every part is held before it is sent until the upload has failed; then no part may still be
+    going out, or start, once the abort is sent."""
+    path = tmp_path / "ckpt.bin"
+    write_random(path, 12 * MiB + 5, seed=12)  # 3 parts of 5 MiB
+
+    def rewrite() -> None:
+        with open(path, "r+b") as fh:
+            fh.write(b"\xff" * 4096)
+        os.utime(path, ns=(1, 1_800_000_000_000_000_000))
+
+    failed = threading.Event()
+    lock = threading.Lock()
+    state = {"sending": 0, "aborts": 0, "overlaps": 0}
+    with fresh_bucket(SMALL_PARTS) as engine:
+        client = engine.client
+        upload_part, abort_upload = client.upload_part, client.abort_multipart_upload
+
+        def send_part(**kwargs: Any) -> Any:
+            with lock:
+                state["sending"] += 1
+                state["overlaps"] += state["aborts"]  # a part started after the abort went out
+            try:
+                return upload_part(**kwargs)
+            finally:
+                with lock:
+                    state["sending"] -= 1
+
+        def abort(**kwargs: Any) -> Any:
+            with lock:
+                state["aborts"] += 1
+                state["overlaps"] += state["sending"]  # parts still going out at the abort
+            return abort_upload(**kwargs)
+
+        client.upload_part, client.abort_multipart_upload = send_part, abort
+
+        def hold() -> None:
+            assert failed.wait(60), "the upload did not fail"
+
+        with (
+            faults.at("transfer.upload-created", rewrite),
+            faults.at("transfer.upload-failed", failed.set),
+            faults.at("transfer.part-sending", hold),
+            pytest.raises(StorekitError, match="changed while"),
+        ):
+            engine.upload_files([UploadItem(str(path), "ckpt.bin")])
+        assert state == {"sending": 0, "aborts": 1, "overlaps": 0}
+        assert keys(engine) == []
+        assert client.list_multipart_uploads(Bucket=engine.bucket).get("Uploads", []) == []
 
 
 def test_a_wrong_expected_digest_leaves_nothing(tmp_path: Path) -> None:
