@@ -37,7 +37,8 @@ _COMPILED: dict[str, Any] = {}  # xxh3 of tokenizer.json -> Compiled or the NotC
 def compiled_for(info: TokenizerInfo) -> Any:
     """The tokenizer's compiled form, or a str saying why it has none (cached per process)."""
     if info.xxh3_128 not in _COMPILED:
-        from storekit.pipeline.fastbpe import NotCompilable, compile_cached
+        from storekit.pipeline.fastbpe import NotCompilable
+        from storekit.pipeline.fastbpe_cache import compile_cached
 
         try:
             import tiktoken  # noqa: F401

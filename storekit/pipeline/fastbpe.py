@@ -310,37 +310,6 @@ def compile_fast(doc: dict[str, Any], hf_tokenizer: Any, *, proof_key: str | Non
     )
 
 
-def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], load_hf: Callable[[], Any]) -> Compiled:
-    """compile_fast for the tokenizer file whose xxh3-128 is `key`, from the user's cache when an
-    entry of this compiler is there (`fastbpe_cache`); a fresh compile is stored for the next run.
-    `load_hf` (the loaded `tokenizers.Tokenizer`) is called only for a fresh compile."""
-    from storekit.pipeline import fastbpe_cache
-
-    cached = fastbpe_cache.load(key)
-    if cached is not None:
-        return Compiled(
-            pattern=cached.pattern,
-            pattern_name=cached.pattern_name,
-            ranks=cached.ranks,
-            normalizers=cached.normalizers,
-            added=cached.added,
-            ignore_merges=cached.ignore_merges,
-        )
-    compiled = compile_fast(read_doc(), load_hf(), proof_key=key)
-    fastbpe_cache.store(
-        key,
-        fastbpe_cache.CachedRanks(
-            pattern=compiled.pattern,
-            pattern_name=compiled.pattern_name,
-            normalizers=compiled.normalizers,
-            ignore_merges=compiled.ignore_merges,
-            ranks=compiled.ranks,
-            added=compiled.added,
-        ),
-    )
-    return compiled
-
-
 def _check_whole_tokens(doc: dict[str, Any], ranks: dict[bytes, int]) -> None:
     """tiktoken emits a pre-token found in the vocab as is; without ignore_merges `tokenizers` merges
     it, so every such token must come out of its own merges whole."""

@@ -25,28 +25,17 @@ import marshal
 import os
 import stat
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
 from storekit.durable import write_file_atomic
-from storekit.pipeline.fastbpe import AddedToken
+from storekit.pipeline.fastbpe import AddedToken, Compiled, compile_fast
 
 FORMAT = 2
-
-
-@dataclass(frozen=True)
-class CachedRanks:
-    """Everything compile_fast derives from the file (the added tokens as `tokenizers` loads it)."""
-
-    pattern: str
-    pattern_name: str
-    normalizers: tuple[str, ...]
-    ignore_merges: bool
-    ranks: dict[bytes, int]
-    added: tuple[AddedToken, ...]
 
 
 _ADDED_FIELDS = ("content", "id", "special", "single_word", "lstrip", "rstrip", "normalized")
@@ -100,7 +89,7 @@ def _private(directory: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-def load(key: str) -> CachedRanks | None:
+def load(key: str) -> Compiled | None:
     """The cached compile of the tokenizer file with xxh3 `key`, or None (missing, damaged, not private)."""
     path = entry_path(key)
     if not _private(path.parent):
@@ -125,7 +114,7 @@ def load(key: str) -> CachedRanks | None:
         ranks = marshal.loads(payload)
         if not _is_ranks(ranks, int(meta["count"])):
             return None
-        return CachedRanks(
+        return Compiled(
             pattern=str(meta["pattern"]),
             pattern_name=str(meta["pattern_name"]),
             normalizers=tuple(str(n) for n in meta["normalizers"]),
@@ -146,7 +135,7 @@ def _is_ranks(ranks: object, count: int) -> bool:
     )
 
 
-def store(key: str, entry: CachedRanks) -> None:
+def store(key: str, entry: Compiled) -> None:
     """Best effort: write the entry atomically; any failure leaves the cache as it was."""
     payload = marshal.dumps(entry.ranks)
     meta = {
@@ -166,3 +155,15 @@ def store(key: str, entry: CachedRanks) -> None:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         if _private(root):
             write_file_atomic(entry_path(key), json.dumps(meta).encode() + b"\n" + payload, mode=0o600)
+
+
+def compile_cached(key: str, read_doc: Callable[[], dict[str, Any]], load_hf: Callable[[], Any]) -> Compiled:
+    """compile_fast for the tokenizer file whose xxh3-128 is `key`, from the user's cache when an
+    entry of this compiler is there; a fresh compile is stored for the next run. `load_hf` (the
+    loaded `tokenizers.Tokenizer`) is called only for a fresh compile."""
+    cached = load(key)
+    if cached is not None:
+        return cached
+    compiled = compile_fast(read_doc(), load_hf(), proof_key=key)
+    store(key, compiled)
+    return compiled

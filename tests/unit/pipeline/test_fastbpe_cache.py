@@ -117,7 +117,7 @@ def test_a_cache_others_can_write_is_neither_read_nor_written(
     os.chmod(cache, 0o777)
     assert fastbpe_cache.load(info.xxh3_128) is None
     entry.unlink()
-    fastbpe_cache.store(info.xxh3_128, fastbpe_cache.CachedRanks("p", "gpt2", (), True, {b"a": 0}, ()))
+    fastbpe_cache.store(info.xxh3_128, fastbpe.Compiled("p", "gpt2", {b"a": 0}, (), (), True))
     assert not list(cache.iterdir())
 
 
