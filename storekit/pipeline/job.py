@@ -13,7 +13,8 @@ from storekit.errors import MismatchError, StorekitError
 from storekit.executors.base import TaskRunner
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.plan import PrepPlan
-from storekit.pipeline.workdir import KIND, WorkDir
+from storekit.pipeline.source_digests import hash_sources
+from storekit.pipeline.workdir import KIND, WorkDir, remove_after_commit, tier_anchor
 
 
 class PrepareJob:
@@ -62,7 +63,6 @@ class PrepareJob:
 
 def load(path: Path, site: SiteConfig | None) -> PrepareJob:
     """The job of an existing work dir (what `storekit jobs run-task` runs): its plan, read only."""
-    from storekit.pipeline.prepare import tier_anchor  # prepare imports this module
 
     work = WorkDir(path, anchor=tier_anchor(path, site or load_config(None)))
     raw = work.read_plan()
@@ -77,7 +77,6 @@ def finalize_job(job: PrepareJob) -> dict[str, Any]:
     from storekit.pipeline.commit import check_existing, output_lease, settle_leftovers
     from storekit.pipeline.finalize import finalize
     from storekit.pipeline.location import resolve_location
-    from storekit.pipeline.prepare import hash_sources, remove_after_commit  # prepare imports us
     from storekit.pipeline.source_digests import recorded_digests
 
     plan, work = job.plan, job.work

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from storekit import faults
-from storekit.background import Background
 from storekit.config import SiteConfig
 from storekit.diskspace import free_bytes, nearest_existing
 from storekit.errors import NoSpaceError, StorekitError, UsageError
@@ -32,12 +31,11 @@ from storekit.pipeline.job import PrepareJob
 from storekit.pipeline.kinds import WORK_DIR_PREFIX
 from storekit.pipeline.location import DatasetLocation, resolve_location
 from storekit.pipeline.plan import PrepPlan, plan_tasks
-from storekit.pipeline.source_digests import source_entry
+from storekit.pipeline.source_digests import hash_sources
 from storekit.pipeline.sources import discover_sources
 from storekit.pipeline.spec import PipelineSpec
 from storekit.pipeline.tokenizer import load_tokenizer, resolve_tokenizer
-from storekit.pipeline.workdir import WorkDir
-from storekit.trusted_dirs import anchor_for
+from storekit.pipeline.workdir import WorkDir, remove_after_commit, tier_anchor
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -88,11 +86,6 @@ def draft_plan(
     plan = plan_tasks(spec, sources, tokenizer)
     path = work_dir_for(spec, site, location, plan)
     return plan, location, WorkDir(path, anchor=tier_anchor(path, site))
-
-
-def tier_anchor(path: Path, site: SiteConfig) -> Path | None:
-    """What a work dir's parents are checked up to: its tier's root, else $HOME (trusted_dirs)."""
-    return anchor_for(path, [t.local_root for t in site.tiers.values() if t.local_root])
 
 
 def with_engine(spec: PipelineSpec, plan: PrepPlan, fs: InputFS) -> tuple[PrepPlan, dict[str, float]]:
@@ -179,13 +172,6 @@ def make_scratch_area(store: Store, work_path: Path) -> None:
     scratch = store.local_path("scratch")
     if scratch is not None and work_path.parent == Path(scratch):
         make_area(store, "scratch", 0o1777)
-
-
-def remove_after_commit(work: WorkDir) -> None:
-    """The dataset is committed: a failure removing the work dir (a full disk) is not the run's
-    failure; what is left is a tombstone or the dir, which the next run or `layout clean` removes."""
-    with contextlib.suppress(StorekitError, OSError):
-        work.remove()
 
 
 def _if_present(work: WorkDir) -> WorkDir | None:
@@ -297,8 +283,3 @@ def check_space(plan: PrepPlan, location: DatasetLocation, work: WorkDir) -> Non
 def _device_and_free(path: Path) -> tuple[int, int | None]:
     probe = nearest_existing(str(path))
     return os.stat(probe).st_dev, free_bytes(probe)
-
-
-def hash_sources(plan: PrepPlan, fs: InputFS) -> Background[list[dict[str, Any]]]:
-    """xxh3-128 of every source file for the manifest, computed while the workers tokenize."""
-    return Background(lambda: [source_entry(src, fs) for src in plan.sources], "storekit-source-hash")

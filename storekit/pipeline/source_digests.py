@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from storekit.background import Background
 from storekit.durable import write_file_atomic
 from storekit.ops import hash_stream
 from storekit.pipeline.formats.base import SourceFile
@@ -81,3 +82,8 @@ def recorded_digests(plan: PrepPlan, work: Path) -> list[dict[str, Any]] | None:
         return None
     entries = [read_record(plan, work, s) for s in range(len(plan.sources))]
     return None if any(e is None for e in entries) else [e for e in entries if e is not None]
+
+
+def hash_sources(plan: PrepPlan, fs: InputFS) -> Background[list[dict[str, Any]]]:
+    """xxh3-128 of every source file for the manifest, computed while the workers tokenize."""
+    return Background(lambda: [source_entry(src, fs) for src in plan.sources], "storekit-source-hash")

@@ -10,12 +10,16 @@ It lives on a POSIX file system (local NVMe, Lustre, NFS): parts are memory-mapp
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Any
 
+from storekit.config import SiteConfig
 from storekit.errors import MismatchError, StorekitError
 from storekit.jobs.workdir import JobDir, JobHeader, io_errors
 from storekit.pipeline.kinds import PREPARE
 from storekit.pipeline.plan import PrepPlan
+from storekit.trusted_dirs import anchor_for
 
 KIND = PREPARE
 
@@ -56,3 +60,15 @@ class WorkDir(JobDir):
 
 def read_plan(work: JobDir) -> PrepPlan:
     return PrepPlan.from_json(work.read_plan())
+
+
+def tier_anchor(path: Path, site: SiteConfig) -> Path | None:
+    """What a work dir's parents are checked up to: its tier's root, else $HOME (trusted_dirs)."""
+    return anchor_for(path, [t.local_root for t in site.tiers.values() if t.local_root])
+
+
+def remove_after_commit(work: WorkDir) -> None:
+    """The dataset is committed: a failure removing the work dir (a full disk) is not the run's
+    failure; what is left is a tombstone or the dir, which the next run or `layout clean` removes."""
+    with contextlib.suppress(StorekitError, OSError):
+        work.remove()
