@@ -138,7 +138,7 @@ def mark(phase: str) -> None:
 def run_phases(root: Path, corpus: Path, task_bytes: int, nodes: int, element_trace: str) -> dict[str, Any]:
     from storekit import faults
     from storekit.config import load_config
-    from storekit.jobs.workdir import Submission
+    from storekit.jobdir import Submission
     from storekit.pipeline.inputs import InputFS
     from storekit.pipeline.prepare import make_plan
     from storekit.pipeline.spec import CLI_SOURCE, build_spec

@@ -105,9 +105,9 @@ def status_command(
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
 ) -> None:
+    from storekit.jobdir import JobDir
     from storekit.jobs.find import find_job_dirs
     from storekit.jobs.status import job_status
-    from storekit.jobs.workdir import JobDir
 
     out = make_output(json_out, quiet)
     site = site_config(config)
@@ -274,7 +274,7 @@ def finalize_command(
     if note is not None:  # an element finalized inline and the work dir went: nothing left to do
         result = {**note, "status": f"already {note.get('status')}"}
     else:
-        from storekit.jobs.workdir import JobDir
+        from storekit.jobdir import JobDir
 
         job = load_job(Path(work_dir), site_config(config))
         finish = getattr(job, "finalize", None)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from storekit.errors import UsageError
 from storekit.executors import kinds
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 
 ProgressFn = Callable[[int, int, int], None]  # units of work since the last call (docs, tokens, bytes)
 DoneFn = Callable[[int, dict[str, Any]], None]  # (task, its completion record) once it exists

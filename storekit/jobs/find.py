@@ -13,7 +13,7 @@ from pathlib import Path
 from storekit.config import SiteConfig
 from storekit.errors import NotFoundError, StorekitError
 from storekit.executors.kinds import dir_prefixes, job_kinds, resolve
-from storekit.jobs.workdir import HEADER, JobDir
+from storekit.jobdir import HEADER, JobDir
 from storekit.paths import join_rel
 
 

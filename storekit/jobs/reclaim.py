@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storekit.errors import BusyError
-from storekit.jobs.workdir import HEADER, PLAN, JobDir
+from storekit.jobdir import HEADER, PLAN, JobDir
 from storekit.lease import dir_lease_path, read_lease
 
 

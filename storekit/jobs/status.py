@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from storekit.jobs.workdir import JobDir, JobHeader, Submission
+from storekit.jobdir import JobDir, JobHeader, Submission
 
 STATES = ("done", "running", "failed", "pending")
 

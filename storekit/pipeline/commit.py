@@ -27,7 +27,7 @@ import xxhash
 from storekit import faults
 from storekit.durable import TMP_MARK, TOMBSTONE_MARK, exchange, write_file_atomic
 from storekit.errors import InputError, NotFoundError, StorekitError
-from storekit.jobs.workdir import check_private
+from storekit.jobdir import check_private
 from storekit.lease import LEASE_NAME, Lease, sibling_lease_path
 from storekit.manifest import Manifest, read_manifest
 from storekit.paths import join_rel

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from storekit.errors import InputError
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 from storekit.pipeline.formats import format_named
 from storekit.pipeline.inputs import InputFS
 from storekit.pipeline.staging import changed_since_planned

@@ -26,7 +26,7 @@ from storekit.config import SiteConfig
 from storekit.errors import InputError
 from storekit.executors.base import Stopped
 from storekit.executors.local import peak_rss
-from storekit.jobs.workdir import DONE, io_errors, part_digest, remove_path
+from storekit.jobdir import DONE, io_errors, part_digest, remove_path
 from storekit.pipeline.cuts import WHITE_SPACE, Unsplittable, stripped_hash
 from storekit.pipeline.encode import Encoder
 from storekit.pipeline.giant import BadText, GiantInfo, measure

@@ -1,9 +1,9 @@
-"""The work dir of one dataset build: a job work dir (storekit/jobs/workdir.py) of kind "prepare".
+"""The work dir of one dataset build: a job work dir (storekit/jobdir.py) of kind "prepare".
 
     plan.json, job.json       the PrepPlan and its digest (what every task reads; a Slurm array task too)
     tasks/000012/             a completed task: parts + done.json (sizes and xxh3-128 of the parts,
                               which finalize checks); appears by rename, whole
-    failed/, jobs.json, .storekit-lease   see storekit/jobs/workdir.py
+    failed/, jobs.json, .storekit-lease   see storekit/jobdir.py
 
 It lives on a POSIX file system (local NVMe, Lustre, NFS): parts are memory-mapped at finalize.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from storekit.config import SiteConfig
 from storekit.errors import MismatchError, StorekitError
-from storekit.jobs.workdir import JobDir, JobHeader, io_errors
+from storekit.jobdir import JobDir, JobHeader, io_errors
 from storekit.pipeline.kinds import PREPARE
 from storekit.pipeline.plan import PrepPlan
 from storekit.trusted_dirs import anchor_for

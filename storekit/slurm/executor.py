@@ -22,7 +22,7 @@ from pathlib import Path
 from storekit import faults
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, SkipFn
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits
 from storekit.slurm.script import SlurmOptions

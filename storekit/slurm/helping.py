@@ -25,7 +25,7 @@ from storekit import faults
 from storekit.errors import Interrupted
 from storekit.executors.base import Job
 from storekit.executors.local import LocalExecutor
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 
 
 def free_tasks(work: JobDir, total: int, limit: int) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from storekit import faults
 from storekit.errors import NotFoundError, StorekitError
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 from storekit.slurm.element import ignore_stop_signals
 from storekit.slurm.finalized import write_note
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from storekit.errors import BusyError, UsageError
 from storekit.executors.kinds import hook
+from storekit.jobdir import JobDir
 from storekit.jobs.status import job_status, ranges
-from storekit.jobs.workdir import JobDir
 from storekit.slurm import commands
 from storekit.slurm.script import options_from_dict
 from storekit.slurm.status import refine, slurm_submissions

@@ -27,7 +27,7 @@ from storekit import faults
 from storekit.errors import Interrupted, NotFoundError, StorekitError
 from storekit.executors.base import load_job, on_node
 from storekit.executors.local import LocalExecutor
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 from storekit.slurm.element import (
     element_workers,
     ignore_stop_signals,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from storekit.errors import UnreachableError
+from storekit.jobdir import Submission
 from storekit.jobs.status import JobStatus
-from storekit.jobs.workdir import Submission
 from storekit.slurm import commands
 from storekit.slurm.submit import EXECUTOR
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from storekit import faults
 from storekit.durable import write_file_atomic
 from storekit.errors import StorekitError, UsageError
-from storekit.jobs.workdir import JobDir, Submission
+from storekit.jobdir import JobDir, Submission
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, ElementMap, limits_from_config, map_elements
 from storekit.slurm.script import JobScript, SlurmOptions, render

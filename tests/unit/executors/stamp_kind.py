@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.executors.base import DoneFn, Job, ProgressFn, register_kind
-from storekit.jobs.workdir import DONE, JobDir, part_digest, remove_path
+from storekit.jobdir import DONE, JobDir, part_digest, remove_path
 from tests.unit.jobs.echo_job import payload
 
 KIND = "test-stamp"

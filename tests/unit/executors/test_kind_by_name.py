@@ -15,8 +15,8 @@ from storekit.errors import ExitCode, UsageError
 from storekit.executors.base import executor_for_option, executor_names, get_executor, load_job
 from storekit.executors.kinds import PLUGINS_ENV
 from storekit.executors.local import LocalExecutor
+from storekit.jobdir import JobDir
 from storekit.jobs.find import job_dirs_under
-from storekit.jobs.workdir import JobDir
 from storekit.slurm.executor import SlurmExecutor
 from tests.unit.executors import stamp_kind
 

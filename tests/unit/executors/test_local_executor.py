@@ -17,9 +17,9 @@ import pytest
 from storekit.errors import ExitCode, StorekitError
 from storekit.executors.base import get_executor
 from storekit.interrupts import interrupt_on
+from storekit.jobdir import part_digest
 from storekit.jobs.run import run_tasks
 from storekit.jobs.status import job_status
-from storekit.jobs.workdir import part_digest
 from tests.unit.jobs import echo_job
 
 SIZES = [300, 5000, 40, 1200, 77, 900, 3000, 10, 650]

@@ -10,7 +10,7 @@ from storekit.bench.runner import PhaseRunner
 from storekit.errors import ExitCode, NotFoundError, UsageError
 from storekit.executors.base import get_executor, load_job, phase_runner
 from storekit.executors.local import LocalExecutor
-from storekit.jobs.workdir import JobDir
+from storekit.jobdir import JobDir
 
 
 def test_local_is_registered_for_tasks_and_bench_phases() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from storekit import faults
 from storekit.executors.local import LocalExecutor
-from storekit.jobs.workdir import DONE, JobDir
+from storekit.jobdir import DONE, JobDir
 from tests.unit.jobs import echo_job
 
 SIZES = [40, 30, 20, 10]  # largest first: the executor starts them in index order

@@ -13,7 +13,7 @@ from typing import Any
 
 from storekit.errors import InputError, StorekitError
 from storekit.executors.base import DoneFn, ProgressFn, Stopped, register_kind
-from storekit.jobs.workdir import DONE, JobDir, part_digest, remove_path
+from storekit.jobdir import DONE, JobDir, part_digest, remove_path
 
 KIND = "test-echo"
 register_kind(KIND, "tests.unit.jobs.echo_job:load")

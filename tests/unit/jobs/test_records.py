@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import MismatchError, NotFoundError
+from storekit.jobdir import JobDir, Submission
 from storekit.jobs.run import run_tasks
 from storekit.jobs.status import job_status, parse_ranges, ranges
-from storekit.jobs.workdir import JobDir, Submission
 from storekit.liveness import process_start
 from tests.conftest import storekit_env
 from tests.unit.jobs import echo_job

@@ -14,7 +14,7 @@ import pytest
 from storekit import faults
 from storekit.errors import ExitCode, Interrupted, StorekitError
 from storekit.executors.base import default_workers
-from storekit.jobs.workdir import Submission
+from storekit.jobdir import Submission
 from storekit.slurm.element import element_workers, own_job_id, requeue_self
 from storekit.slurm.element_entry import fast_args
 from storekit.slurm.run import run_element

@@ -15,7 +15,7 @@ from storekit import faults
 from storekit.durable import TMP_MARK
 from storekit.errors import ExitCode, InputError, StorekitError
 from storekit.executors.local import LocalExecutor
-from storekit.jobs.workdir import JobDir, Submission
+from storekit.jobdir import JobDir, Submission
 from storekit.slurm.inline import finalize_inline
 from storekit.slurm.run import run_element
 from tests.unit.jobs import echo_job

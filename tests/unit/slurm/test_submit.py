@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import ExitCode, StorekitError
-from storekit.jobs.workdir import JobDir, Submission
+from storekit.jobdir import JobDir, Submission
 from storekit.slurm.batches import ClusterLimits
 from storekit.slurm.run import element_identity
 from storekit.slurm.script import SlurmOptions

@@ -40,11 +40,11 @@ from typing import Any
 import xxhash
 
 from storekit import __version__, faults
+from storekit.digest import FileDigest, hash_local, hash_stream
 from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path
 from storekit.liveness import process_alive, process_start
-from storekit.ops import FileDigest, hash_local, hash_stream
 from storekit.trusted_dirs import DirPin, HeldDir, check_ancestors
 
 DONE = "done.json"
