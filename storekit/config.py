@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from storekit.errors import ConfigError, NotFoundError, UsageError, refuse_not_regular
+from storekit.policies import Policy, parse_policies
 from storekit.readers import Invalid, read_duration, read_int, read_positive, read_size
-from storekit.tier.policy import Policy, parse_policies
 from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")

@@ -27,12 +27,12 @@ from storekit.durable import write_file_atomic
 from storekit.errors import ExitCode, NotFoundError, UsageError, storage_errors
 from storekit.layout.spec import load_layout
 from storekit.places import tier_relative
+from storekit.policies import Policy, adhoc_policy, merged_policies
 from storekit.rootprobe import guard_root
 from storekit.store import open_store
 from storekit.tier.apply import apply_plan, check_unit, exit_code_of
 from storekit.tier.mover import UnitResult
 from storekit.tier.plan import PlanRequest, TierPlan, build_plan, load_plan, render_plan
-from storekit.tier.policy import Policy, adhoc_policy, merged_policies
 from storekit.units import format_bytes, rate_unit
 
 E = ExitCode

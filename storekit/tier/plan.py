@@ -19,11 +19,11 @@ from storekit.config import SiteConfig, mask_url
 from storekit.diskspace import usage
 from storekit.errors import ConfigError, MismatchError, NotFoundError, StorekitError
 from storekit.layout.spec import load_layout
+from storekit.policies import ADHOC, Policy, ResolvedPolicy, resolve_policy
 from storekit.store import Store, open_store
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import FileStat, Fingerprint, fingerprint_of
 from storekit.tier.plankey import keyed_digest, plan_key, same_digest
-from storekit.tier.policy import ADHOC, Policy, ResolvedPolicy, resolve_policy
 from storekit.tier.relpath import bad_rel
 from storekit.tier.select import Choice, Usage, select
 from storekit.tier.stub import is_stub_name, stub_rel

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from storekit.checkpoint.scan import COMPLETE
+from storekit.policies import Policy
 from storekit.tier.candidates import ARCHIVED, Candidate, in_scope
-from storekit.tier.policy import Policy
 from storekit.units import format_bytes, format_duration
 
 

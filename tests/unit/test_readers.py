@@ -11,6 +11,7 @@ from storekit.bench.spec import TargetSpec, build_spec
 from storekit.errors import ConfigError, UsageError
 from storekit.layout.spec import parse_layout
 from storekit.pipeline.spec import build_spec as build_pipeline
+from storekit.policies import parse_policies
 from storekit.readers import (
     Invalid,
     read_bool,
@@ -25,7 +26,6 @@ from storekit.readers import (
     read_size_list,
     read_str_list,
 )
-from storekit.tier.policy import parse_policies
 
 
 @pytest.mark.parametrize(

@@ -244,10 +244,10 @@ def test_one_drain_per_node_a_second_is_busy(site_dir: Path) -> None:
     from storekit.layout.check import check_layout
     from storekit.layout.spec import load_layout
     from storekit.lease import Lease
+    from storekit.policies import adhoc_policy
     from storekit.store import open_store
     from storekit.tier.apply import DRAIN_LOCK
     from storekit.tier.plan import PlanRequest, build_plan
-    from storekit.tier.policy import adhoc_policy
 
     site = load_config(str(site_dir / "storekit.toml"))
     plan = build_plan(site, PlanRequest(adhoc_policy("drain")))

@@ -10,7 +10,7 @@ import pytest
 from storekit.config import parse_config
 from storekit.errors import ConfigError
 from storekit.layout.spec import parse_layout
-from storekit.tier.policy import resolve_policy
+from storekit.policies import resolve_policy
 from tests.conftest import Ran
 from tests.unit.tier.conftest import CONFIG, make_site
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from storekit.checkpoint import commit
 from storekit.layout.spec import load_layout
+from storekit.policies import Policy, adhoc_policy
 from storekit.store import open_store
 from storekit.tier.candidates import Candidate, discover
 from storekit.tier.plan import PlanRequest, build_plan
-from storekit.tier.policy import Policy, adhoc_policy
 from storekit.tier.select import Usage, select
 from tests.unit.tier.conftest import DAY, aged, dcp_unit, make_site
 

@@ -3,7 +3,8 @@
 A policy names one action on one area and the conditions a unit must meet to be selected. Parsing is
 structural and eager (`parse_policies`, called where the file is loaded); `resolve_policy` then checks
 it against the site's tiers (a watermark needs a tier that knows its free space, which S3 does not).
-Selecting units is `storekit.tier.select`; this module is data and validation only.
+Selecting units is `storekit.tier.select`; this module is data and validation only, and sits with the
+foundation modules: the site config and layouts parse policies with it.
 """
 
 from __future__ import annotations
@@ -11,14 +12,23 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from storekit.errors import ConfigError
 from storekit.readers import Invalid, read_duration, read_int, read_percent, read_size
 from storekit.tomlkeys import get_bool, get_str, named_table
 
-if TYPE_CHECKING:
-    from storekit.config import SiteConfig
+
+class SiteTiers(Protocol):
+    """What resolving a policy needs of the site config (storekit.config.SiteConfig), which
+    imports this module to parse its [policies]."""
+
+    @property
+    def tiers(self) -> Mapping[str, Any]: ...
+
+    @property
+    def source(self) -> str: ...
+
 
 ACTIONS = ("drain", "archive", "recall", "purge")
 # where each action moves units when the policy names no tier: by the tiers' roles
@@ -182,7 +192,7 @@ class ResolvedPolicy:
     to_tier: str
 
 
-def resolve_policy(p: Policy, site: SiteConfig, *, scan_tier: str | None = None) -> ResolvedPolicy:
+def resolve_policy(p: Policy, site: SiteTiers, *, scan_tier: str | None = None) -> ResolvedPolicy:
     """Name the tiers (explicit, or by role) and check what needs the tiers to be known.
 
     `scan_tier` (`--tier`) overrides the tier units are selected on: the source, or for a recall the
@@ -208,14 +218,14 @@ def resolve_policy(p: Policy, site: SiteConfig, *, scan_tier: str | None = None)
     return ResolvedPolicy(policy=p, from_tier=src, to_tier=dst)
 
 
-def _known(site: SiteConfig, p: Policy, key: str, name: str) -> None:
+def _known(site: SiteTiers, p: Policy, key: str, name: str) -> None:
     if name not in site.tiers:
         known = ", ".join(sorted(site.tiers))
         raise ConfigError(p.source, p.key(key), f"names unknown tier {name!r} (known: {known})")
 
 
-def _by_role(site: SiteConfig, role: str, p: Policy, key: str) -> str:
-    named = [t.name for t in site.tiers.values() if t.role == role]
+def _by_role(site: SiteTiers, role: str, p: Policy, key: str) -> str:
+    named: list[str] = [t.name for t in site.tiers.values() if t.role == role]
     if len(named) == 1:
         return named[0]
     why = "no tier has" if not named else f"{len(named)} tiers have ({', '.join(named)})"
