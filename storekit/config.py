@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 from storekit.errors import ConfigError, NotFoundError, UsageError, refuse_not_regular
 from storekit.policies import Policy, parse_policies
 from storekit.readers import Invalid, read_duration, read_int, read_positive, read_size
+from storekit.slurmopts import parse_slurm_table
 from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
@@ -66,7 +67,7 @@ class SiteConfig:
     tiers: Mapping[str, TierConfig]
     default_tier: str
     policies: Mapping[str, Policy] = field(default_factory=dict)  # [policies.NAME]: tier rules
-    slurm: Mapping[str, Any] = field(default_factory=dict)  # [slurm]: site defaults (slurm/site.py)
+    slurm: Mapping[str, Any] = field(default_factory=dict)  # [slurm]: site defaults (storekit/slurmopts.py)
 
     def tier(self, name: str | None) -> TierConfig:
         key = name or self.default_tier
@@ -211,8 +212,6 @@ def parse_config(data: bytes, *, source: str, base_dir: Path) -> SiteConfig:
         known = ", ".join(tiers)
         raise ConfigError(source, "default_tier", f"names unknown tier {default!r}; known: {known}")
     policies = parse_policies(raw.get("policies"), source)
-    from storekit.slurm.site import parse_slurm_table  # only a config with [slurm] needs it
-
     slurm = parse_slurm_table(raw.get("slurm"), source) if "slurm" in raw else {}
     return SiteConfig(source=source, tiers=tiers, default_tier=default, policies=policies, slurm=slurm)
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from storekit.executors.base import Executor
     from storekit.pipeline.spec import PipelineSpec
     from storekit.pipeline.submit import SlurmPrepareOutcome
-    from storekit.slurm.script import SlurmOptions
+    from storekit.slurmopts import SlurmOptions
 
 _PANEL = "Slurm (--executor slurm)"
 
@@ -178,7 +178,7 @@ def slurm_options(
     dependency: str | None = None,
     no_requeue: bool = False,
 ) -> SlurmOptions:
-    from storekit.slurm.script import SlurmOptions
+    from storekit.slurmopts import SlurmOptions
 
     return SlurmOptions(
         job_name=job_name,
@@ -217,7 +217,7 @@ def submit_and_report(
     from storekit.pipeline.spec import CLI_SOURCE
     from storekit.pipeline.submit import submit_prepare, wait_published
     from storekit.slurm.executor import SlurmExecutor
-    from storekit.slurm.site import pipeline_slurm_table, with_site_defaults
+    from storekit.slurmopts import pipeline_slurm_table, with_site_defaults
 
     if spec.source != CLI_SOURCE:  # flags first, then the pipeline's [slurm], then the config's
         options = with_site_defaults(options, pipeline_slurm_table(Path(spec.source)))

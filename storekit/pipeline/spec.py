@@ -164,7 +164,7 @@ def load_pipeline_file(path: Path) -> dict[str, Any]:
     tables = {table for table, _ in by_key}
     flat: dict[str, Any] = {}
     for table, body in raw.items():
-        if table == "slurm":  # the pipeline's Slurm defaults: read by storekit/slurm/site.py
+        if table == "slurm":  # the pipeline's Slurm defaults: read by storekit/slurmopts.py
             continue
         if table not in tables:
             raise ConfigError(source, table, f"unknown table; expected one of {', '.join(sorted(tables))}")

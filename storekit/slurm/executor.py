@@ -25,9 +25,9 @@ from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, SkipFn
 from storekit.jobdir import JobDir
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits
-from storekit.slurm.script import SlurmOptions
 from storekit.slurm.submit import SubmitPlan, Submitted, plan_submission, submit
 from storekit.slurm.wait import look_interval
+from storekit.slurmopts import SlurmOptions
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from storekit.executors.kinds import hook
 from storekit.jobdir import JobDir
 from storekit.jobs.status import job_status, ranges
 from storekit.slurm import commands
-from storekit.slurm.script import options_from_dict
 from storekit.slurm.status import refine, slurm_submissions
 from storekit.slurm.submit import Submitted, finalize_script, plan_submission, submit, submit_finalize
+from storekit.slurmopts import options_from_dict
 
 
 @dataclass

@@ -28,8 +28,9 @@ from storekit.errors import StorekitError, UsageError
 from storekit.jobdir import JobDir, Submission
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits, ElementMap, limits_from_config, map_elements
-from storekit.slurm.script import JobScript, SlurmOptions, render
+from storekit.slurm.script import JobScript, render
 from storekit.slurm.wait import look_interval
+from storekit.slurmopts import SlurmOptions
 
 EXECUTOR = "slurm"
 # logs/ is the layout's shared area (2775): a job's scripts (no secrets, see script.py) and logs are

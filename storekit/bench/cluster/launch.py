@@ -40,7 +40,7 @@ SRUN_EXIT_WAIT_S = 30.0
 @dataclass(frozen=True, kw_only=True)
 class AgentSrunOptions:
     """How `bench io --executor slurm` starts one agent per node with srun (the sbatch options of
-    storekit's array jobs are storekit.slurm.script.SlurmOptions)."""
+    storekit's array jobs are storekit.slurmopts.SlurmOptions)."""
 
     nodes: int
     processes_per_node: int = 1  # the most workers one node runs at once: CPUs each agent asks for

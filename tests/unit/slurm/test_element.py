@@ -18,7 +18,7 @@ from storekit.jobdir import Submission
 from storekit.slurm.element import element_workers, own_job_id, requeue_self
 from storekit.slurm.element_entry import fast_args
 from storekit.slurm.run import run_element
-from storekit.slurm.script import SlurmOptions
+from storekit.slurmopts import SlurmOptions
 from tests.conftest import run_storekit
 from tests.unit.jobs import echo_job
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from storekit.errors import ExitCode, StorekitError
-from storekit.slurm.script import JobScript, SlurmOptions, notice_signal, render, sbatch_line
+from storekit.slurm.script import JobScript, notice_signal, render, sbatch_line
+from storekit.slurmopts import SlurmOptions
 
 COMMAND = [
     "/venv/bin/python",

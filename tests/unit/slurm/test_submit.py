@@ -13,8 +13,8 @@ from storekit.errors import ExitCode, StorekitError
 from storekit.jobdir import JobDir, Submission
 from storekit.slurm.batches import ClusterLimits
 from storekit.slurm.run import element_identity
-from storekit.slurm.script import SlurmOptions
 from storekit.slurm.submit import element_tasks, job_environment, plan_submission
+from storekit.slurmopts import SlurmOptions
 from tests.conftest import run_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
 
