@@ -15,15 +15,15 @@ import posixpath
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from storekit.checkpoint.counts import COUNTS
-from storekit.checkpoint.profiles import WriterProfile
 from storekit.durable import TMP_MARK
 from storekit.errors import NotFoundError, StorekitError
-from storekit.layout.spec import AreaSpec
 from storekit.lease import is_lease_name
 from storekit.store import Entry, Store
-from storekit.tier.stub import ARCHIVE_SUFFIX, STUB_SUFFIX, Stub, is_stub_name, parse_stub
+from storekit.stubs import ARCHIVE_SUFFIX, STUB_SUFFIX, Stub, is_stub_name, parse_stub
+from storekit.writerprofiles import WriterProfile
 
 COMPLETE, INCOMPLETE, IN_PROGRESS = "complete", "incomplete", "in-progress"
 MANIFEST = "manifest.json"
@@ -470,8 +470,22 @@ def unit_rel(run: str, name: str) -> str:
     return posixpath.join(run, name)
 
 
+class AreaRules(Protocol):
+    """What a layout area (storekit.layout.spec.AreaSpec) tells a scan; the layout's checks import
+    this module, so it names the fields rather than the layout's type."""
+
+    @property
+    def writers(self) -> Sequence[WriterProfile]: ...
+
+    @property
+    def beside(self) -> Iterable[str]: ...
+
+    @property
+    def quiet_seconds(self) -> float: ...
+
+
 def scan_area_run(
-    store: Store, run: str, area: AreaSpec, *, temp: Iterable[str] = (), now: float | None = None
+    store: Store, run: str, area: AreaRules, *, temp: Iterable[str] = (), now: float | None = None
 ) -> RunScan:
     """`scan_run` with the writers, stubs and quiet period a layout area declares (what tier uses)."""
     return scan_run(

@@ -33,8 +33,8 @@ from storekit.errors import ExitCode, NotFoundError, StorekitError, UsageError
 from storekit.layout.spec import AreaSpec, load_layout
 from storekit.pipeline.location import resolve_location
 from storekit.store import Store
-from storekit.tier.stub import Stub
-from storekit.tier.stub import stub_rel as stub_name
+from storekit.stubs import Stub
+from storekit.stubs import stub_rel as stub_name
 from storekit.units import format_bytes, format_duration, parse_duration
 
 ckpt_app = noun_app(

@@ -135,7 +135,7 @@ def info_command(
 def _archived_info(out: Any, location: Any) -> bool:
     """A dataset version that `storekit tier` moved away: its stub's state, and how to recall it."""
     from storekit.pipeline.catalog import stub_state
-    from storekit.tier.stub import stub_rel
+    from storekit.stubs import stub_rel
 
     if location.store.exists(location.rel) or not location.store.exists(stub_rel(location.rel)):
         return False

@@ -19,7 +19,7 @@ from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.lease import binding_lease, covering_lease, is_lease_name
 from storekit.paths import resolves_outside
 from storekit.store import Entry, Store
-from storekit.tier.stub import TIER_JOURNAL_DIR, is_stub_name, parse_stub, unit_rel_of
+from storekit.stubs import TIER_JOURNAL_DIR, is_stub_name, parse_stub, unit_rel_of
 from storekit.units import format_bytes, format_duration
 
 RULES = {

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from storekit.checkpoint.profiles import WriterProfile, parse_profiles
 from storekit.errors import ConfigError
 from storekit.policies import Policy, parse_policies
 from storekit.readers import Invalid, read_duration, read_int, read_size
 from storekit.resources import resolve_declarative
 from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, named_table, parse_toml, reject_unknown
+from storekit.writerprofiles import WriterProfile, parse_profiles
 
 T = TypeVar("T")
 

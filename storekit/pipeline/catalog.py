@@ -71,14 +71,14 @@ def list_datasets(store: Store) -> list[DatasetEntry]:
 
 def _stubbed(store: Store, rel: str) -> list[str]:
     """Versions of a dataset with a stub (`<version>.storekit-stub`) where they were."""
-    from storekit.tier.stub import is_stub_name, unit_rel_of
+    from storekit.stubs import is_stub_name, unit_rel_of
 
     return sorted(unit_rel_of(e.name) for e in store.list(rel) if not e.is_dir and is_stub_name(e.name))
 
 
 def stub_state(store: Store, rel: str) -> dict[str, Any]:
     """What the stub of the dataset at `rel` says: where it went, when, its size; or why unreadable."""
-    from storekit.tier.stub import parse_stub, stub_rel
+    from storekit.stubs import parse_stub, stub_rel
 
     where = stub_rel(rel)
     try:

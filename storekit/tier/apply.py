@@ -21,12 +21,12 @@ from storekit.layout.spec import load_layout
 from storekit.lease import Lease
 from storekit.rootprobe import guard_root
 from storekit.store import Store, open_store
+from storekit.stubs import stub_rel
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import fingerprint_of
 from storekit.tier.mover import UnitResult
 from storekit.tier.moveunit import move_unit
 from storekit.tier.plan import PlanUnit, TierPlan, with_stats
-from storekit.tier.stub import stub_rel
 
 DRAIN_LOCK = ".storekit-tier-drain.storekit-lease"  # in the burst tier's root: one drain per node
 Mover = Callable[..., Any]  # move_unit, or a stand-in a test hands over

@@ -27,6 +27,7 @@ from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manif
 from storekit.ops.journal import FileUploadJournal
 from storekit.places import posix_tiers_holding
 from storekit.store import open_store
+from storekit.stubs import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
 from storekit.tier.mover import (
     MAX_CHAIN,
@@ -38,7 +39,6 @@ from storekit.tier.mover import (
     source_of_stub,
 )
 from storekit.tier.relpath import bad_rel
-from storekit.tier.stub import STUB_SUFFIX, Stub, is_stub_name
 from storekit.tier.stubfile import read_stub
 from storekit.tier.unitjournal import UnitJournal, journals, log_action, state_index
 from storekit.tier.verified import remove_temps as remove_verified_temps

@@ -20,7 +20,7 @@ from storekit.errors import StorekitError, UsageError
 from storekit.layout.spec import AreaSpec, LayoutSpec
 from storekit.lease import binding_lease, sibling_lease_path
 from storekit.store import Store
-from storekit.tier.stub import Stub, is_stub_name, parse_stub, unit_rel_of
+from storekit.stubs import Stub, is_stub_name, parse_stub, unit_rel_of
 from storekit.units import format_duration
 
 ARCHIVED = "archived"  # a stub stands where the unit was

@@ -54,6 +54,7 @@ from storekit.manifest import (
 from storekit.ops.journal import FileUploadJournal
 from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
 from storekit.places import posix_tiers_holding
+from storekit.stubs import STUB_SUFFIX, Stub
 from storekit.tier.dest import (
     Destination,
     PosixDestination,
@@ -64,7 +65,6 @@ from storekit.tier.dest import (
 )
 from storekit.tier.relpath import check_rel
 from storekit.tier.samecopy import differs as copy_differs
-from storekit.tier.stub import STUB_SUFFIX, Stub
 from storekit.tier.stubfile import read_stub, stub_path, write_stub
 from storekit.tier.unitjournal import UnitJournal, log_action, unit_id
 from storekit.tier.unitwalk import fingerprint, walk_unit

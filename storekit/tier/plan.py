@@ -21,12 +21,12 @@ from storekit.errors import ConfigError, MismatchError, NotFoundError, StorekitE
 from storekit.layout.spec import load_layout
 from storekit.policies import ADHOC, Policy, ResolvedPolicy, resolve_policy
 from storekit.store import Store, open_store
+from storekit.stubs import is_stub_name, stub_rel
 from storekit.tier.candidates import area_of, discover
 from storekit.tier.fingerprint import FileStat, Fingerprint, fingerprint_of
 from storekit.tier.plankey import keyed_digest, plan_key, same_digest
 from storekit.tier.relpath import bad_rel
 from storekit.tier.select import Choice, Usage, select
-from storekit.tier.stub import is_stub_name, stub_rel
 
 __all__ = ["FileStat", "Fingerprint", "PlanUnit", "TierPlan", "build_plan", "fingerprint_of"]
 

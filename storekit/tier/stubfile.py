@@ -1,6 +1,6 @@
 """Stubs as files on a POSIX tier: where a unit's stub is, reading and writing it durably.
 
-The format is storekit.tier.stub's (tier name + paths relative to it, never a URL).
+The format is storekit.stubs's (tier name + paths relative to it, never a URL).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from storekit.durable import fsync_dir, write_file_atomic
 from storekit.errors import NotRegularFileError
-from storekit.tier.stub import STUB_MAX_BYTES, STUB_SUFFIX, Stub, StubError, parse_stub, render_stub
+from storekit.stubs import STUB_MAX_BYTES, STUB_SUFFIX, Stub, StubError, parse_stub, render_stub
 from storekit.trusted_dirs import read_small_file
 
 

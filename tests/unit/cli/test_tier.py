@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from storekit.stubs import render_stub
 from storekit.tier.apply import apply_plan
 from storekit.tier.plan import PlanUnit, body_digest, load_plan
-from storekit.tier.stub import render_stub
 from tests.conftest import Ran
 from tests.unit.tier.conftest import DAY, aged, dcp_unit, make_site, tree_state
 from tests.unit.tier.helpers import ARCHIVED

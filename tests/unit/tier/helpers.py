@@ -19,7 +19,7 @@ import pytest
 from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.durable import TMP_MARK, is_tombstone
-from storekit.tier.stub import Stub
+from storekit.stubs import Stub
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000_123_456_789  # mtimes set exactly (ns) so a restore that rounds them is caught

@@ -14,7 +14,7 @@ import pytest
 from storekit.layout.check import check_layout
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
-from storekit.tier.stub import StubError, parse_stub, render_stub, stub_rel, unit_rel_of
+from storekit.stubs import StubError, parse_stub, render_stub, stub_rel, unit_rel_of
 from storekit.tier.stubfile import read_stub, stub_path
 from tests.conftest import Ran
 from tests.unit.tier.conftest import dcp_unit, make_site
