@@ -32,10 +32,12 @@ def annotation(opt: Option) -> Any:
 
 
 def signature(table: Sequence[Option]) -> inspect.Signature:
+    """One keyword parameter per declaration; a name or a flag declared twice is a bug, refused."""
     names = [o.name for o in table]
-    duplicated = {n for n in names if names.count(n) > 1}
-    if duplicated:
-        raise ValueError(f"options declared twice: {', '.join(sorted(duplicated))}")
+    flags = [f for o in table for flag in o.flags for f in flag.split("/")]
+    twice = {n for n in names if names.count(n) > 1} | {f for f in flags if flags.count(f) > 1}
+    if twice:
+        raise ValueError(f"declared twice: {', '.join(sorted(twice))}")
     return inspect.Signature(
         [
             inspect.Parameter(

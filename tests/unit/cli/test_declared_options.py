@@ -85,6 +85,17 @@ def test_removing_an_entry_removes_the_flag() -> None:
     assert (given.repeat, given.direct, given.workers, given.pattern) == (5, False, "2,8", "all")
 
 
+def test_an_option_or_a_flag_declared_twice_is_refused() -> None:
+    def run(given: SimpleNamespace) -> None:
+        raise AssertionError("never runs")
+
+    seed = next(o for o in IO_TABLE if o.name == "seed")
+    with pytest.raises(ValueError, match=r"^declared twice: --seed, seed$"):
+        declared_command([*IO_TABLE, seed], run)
+    with pytest.raises(ValueError, match=r"^declared twice: --no-direct$"):
+        declared_command([*IO_TABLE, Option(name="cached", flags=("--cached/--no-direct",), type=bool)], run)
+
+
 def test_bench_defaults_and_spec_come_from_the_declarations() -> None:
     """DEFAULTS is the table's, and build_spec reads what the command line gives with each
     option's reader: a value typed for an option lands in the spec field the option names."""
