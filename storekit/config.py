@@ -20,7 +20,7 @@ from storekit.errors import ConfigError, NotFoundError, UsageError, refuse_not_r
 from storekit.policies import Policy, parse_policies
 from storekit.readers import Invalid, read_duration, read_int, read_positive, read_size
 from storekit.slurmopts import parse_slurm_table
-from storekit.tomlkeys import get_str, named_table, parse_toml, reject_unknown
+from storekit.tomlkeys import get_choice, get_str, named_table, parse_toml, reject_unknown
 
 ROLES = ("burst", "parallel", "archive", "plain")
 SUPPORTED_SCHEMES = ("file", "s3")
@@ -228,9 +228,7 @@ def _parse_tier(name: str, body: Any, source: str, base_dir: Path, layout: str) 
         " with at least `url`",
     )
     url = get_str(body, "url", source, f"{key}.url")
-    role = get_str(body, "role", source, f"{key}.role", default="plain")
-    if role not in ROLES:
-        raise ConfigError(source, f"{key}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+    role = get_choice(body, "role", source, f"{key}.role", ROLES, default="plain")
     options = body.get("options", {})
     if not isinstance(options, dict):
         raise ConfigError(source, f"{key}.options", "expected a table of fsspec storage options")

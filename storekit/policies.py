@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from storekit.errors import ConfigError
-from storekit.readers import Invalid, read_duration, read_int, read_percent, read_size
-from storekit.tomlkeys import get_bool, get_str, named_table
+from storekit.readers import read_duration, read_int, read_percent, read_size
+from storekit.tomlkeys import get_bool, get_choice, get_read, get_str, named_table
 
 
 class SiteTiers(Protocol):
@@ -34,7 +34,6 @@ ACTIONS = ("drain", "archive", "recall", "purge")
 # where each action moves units when the policy names no tier: by the tiers' roles
 DEFAULT_FROM_ROLE = {"drain": "burst", "archive": "parallel", "purge": "parallel", "recall": "archive"}
 DEFAULT_TO_ROLE = {"drain": "parallel", "archive": "archive", "purge": "archive", "recall": "parallel"}
-T = TypeVar("T")
 PER_STUB = "(each stub's tier)"
 ADHOC = "command line"  # the source of a policy made from --archive PATH / --drain / --recall PATH
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -123,9 +122,7 @@ def parse_policy(name: str, body: Any, source: str) -> Policy:
     key, body = named_table(
         "policies", name, body, source, _KEYS, _NAME_RE, _NAME_RULE, " with at least `action`"
     )
-    action = get_str(body, "action", source, f"{key}.action")
-    if action not in ACTIONS:
-        raise ConfigError(source, f"{key}.action", f"expected one of {', '.join(ACTIONS)}, got {action!r}")
+    action = get_choice(body, "action", source, f"{key}.action", ACTIONS)
     policy = Policy(
         name=name,
         source=source,
@@ -136,16 +133,16 @@ def parse_policy(name: str, body: Any, source: str) -> Policy:
         to_tier=_opt_str(body, "to", source, key),
         paths=_globs(body, "paths", source, key),
         pinned=_globs(body, "pinned", source, key),
-        older_than_s=_opt(body, "older_than", read_duration, source, key),
-        larger_than=_opt(body, "larger_than", read_size, source, key),
-        smaller_than=_opt(body, "smaller_than", read_size, source, key),
-        idle_for_s=_opt(body, "idle_for", read_duration, source, key),
-        keep_last=_opt(body, "keep_last", _at_least(0), source, key) or 0,
-        keep_every=_opt(body, "keep_every", _at_least(1), source, key),
-        high_watermark=_opt(body, "high_watermark", read_percent, source, key),
-        low_watermark=_opt(body, "low_watermark", read_percent, source, key),
+        older_than_s=get_read(body, "older_than", read_duration, source, key),
+        larger_than=get_read(body, "larger_than", read_size, source, key),
+        smaller_than=get_read(body, "smaller_than", read_size, source, key),
+        idle_for_s=get_read(body, "idle_for", read_duration, source, key),
+        keep_last=get_read(body, "keep_last", _at_least(0), source, key) or 0,
+        keep_every=get_read(body, "keep_every", _at_least(1), source, key),
+        high_watermark=get_read(body, "high_watermark", read_percent, source, key),
+        low_watermark=get_read(body, "low_watermark", read_percent, source, key),
         free_source=get_bool(body, "free_source", source, f"{key}.free_source", True),
-        verify_max_age_s=_opt(body, "verify_max_age", read_duration, source, key),
+        verify_max_age_s=get_read(body, "verify_max_age", read_duration, source, key),
     )
     check_conditions(policy)
     return policy
@@ -269,16 +266,6 @@ def _globs(body: Mapping[str, Any], name: str, source: str, key: str) -> tuple[s
             source, f"{key}.{name}", 'expected a list of tier-relative globs ("checkpoints/run_0*")'
         )
     return tuple(v.strip("/") for v in value)
-
-
-def _opt(body: Mapping[str, Any], name: str, read: Callable[[Any], T], source: str, key: str) -> T | None:
-    """body[name] through its reader (storekit.readers); None when absent."""
-    if name not in body:
-        return None
-    try:
-        return read(body[name])
-    except Invalid as exc:
-        raise ConfigError(source, f"{key}.{name}", str(exc)) from None
 
 
 def _at_least(low: int) -> Callable[[Any], int]:

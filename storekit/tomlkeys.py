@@ -1,13 +1,20 @@
-"""Typed reads of parsed TOML tables that fail as ConfigError naming the file and the key."""
+"""Typed reads of parsed TOML tables that fail as ConfigError naming the file and the key.
+
+A value's type is checked by its reader in storekit.readers (size, duration, int range, choice, ...),
+the one a command-line option of the same kind uses; these add where the value came from.
+"""
 
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from storekit.errors import ConfigError
+from storekit.readers import Invalid, read_choice
+
+T = TypeVar("T")
 
 
 def parse_toml(data: bytes, source: str) -> dict[str, Any]:
@@ -38,6 +45,35 @@ def get_bool(raw: Mapping[str, Any], name: str, source: str, key: str, default: 
     if not isinstance(value, bool):
         raise ConfigError(source, key, "expected true or false")
     return value
+
+
+def get_read(
+    raw: Mapping[str, Any], name: str, read: Callable[[Any], T], source: str, prefix: str
+) -> T | None:
+    """raw[name] through its typed reader (storekit.readers); None when absent. A bad value is an
+    error naming `prefix.name`, in the reader's words."""
+    if name not in raw:
+        return None
+    try:
+        return read(raw[name])
+    except Invalid as exc:
+        raise ConfigError(source, f"{prefix}.{name}", str(exc)) from None
+
+
+def get_choice(
+    raw: Mapping[str, Any],
+    name: str,
+    source: str,
+    key: str,
+    choices: Iterable[str],
+    default: str | None = None,
+) -> str:
+    """raw[name], a string that is one of `choices`; `default` when absent (absent and no default:
+    an error)."""
+    try:
+        return read_choice(get_str(raw, name, source, key, default), choices)
+    except Invalid as exc:
+        raise ConfigError(source, key, str(exc)) from None
 
 
 def get_regex(raw: Mapping[str, Any], name: str, source: str, key: str) -> re.Pattern[str]:

@@ -15,20 +15,15 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, TypeVar
 
+from storekit.bench.options import IO_OPTIONS, PATTERNS
 from storekit.errors import UsageError
-from storekit.readers import (
-    Invalid,
-    read_duration,
-    read_int_list,
-    read_number,
-    read_size,
-    read_size_list,
-)
+from storekit.options import defaults
+from storekit.readers import Invalid, read_number, read_size
 
 T = TypeVar("T")
-PATTERNS = ("shards", "checkpoint", "tokens", "meta")
 DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers are multiples of this
 # Parameter counts of common open models (Llama family sizes); `--model 3.2b` works too.
 MODEL_PRESETS: dict[str, float] = {
@@ -44,33 +39,9 @@ MODEL_PRESETS: dict[str, float] = {
 # Sustained training throughput of one GPU, used when --gpu-tokens-per-s is not given: about an H100
 # at 40% MFU on bf16 (400 TFLOP/s effective), with 6 FLOPs per parameter per token.
 EFFECTIVE_GPU_FLOPS = 400e12
-# The defaults of `storekit bench io`: small enough to finish in well under a minute on one disk.
-DEFAULTS: dict[str, Any] = {
-    "pattern": "all",
-    "size": "256M",
-    "file_size": "32M",
-    "workers": "1,4",
-    "block_size": "1M",
-    "queue_depth": "1,32",
-    "duration": "1",
-    "repeat": 3,
-    "direct": True,
-    "drop_caches": False,  # the node's whole cache is co-tenants' too: only on request
-    "model": "7b",
-    "ranks": 8,
-    "bytes_per_param": 2.0,
-    "optimizer_bytes_per_param": 12.0,
-    "full_checkpoint": False,
-    "seq_len": 4096,
-    "token_bytes": 2,
-    "files": 500,
-    "small_file_size": "4k",
-    "seed": 0,
-    "gpu_tokens_per_s": None,
-    "gpus": None,
-    "target_checkpoint_s": 60.0,
-    "nodes": 1,
-}
+# The defaults of `storekit bench io` (storekit/bench/options.py): small enough to finish in well
+# under a minute on one disk.
+DEFAULTS: dict[str, Any] = defaults(IO_OPTIONS)
 _MODEL_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([mMbB])\s*$")
 
 
@@ -233,10 +204,6 @@ def parse_model(text: str, *, bytes_per_param: float, optimizer_bytes_per_param:
     )
 
 
-def _check_range(option: str, value: float, low: float, high: float) -> None:
-    read_option(option, lambda v: read_number(v, low=low, high=high), value)
-
-
 def validate(spec: BenchSpec) -> BenchSpec:
     """Reject nonsensical combinations before anything touches the target."""
     for pattern in spec.patterns:
@@ -244,21 +211,14 @@ def validate(spec: BenchSpec) -> BenchSpec:
             raise UsageError(f"--pattern {pattern!r}: expected one of {', '.join(PATTERNS)} or all")
     if spec.size <= 0 or spec.file_size <= 0:
         raise UsageError("--size and --file-size must be greater than 0")
-    for w in spec.workers:
-        _check_range("--workers", w, 1, 4096)
-    for qd in spec.queue_depths:
-        _check_range("--queue-depth", qd, 1, 4096)
-    _check_range("--ranks", spec.ranks, 1, 4096)
-    _check_range("--repeat", spec.repeat, 1, 1000)
-    _check_range("--duration", spec.duration, 0.05, 86400)
-    _check_range("--files", spec.files, 1, 10_000_000)
-    _check_range("--small-file-size", spec.small_file_size, 0, 64 * 1024 * 1024)
-    _check_range("--seq-len", spec.seq_len, 1, 1 << 24)
-    _check_range("--token-bytes", spec.token_bytes, 1, 1 << 20)
-    _check_range("--gpus", spec.gpus, 1, 10_000_000)
+    for option in IO_OPTIONS:  # each option's range, as its declaration gives it
+        if option.bounds and option.field:
+            low, high = option.bounds
+            value = getattr(spec, option.field)
+            for item in value if isinstance(value, tuple) else (value,):
+                read_option(option.flag, partial(read_number, low=low, high=high), item)
     if spec.gpu_tokens_per_s <= 0 or spec.target_checkpoint_s <= 0:
         raise UsageError("--gpu-tokens-per-s and --target-checkpoint-s must be greater than 0")
-    _check_range("--nodes", spec.nodes, 1, 4096)
     if spec.nodes > 1 and "checkpoint" in spec.patterns and spec.ranks % spec.nodes:
         raise UsageError(
             f"--ranks {spec.ranks} cannot be spread evenly over --nodes {spec.nodes}",
@@ -305,47 +265,32 @@ def validate(spec: BenchSpec) -> BenchSpec:
 
 
 def build_spec(target: TargetSpec, **options: Any) -> BenchSpec:
-    """A validated spec from option values as typed on the command line (missing ones: DEFAULTS)."""
+    """A validated spec from option values as typed on the command line (missing ones: DEFAULTS),
+    each read with its option's reader (storekit/bench/options.py)."""
     unknown = set(options) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"unknown bench options: {', '.join(sorted(unknown))}")
-    o = {**DEFAULTS, **options}
-    auto_size = o["size"] is None  # not given: the default, raised to one --file-size file per worker
+    given = {**DEFAULTS, **options}
+    auto_size = given["size"] is None  # not given: the default, raised to one --file-size file per worker
     if auto_size:
-        o["size"] = DEFAULTS["size"]
-    pattern = str(o["pattern"]).strip()
-    patterns = PATTERNS if pattern == "all" else tuple(p.strip() for p in pattern.split(",") if p.strip())
-    seconds = read_option("--duration", read_duration, str(o["duration"]))
+        given["size"] = DEFAULTS["size"]
+    values = {
+        opt.name: read_option(opt.flag, opt.read, given[opt.name])
+        if opt.read is not None and given[opt.name] is not None
+        else given[opt.name]
+        for opt in IO_OPTIONS
+        if opt.field
+    }
     model = parse_model(
-        str(o["model"]),
-        bytes_per_param=float(o["bytes_per_param"]),
-        optimizer_bytes_per_param=float(o["optimizer_bytes_per_param"]),
+        str(values["model"]),
+        bytes_per_param=values["bytes_per_param"],
+        optimizer_bytes_per_param=values["optimizer_bytes_per_param"],
     )
-    spec = BenchSpec(
-        patterns=patterns,
-        target=target,
-        size=parse_size(str(o["size"]), "--size"),
-        file_size=parse_size(str(o["file_size"]), "--file-size"),
-        workers=read_option("--workers", read_int_list, str(o["workers"])),
-        block_sizes=read_option("--block-size", read_size_list, str(o["block_size"])),
-        queue_depths=read_option("--queue-depth", read_int_list, str(o["queue_depth"])),
-        duration=seconds,
-        repeat=int(o["repeat"]),
-        direct=bool(o["direct"]),
-        drop_caches=bool(o["drop_caches"]),
-        model=model,
-        ranks=int(o["ranks"]),
-        full_checkpoint=bool(o["full_checkpoint"]),
-        seq_len=int(o["seq_len"]),
-        token_bytes=int(o["token_bytes"]),
-        files=int(o["files"]),
-        small_file_size=parse_size(str(o["small_file_size"]), "--small-file-size"),
-        seed=int(o["seed"]),
-        gpu_tokens_per_s=float(o["gpu_tokens_per_s"] or model.default_gpu_tokens_per_s()),
-        gpus=int(o["gpus"] or o["ranks"]),
-        target_checkpoint_s=float(o["target_checkpoint_s"]),
-        nodes=int(o["nodes"]),
-    )
+    # each option's value into the field it names; the model's three into the ModelSpec above
+    fields = {opt.field: values[opt.name] for opt in IO_OPTIONS if opt.field and opt.field != "model"}
+    fields["gpu_tokens_per_s"] = float(values["gpu_tokens_per_s"] or model.default_gpu_tokens_per_s())
+    fields["gpus"] = int(values["gpus"] or values["ranks"])
+    spec = BenchSpec(target=target, model=model, **fields)
     needed = max(spec.workers) * spec.nodes * spec.file_size
     if auto_size and "shards" in spec.patterns and spec.file_size > 0 and spec.size < needed:
         spec = replace(spec, size=needed)  # `--workers 1,4,16` runs as typed, as fio's numjobs would

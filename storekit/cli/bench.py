@@ -5,36 +5,31 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from storekit.bench.spec import DEFAULTS, PATTERNS, TargetSpec, build_spec
-from storekit.cli.common import (
-    WORKERS_HELP,
-    ConfigOpt,
-    DryRunOpt,
-    JsonOpt,
-    QuietOpt,
-    TierOpt,
-    exit_codes,
-    make_output,
-    noun_app,
-    site_config,
-)
+from storekit.bench.options import IO_OPTIONS
+from storekit.bench.spec import TargetSpec, build_spec
+from storekit.cli.common import exit_codes, make_output, noun_app, site_config
+from storekit.cli.declared import declared_command
 from storekit.cli.output import ProgressHandle
 from storekit.config import refuse_url_credentials
 from storekit.errors import ExitCode, UsageError
+from storekit.options import CONFIG, DRY_RUN, JSON, QUIET, TIER, spec_values
 from storekit.places import resolve_place, tier_place
 from storekit.store import S3Store
-from storekit.units import SIZE_HELP, format_bytes
+from storekit.units import format_bytes
 
 if TYPE_CHECKING:
     from storekit.bench.cluster.launch import AgentSrunOptions
     from storekit.bench.plan import BenchPlan
 
 bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
+# every option of `bench io`, in the order its help lists them
+IO_TABLE = (*IO_OPTIONS, JSON, QUIET, CONFIG, TIER, DRY_RUN)
 
 IO_HELP = """Measure whether storage can feed training and absorb checkpoints.
 
@@ -167,262 +162,8 @@ def _target(config: str | None, tier: str | None, target: str | None, endpoint_u
     )
 
 
-def io(
-    pattern: Annotated[
-        str, typer.Option("--pattern", "-p", help=f"{', '.join(PATTERNS)} (comma-separated) or all.")
-    ] = DEFAULTS["pattern"],
-    target: Annotated[
-        str | None,
-        typer.Option(
-            "--target",
-            metavar="PATH|s3://BUCKET/PREFIX",
-            help=(
-                "Benchmark this directory or bucket/prefix instead of a tier. S3 credentials come "
-                "from the environment or AWS config and are never printed."
-            ),
-        ),
-    ] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option(
-            "--endpoint-url",
-            metavar="URL",
-            help="S3 endpoint (e.g. a Ceph RGW http://rgw:7480). Default: the tier's, or $AWS_ENDPOINT_URL.",
-        ),
-    ] = None,
-    size: Annotated[
-        str | None,
-        typer.Option(
-            "--size",
-            metavar="SIZE",
-            help=(
-                "Bytes per phase: the shard and token data sets, and the checkpoint sample all ranks "
-                "write together. Default: 256MiB, raised to one --file-size file per shards worker. "
-                f"{SIZE_HELP}"
-            ),
-            show_default=False,
-        ),
-    ] = None,
-    file_size: Annotated[
-        str,
-        typer.Option(
-            "--file-size", metavar="SIZE", help=f"Size of each shard file (shards, tokens). {SIZE_HELP}"
-        ),
-    ] = DEFAULTS["file_size"],
-    workers: Annotated[
-        str,
-        typer.Option(
-            "--workers",
-            "-w",
-            metavar="N[,N...]",
-            help=f"{WORKERS_HELP} on each node, one I/O process each; a list sweeps, e.g. 1,2,4,8.",
-        ),
-    ] = DEFAULTS["workers"],
-    block_size: Annotated[
-        str,
-        typer.Option(
-            "--block-size",
-            "-b",
-            metavar="SIZE[,SIZE...]",
-            help=(
-                "I/O size per request (S3: part/read size); a list sweeps, e.g. 1M,4M. Multiples of "
-                f"4K with O_DIRECT. {SIZE_HELP}"
-            ),
-        ),
-    ] = DEFAULTS["block_size"],
-    queue_depth: Annotated[
-        str,
-        typer.Option(
-            "--queue-depth",
-            help="tokens: requests in flight per worker (io_uring); a list sweeps, e.g. 1,8,32,128.",
-        ),
-    ] = DEFAULTS["queue_depth"],
-    duration: Annotated[
-        str, typer.Option("--duration", help="tokens: seconds per sweep point, e.g. 1, 10s, 2m.")
-    ] = DEFAULTS["duration"],
-    repeat: Annotated[
-        int,
-        typer.Option("--repeat", "-r", help="Repeats of every point; the median and spread are reported."),
-    ] = DEFAULTS["repeat"],
-    direct: Annotated[
-        bool,
-        typer.Option(
-            "--direct/--no-direct",
-            help=(
-                "O_DIRECT on POSIX (bypass the page cache). Refusal by the filesystem is detected and "
-                "reported. On FUSE mounts only the kernel's cache is bypassed (see above)."
-            ),
-        ),
-    ] = DEFAULTS["direct"],
-    drop_caches: Annotated[
-        bool,
-        typer.Option(
-            "--drop-caches/--no-drop-caches",
-            help=(
-                "Also drop the whole node's page cache, dentries and inodes before read phases (root "
-                "only; every other process on the node loses its cache too). Default: only the run's "
-                "own files are evicted (posix_fadvise DONTNEED), checked with mincore; --json says "
-                "what was done (honesty.eviction, honesty.drop_caches)."
-            ),
-        ),
-    ] = DEFAULTS["drop_caches"],
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help=(
-                "checkpoint: model preset (1b, 3b, 7b, 8b, 13b, 34b, 70b, 405b) or a parameter count "
-                "such as 3.2b, 350m."
-            ),
-        ),
-    ] = DEFAULTS["model"],
-    ranks: Annotated[
-        int, typer.Option("--ranks", help="checkpoint: ranks writing their share at once (one process each).")
-    ] = DEFAULTS["ranks"],
-    bytes_per_param: Annotated[
-        float, typer.Option("--bytes-per-param", help="checkpoint: bytes per weight (2 = bf16).")
-    ] = DEFAULTS["bytes_per_param"],
-    optimizer_bytes_per_param: Annotated[
-        float,
-        typer.Option(
-            "--optimizer-bytes-per-param",
-            help=(
-                "checkpoint: optimizer state per parameter (12 = Adam: fp32 master + 2 moments; 0 = "
-                "weights only)."
-            ),
-        ),
-    ] = DEFAULTS["optimizer_bytes_per_param"],
-    full_checkpoint: Annotated[
-        bool,
-        typer.Option(
-            "--full-checkpoint",
-            help="checkpoint: write the whole model checkpoint instead of a --size sample.",
-        ),
-    ] = DEFAULTS["full_checkpoint"],
-    seq_len: Annotated[int, typer.Option("--seq-len", help="tokens: tokens per training window.")] = DEFAULTS[
-        "seq_len"
-    ],
-    token_bytes: Annotated[
-        int,
-        typer.Option("--token-bytes", help="tokens: bytes per token (2 for vocabularies < 65536, 4 above)."),
-    ] = DEFAULTS["token_bytes"],
-    files: Annotated[int, typer.Option("--files", help="meta: small files (objects) per worker.")] = DEFAULTS[
-        "files"
-    ],
-    small_file_size: Annotated[
-        str,
-        typer.Option(
-            "--small-file-size",
-            metavar="SIZE",
-            help=f"meta: bytes written to each small file (0 = empty, as mdtest). {SIZE_HELP}",
-        ),
-    ] = DEFAULTS["small_file_size"],
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed for random offsets and data (results are reproducible).")
-    ] = DEFAULTS["seed"],
-    gpu_tokens_per_s: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-tokens-per-s",
-            help="Verdict: tokens/s one GPU consumes. Default: 400 TFLOP/s / (6 x parameters) of --model.",
-        ),
-    ] = DEFAULTS["gpu_tokens_per_s"],
-    gpus: Annotated[
-        int | None,
-        typer.Option("--gpus", help="Verdict: GPUs the dataset bandwidth must feed. Default: --ranks."),
-    ] = DEFAULTS["gpus"],
-    target_checkpoint_s: Annotated[
-        float,
-        typer.Option("--target-checkpoint-s", help="Verdict: longest acceptable checkpoint save, seconds."),
-    ] = DEFAULTS["target_checkpoint_s"],
-    prometheus: Annotated[
-        str | None,
-        typer.Option(
-            "--prometheus",
-            metavar="FILE",
-            help="Also write the results as a Prometheus textfile (atomically), for node_exporter.",
-        ),
-    ] = None,
-    plot: Annotated[
-        str | None,
-        typer.Option(
-            "--plot",
-            metavar="FILE.png",
-            help=(
-                "Also plot throughput vs workers / block size / queue depth and the time series "
-                "(needs storekit[plot])."
-            ),
-        ),
-    ] = None,
-    executor: Annotated[
-        str,
-        typer.Option(
-            "--executor",
-            metavar="local|slurm",
-            help=(
-                "local: workers on this machine. slurm: one agent per node started with srun "
-                "(--nodes N; inside an sbatch/salloc allocation its nodes, else srun asks Slurm "
-                "for them); --workers is then per node and --ranks is spread over the nodes."
-            ),
-        ),
-    ] = "local",
-    nodes: Annotated[
-        int | None,
-        typer.Option("--nodes", "-N", help="slurm: nodes to run on (default: the allocation's)."),
-    ] = None,
-    partition: Annotated[
-        str | None,
-        typer.Option(
-            "--slurm-partition",
-            "--partition",
-            metavar="NAME",
-            help="slurm, outside an allocation: partition.",
-        ),
-    ] = None,
-    time_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--slurm-time",
-            "--time-limit",
-            metavar="TIME",
-            help="slurm, outside an allocation: srun --time, e.g. 30 or 1:00:00.",
-        ),
-    ] = None,
-    account: Annotated[
-        str | None,
-        typer.Option(
-            "--slurm-account",
-            "--account",
-            metavar="NAME",
-            help="slurm, outside an allocation: account to charge.",
-        ),
-    ] = None,
-    connect_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--slurm-connect-timeout",
-            metavar="SECONDS",
-            help="slurm: how long the agents have to connect once their job step runs, counted "
-            "again from the first one's connection (default 300).",
-        ),
-    ] = None,
-    coordinator_address: Annotated[
-        str | None,
-        typer.Option(
-            "--coordinator-address",
-            metavar="HOST",
-            help="slurm: address the agents connect back to (default: this host's).",
-        ),
-    ] = None,
-    print_schema: Annotated[
-        bool, typer.Option("--print-schema", help="Print the --json document layout and exit.")
-    ] = False,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
-    tier: TierOpt = None,
-    dry_run: DryRunOpt = False,
-) -> None:
+def io(o: SimpleNamespace) -> None:
+    """`bench io` with what was given, one attribute per option of IO_TABLE."""
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
     from storekit.bench.cluster.launch import (
@@ -441,8 +182,8 @@ def io(
     from storekit.bench.verdict import judge
     from storekit.cli.bench_tables import render_human
 
-    out = make_output(json_out, quiet)
-    if print_schema:
+    out = make_output(o.json_out, o.quiet)
+    if o.print_schema:
         doc = {
             "schema": schema.BENCH_SCHEMA,
             "bench_schema_version": schema.BENCH_SCHEMA_VERSION,
@@ -450,52 +191,27 @@ def io(
         }
         out.result("bench io", doc, lambda console: console.print("\n".join(schema.describe()), markup=False))
         return
-    if plot:
+    if o.plot:
         require_matplotlib()
     slurm = _slurm_options(
-        executor, nodes, partition, time_limit, account, coordinator_address, connect_timeout
+        o.executor, o.nodes, o.partition, o.time_limit, o.account, o.coordinator_address, o.connect_timeout
     )
-    spec = build_spec(
-        _target(config, tier, target, endpoint_url),
-        pattern=pattern,
-        size=size,
-        file_size=file_size,
-        workers=workers,
-        block_size=block_size,
-        queue_depth=queue_depth,
-        duration=duration,
-        repeat=repeat,
-        direct=direct,
-        drop_caches=drop_caches,
-        model=model,
-        ranks=ranks,
-        bytes_per_param=bytes_per_param,
-        optimizer_bytes_per_param=optimizer_bytes_per_param,
-        full_checkpoint=full_checkpoint,
-        seq_len=seq_len,
-        token_bytes=token_bytes,
-        files=files,
-        small_file_size=small_file_size,
-        seed=seed,
-        gpu_tokens_per_s=gpu_tokens_per_s,
-        gpus=gpus,
-        target_checkpoint_s=target_checkpoint_s,
-        nodes=slurm.nodes if slurm else 1,
-    )
+    target = _target(o.config, o.tier, o.target, o.endpoint_url)
+    spec = build_spec(target, **(spec_values(IO_OPTIONS, vars(o)) | {"nodes": slurm.nodes if slurm else 1}))
     if slurm:
         refuse_unsupported(spec.target.kind)
         slurm = replace(slurm, processes_per_node=processes_per_node(spec))
         cpus = check_nodes(slurm)  # no srun, no controller, too few nodes: refused before any write
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
-    if not dry_run:  # what our killed predecessors left counts as free space again
+    if not o.dry_run:  # what our killed predecessors left counts as free space again
         for gone in scratch.reclaim_dead():
             out.info(f"removed {gone['run_dir']}: left by an earlier bench run whose process is gone")
-    if spec.target.kind == "posix" or not dry_run:
+    if spec.target.kind == "posix" or not o.dry_run:
         # before any planning, also for --dry-run (it only reads): a 1P run is refused in microseconds
         scratch.check(space_needed(peak_bytes(spec)))
     plan = build_plan(spec, run_id, scratch.run_root)
-    if dry_run:
+    if o.dry_run:
         data = {
             "dry_run": True,
             "config_hash": spec.config_hash(),
@@ -523,10 +239,10 @@ def io(
         else:
             run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
     doc = build_document(plan, run, judge(spec, run["points"]))
-    if prometheus:
-        write_prometheus(prometheus, doc)
-    if plot:
-        write_plot(plot, doc)
+    if o.prometheus:
+        write_prometheus(o.prometheus, doc)
+    if o.plot:
+        write_plot(o.plot, doc)
     out.result("bench io", doc, lambda console: render_human(console, doc))
 
 
@@ -598,7 +314,7 @@ def _render_plan(console: Console, plan: BenchPlan) -> None:
 def register(app: typer.Typer) -> None:
     E = ExitCode
     codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
-    bench_app.command("io", help=IO_HELP, epilog=codes)(io)
+    bench_app.command("io", help=IO_HELP, epilog=codes)(declared_command(IO_TABLE, io))
     agent_codes = exit_codes(E.ERROR, E.RETRYABLE)
     bench_app.command("agent", hidden=True, help=AGENT_HELP, epilog=agent_codes)(agent)
     app.add_typer(bench_app, name="bench")

@@ -11,9 +11,12 @@ import typer._click._textwrap
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from storekit.cli import values  # noqa: F401  (values converted as Click did, without pydantic)
+from storekit.cli.declared import typer_info
 from storekit.cli.output import Output, quiet_run, set_closing_warning, set_config_source
 from storekit.config import EMBEDDED_SOURCE, ENV_CONFIG, SiteConfig, config_search_path, load_config
 from storekit.errors import EXIT_CODE_TABLE, ExitCode
+from storekit.options import CONFIG, DRY_RUN, JSON, QUIET, TIER
+from storekit.options import WORKERS_HELP as WORKERS_HELP  # what --workers counts, for every command
 from storekit.store import Store, open_store
 
 # Plain help, not rich panels: rich reads `[plot]` as markup and cuts option names at 80 columns.
@@ -57,8 +60,6 @@ TyperArgument.get_usage_pieces = _argument_usage  # type: ignore[method-assign]
 TyperArgument.display_type_rich = _no_argument_type  # type: ignore[method-assign,assignment]
 
 _METAVARS = {"<int>": "N", "<float>": "NUM"}
-# what --workers counts, in every command that has it; each help goes on to say where and what each does
-WORKERS_HELP = "Workers running at once"
 
 
 def tidy_options(command: Command) -> Command:
@@ -137,47 +138,15 @@ def exit_codes(*codes: ExitCode) -> str:
     return "\b\nExit codes:\n" + "\n".join(f"  {int(c):>3}  {EXIT_CODE_TABLE[c]}" for c in listed)
 
 
-JsonOpt = Annotated[
-    bool,
-    typer.Option("--json", help="Print exactly one JSON document (with schema_version) on stdout."),
-]
-QuietOpt = Annotated[
-    bool,
-    typer.Option(
-        "--quiet",
-        "-q",
-        help="Errors only, on stderr (no progress, logs or warnings); stdout only for what was "
-        "asked for (--json, a path, a listing). A failure always says why.",
-    ),
-]
-ConfigOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--config",
-        "-c",
-        metavar="FILE",
-        help="Site config (storekit.toml). Default: $STOREKIT_CONFIG, then ./storekit.toml, "
-        "$XDG_CONFIG_HOME/storekit/storekit.toml, /etc/storekit.toml, then the embedded default "
-        "(one local tier at ./storage).",
-    ),
-]
-TierOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tier",
-        "-t",
-        metavar="NAME",
-        help="Tier to act on. Default: $STOREKIT_TIER, else the config's default_tier.",
-    ),
-]
+JsonOpt = Annotated[bool, typer_info(JSON)]
+QuietOpt = Annotated[bool, typer_info(QUIET)]
+ConfigOpt = Annotated[str | None, typer_info(CONFIG)]
+TierOpt = Annotated[str | None, typer_info(TIER)]
 EveryTierOpt = Annotated[
     str | None,
     typer.Option("--tier", "-t", metavar="NAME", help="Only this tier. Default: every tier in the config."),
 ]
-DryRunOpt = Annotated[
-    bool,
-    typer.Option("--dry-run", "-n", help="Show the plan and change nothing, not even a state file."),
-]
+DryRunOpt = Annotated[bool, typer_info(DRY_RUN)]
 
 
 def make_output(json_mode: bool, quiet: bool) -> Output:

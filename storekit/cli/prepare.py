@@ -3,48 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from storekit.cli.common import (
-    WORKERS_HELP,
-    ConfigOpt,
-    DryRunOpt,
-    JsonOpt,
-    QuietOpt,
-    TierOpt,
-    exit_codes,
-    make_output,
-    noun_app,
-    site_config,
-)
+from storekit.cli.common import exit_codes, make_output, noun_app, site_config
+from storekit.cli.declared import declared_command
 from storekit.cli.output import Output, ProgressHandle
-from storekit.cli.prepare_slurm import (
-    AccountOpt,
-    ConcurrentOpt,
-    ContainerOpt,
-    CpusOpt,
-    DependencyOpt,
-    ExecutorOpt,
-    ExtraOpt,
-    JobNameOpt,
-    LogDirOpt,
-    MemOpt,
-    MemPerCpuOpt,
-    NoRequeueOpt,
-    PartitionOpt,
-    PerElementOpt,
-    QosOpt,
-    SetupOpt,
-    TimeOpt,
-    WaitOpt,
-    slurm_options,
-    submit_and_report,
-)
+from storekit.cli.prepare_slurm import SLURM_OPTIONS, slurm_options, submit_and_report
 from storekit.errors import ExitCode, UsageError
 from storekit.exits import skip_teardown
-from storekit.units import SIZE_HELP
+from storekit.options import CONFIG, DRY_RUN, JSON, QUIET, Option, overrides
+from storekit.pipeline.options import ALLOW_EMPTY, PIPELINE_OPTIONS
 from storekit.units import format_bytes as format_size
 
 if TYPE_CHECKING:
@@ -83,7 +54,8 @@ def register(app: typer.Typer) -> None:
     )
     E = ExitCode
     codes = exit_codes(E.ERROR, E.USAGE, E.NOT_FOUND, E.RETRYABLE, E.NO_SPACE, E.INTERRUPTED)
-    prepare_app.command("dataset", help=_HELP + EXAMPLES, epilog=codes)(prepare_dataset_command)
+    command = declared_command(PREPARE_TABLE, prepare_dataset_command)
+    prepare_app.command("dataset", help=_HELP + EXAMPLES, epilog=codes)(command)
     app.add_typer(prepare_app)
 
 
@@ -99,302 +71,79 @@ _HELP = (
 )
 
 
-def prepare_dataset_command(
-    pipeline: Annotated[
-        str | None,
-        typer.Argument(metavar="[PIPELINE.toml]", help="A pipeline file, or a bundled pipeline name."),
-    ] = None,
-    inputs: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--input",
-            "-i",
-            metavar="GLOB|DIR|FILE|s3://...",
-            help="Input files (repeatable). Inside a directory or glob, symbolic links are followed only "
-            "while they stay inside it; a link out is refused.",
-        ),
-    ] = None,
-    input_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            metavar="FORMAT",
-            help="auto, jsonl, parquet, arrow, hf-disk or text. auto: by file extension "
-            "(.jsonl/.json/.ndjson[.gz|.zst], .parquet, .arrow/.feather, a save_to_disk folder; "
-            "anything else is a text file). Default: auto.",
-        ),
-    ] = None,
-    text_key: Annotated[
-        str | None, typer.Option("--text-key", help="Field/column holding the text. Default: text.")
-    ] = None,
-    keep_fields: Annotated[
-        str | None,
-        typer.Option(
-            "--keep-fields",
-            metavar="a,b",
-            help="Fields copied to a per-shard metadata sidecar "
-            "(<shard>.meta.jsonl, one line per document). For text files: path.",
-        ),
-    ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            "--tokenizer",
-            metavar="PATH|NAME",
-            help="tokenizer.json, a Hugging Face tokenizer folder, a "
-            "hub name already in the local HF cache (never downloaded), or bundled:NAME.",
-        ),
-    ] = None,
-    eos: Annotated[
-        bool | None, typer.Option("--eos/--no-eos", help="Append EOS to each document. Default: on.")
-    ] = None,
-    bos: Annotated[
-        bool | None, typer.Option("--bos/--no-bos", help="Prepend BOS to each document. Default: off.")
-    ] = None,
-    eos_token: Annotated[
-        str | None, typer.Option("--eos-token", help="The EOS token, when it cannot be guessed.")
-    ] = None,
-    bos_token: Annotated[
-        str | None, typer.Option("--bos-token", help="The BOS token, when it cannot be guessed.")
-    ] = None,
-    tokenizer_engine: Annotated[
-        str | None,
-        typer.Option(
-            "--tokenizer-engine",
-            metavar="auto|hf|tiktoken",
-            help="auto (default): the compiled fast BPE engine where it gives the same ids as "
-            "`tokenizers` (checked on a sample of the input), else `tokenizers`; hf: always "
-            "`tokenizers`; tiktoken: the fast engine or exit 2.",
-        ),
-    ] = None,
-    special_tokens: Annotated[
-        str | None,
-        typer.Option(
-            "--special-tokens",
-            metavar="match|text",
-            help="A special token's text inside a document (e.g. a literal <|endoftext|>): match "
-            "(default, as `tokenizers` does) makes it the special token; text encodes it as plain "
-            "text. Occurrences are counted in the stats.",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None, typer.Option("--name", help="Dataset name. Default: the pipeline file's name.")
-    ] = None,
-    kind: Annotated[
-        str | None,
-        typer.Option("--kind", metavar="text|code|multimodal", help="Dataset kind. Default: text."),
-    ] = None,
-    version: Annotated[str | None, typer.Option("--version", help="Dataset version. Default: v1.")] = None,
-    tier: TierOpt = None,
-    output: Annotated[
-        str | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="REL|ABS-PATH|URL",
-            help="Where the dataset goes. Default: datasets/<kind>/<name>/<version> on the tier.",
-        ),
-    ] = None,
-    shard_size: Annotated[
-        str | None,
-        typer.Option(
-            "--shard-size",
-            metavar="SIZE",
-            help=f"Target .bin size per shard, e.g. 1G (default: 1GiB). {SIZE_HELP}",
-        ),
-    ] = None,
-    shard_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--shard-tokens", metavar="N", help="Target tokens per shard (instead of --shard-size)."
-        ),
-    ] = None,
-    dedup: Annotated[
-        bool | None,
-        typer.Option(
-            "--dedup/--no-dedup",
-            help="Drop exact duplicates (xxh3-128 of the stripped text; first occurrence wins). Default: on.",
-        ),
-    ] = None,
-    min_chars: Annotated[
-        int | None, typer.Option("--min-chars", metavar="N", help="Drop documents shorter than N characters.")
-    ] = None,
-    max_chars: Annotated[
-        int | None, typer.Option("--max-chars", metavar="N", help="Drop documents longer than N characters.")
-    ] = None,
-    max_doc_bytes: Annotated[
-        str | None,
-        typer.Option(
-            "--max-doc-bytes",
-            metavar="SIZE",
-            help=f"Refuse single documents above this size (bad input). Default: 64MiB. {SIZE_HELP}",
-        ),
-    ] = None,
-    holdout: Annotated[
-        float | None,
-        typer.Option(
-            "--holdout",
-            metavar="FRACTION",
-            help="Fraction of documents for a held-out split, chosen by document hash (deterministic).",
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            metavar="N",
-            help=(
-                f"{WORKERS_HELP} on this machine, one task and one core each (a forked process each "
-                "with the fast engine, else threads of a few processes). Default: every core this "
-                "process may run on. "
-                "--executor slurm: each element runs --slurm-cpus workers."
-            ),
-        ),
-    ] = None,
-    on_error: Annotated[
-        str | None,
-        typer.Option(
-            "--on-error",
-            metavar="skip|fail",
-            help="Bad records: skip and count them (default), or stop at the first, naming file and line.",
-        ),
-    ] = None,
-    work_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--work-dir",
-            metavar="DIR",
-            help="POSIX directory for task parts and completion records. "
-            "Default: scratch/ of the output tier.",
-        ),
-    ] = None,
-    task_size: Annotated[
-        str | None,
-        typer.Option(
-            "--task-size",
-            metavar="SIZE",
-            help=f"Input bytes per task. Default: chosen from the corpus size (1-64 MiB). {SIZE_HELP}",
-        ),
-    ] = None,
-    executor: ExecutorOpt = "local",
-    slurm_partition: PartitionOpt = None,
-    slurm_time: TimeOpt = None,
-    slurm_cpus: CpusOpt = None,
-    slurm_mem: MemOpt = None,
-    slurm_tasks_per_element: PerElementOpt = 1,
-    slurm_max_concurrent: ConcurrentOpt = None,
-    slurm_account: AccountOpt = None,
-    slurm_qos: QosOpt = None,
-    slurm_extra: ExtraOpt = None,
-    slurm_container: ContainerOpt = None,
-    slurm_setup: SetupOpt = None,
-    slurm_job_name: JobNameOpt = None,
-    slurm_log_dir: LogDirOpt = None,
-    slurm_mem_per_cpu: MemPerCpuOpt = None,
-    slurm_dependency: DependencyOpt = None,
-    slurm_no_requeue: NoRequeueOpt = False,
-    slurm_wait: WaitOpt = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Rebuild even if the dataset exists; replace a different committed dataset "
-            "(only one below datasets/ on a configured tier; nothing else is ever replaced).",
-        ),
-    ] = False,
-    allow_empty: Annotated[
-        bool,
-        typer.Option(
-            "--allow-empty",
-            help="Commit the dataset even when no document was kept (default: nothing is committed, exit 1).",
-        ),
-    ] = False,
-    dry_run: DryRunOpt = False,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    config: ConfigOpt = None,
-) -> None:
+PIPELINE = Option(
+    name="pipeline",
+    argument=True,
+    metavar="[PIPELINE.toml]",
+    help="A pipeline file, or a bundled pipeline name.",
+)
+FORCE = Option(
+    name="force",
+    flags=("--force",),
+    type=bool,
+    default=False,
+    help="Rebuild even if the dataset exists; replace a different committed dataset "
+    "(only one below datasets/ on a configured tier; nothing else is ever replaced).",
+)
+# every option of `prepare dataset`, in the order its help lists them
+PREPARE_TABLE = (
+    PIPELINE,
+    *(o for o in PIPELINE_OPTIONS if o is not ALLOW_EMPTY),
+    *SLURM_OPTIONS,
+    FORCE,
+    ALLOW_EMPTY,
+    DRY_RUN,
+    JSON,
+    QUIET,
+    CONFIG,
+)
+
+
+def prepare_dataset_command(o: SimpleNamespace) -> None:
+    """`prepare dataset` with what was given, one attribute per option of PREPARE_TABLE."""
     from storekit.executors.base import executor_for_option
     from storekit.pipeline.bundled import SAMPLE_PIPELINE, find_pipeline
     from storekit.pipeline.prepare import prepare_dataset
     from storekit.pipeline.spec import CLI_SOURCE, build_spec, load_pipeline_file
 
-    out = make_output(json_out, quiet)
-    site = site_config(config)
-    overrides: dict[str, Any] = {
-        "inputs": tuple(inputs) if inputs else None,
-        "input_format": input_format,
-        "text_key": text_key,
-        "keep_fields": keep_fields,
-        "tokenizer": tokenizer,
-        "eos": eos,
-        "bos": bos,
-        "eos_token": eos_token,
-        "bos_token": bos_token,
-        "tokenizer_engine": tokenizer_engine,
-        "special_tokens": special_tokens,
-        "name": name,
-        "kind": kind,
-        "version": version,
-        "tier": tier,
-        "output": output,
-        "shard_bytes": shard_size,
-        "shard_tokens": shard_tokens,
-        "dedup": dedup,
-        "min_chars": min_chars,
-        "max_chars": max_chars,
-        "max_doc_bytes": max_doc_bytes,
-        "holdout": holdout,
-        "workers": workers,
-        "on_error": on_error,
-        "work_dir": work_dir,
-        "task_bytes": task_size,
-        "allow_empty": allow_empty or None,
-    }
-    if pipeline is None and not inputs and not tokenizer:
+    out = make_output(o.json_out, o.quiet)
+    site = site_config(o.config)
+    given = overrides(PIPELINE_OPTIONS, vars(o))
+    pipeline = o.pipeline
+    if pipeline is None and not o.inputs and not o.tokenizer:
         pipeline = SAMPLE_PIPELINE
     if pipeline is not None:
         path = find_pipeline(pipeline)
-        spec = build_spec(str(path), load_pipeline_file(path), overrides)
+        spec = build_spec(str(path), load_pipeline_file(path), given)
     else:
-        derived = {"name": _name_from_input(inputs[0])} if inputs else {}
-        spec = build_spec(CLI_SOURCE, derived, overrides)
+        derived = {"name": _name_from_input(o.inputs[0])} if o.inputs else {}
+        spec = build_spec(CLI_SOURCE, derived, given)
     # the executor by name (registered in storekit/executors/base.py); a detached one (slurm)
     # submits the job and returns while it runs, with the --slurm-* options
-    chosen = executor_for_option(executor)
-    if workers is not None and chosen.detached:
+    chosen = executor_for_option(o.executor)
+    if o.workers is not None and chosen.detached:
         raise UsageError(
-            f"--workers counts a local run's workers; with --executor {executor} give --slurm-cpus"
+            f"--workers counts a local run's workers; with --executor {o.executor} give --slurm-cpus"
         )
-    if slurm_wait and not chosen.detached:
+    if o.slurm_wait and not chosen.detached:
         raise UsageError("--slurm-wait needs --executor slurm (a local run always waits)")
     if chosen.detached:
-        options = slurm_options(
-            partition=slurm_partition,
-            time=slurm_time,
-            cpus=slurm_cpus,
-            mem=slurm_mem,
-            per_element=slurm_tasks_per_element,
-            max_concurrent=slurm_max_concurrent,
-            account=slurm_account,
-            qos=slurm_qos,
-            extra=slurm_extra,
-            container=slurm_container,
-            setup=slurm_setup,
-            job_name=slurm_job_name,
-            log_dir=slurm_log_dir,
-            mem_per_cpu=slurm_mem_per_cpu,
-            dependency=slurm_dependency,
-            no_requeue=slurm_no_requeue,
-        )
+        options = slurm_options(vars(o))
         submit_and_report(
-            out, spec, site, chosen, options, config=config, force=force, dry_run=dry_run, wait=slurm_wait
+            out,
+            spec,
+            site,
+            chosen,
+            options,
+            config=o.config,
+            force=o.force,
+            dry_run=o.dry_run,
+            wait=o.slurm_wait,
         )
         return
     with _progress(out) as progress:
         outcome = prepare_dataset(
-            spec, site, force=force, dry_run=dry_run, progress=progress, executor=chosen
+            spec, site, force=o.force, dry_run=o.dry_run, progress=progress, executor=chosen
         )
     _report(out, outcome)
     # committed and reported, every task thread and worker process ended: the interpreter's

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from storekit.cli.output import Output
+from storekit.options import Option, spec_values
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,10 +21,18 @@ if TYPE_CHECKING:
 
 _PANEL = "Slurm (--executor slurm)"
 
-ExecutorOpt = Annotated[
-    str,
-    typer.Option(
-        "--executor",
+
+def _slurm(name: str, flag: str, field: str | None, help: str, **declared: Any) -> Option:
+    """A --slurm-* option of `prepare dataset`, filling SlurmOptions.`field`."""
+    return Option(name=name, flags=(flag,), field=field, help=help, panel=_PANEL, **declared)
+
+
+# `--executor` and the --slurm-* options, in the order the help lists them
+SLURM_OPTIONS: tuple[Option, ...] = (
+    Option(
+        name="executor",
+        flags=("--executor",),
+        default="local",
         metavar="local|slurm",
         help="local: this host's cores (default). slurm: submit the tasks as a job array and a "
         "finalize job that publishes the dataset; the command returns once they are queued "
@@ -32,172 +40,121 @@ ExecutorOpt = Annotated[
         "Work dir, tokenizer, inputs and output must be on "
         "shared file systems.",
     ),
-]
-PartitionOpt = Annotated[
-    str | None, typer.Option("--slurm-partition", metavar="NAME", help="Partition.", rich_help_panel=_PANEL)
-]
-TimeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-time", metavar="TIME", help="Time limit per array element.", rich_help_panel=_PANEL
-    ),
-]
-CpusOpt = Annotated[
-    int | None,
-    typer.Option("--slurm-cpus", metavar="N", help="CPUs per element (its workers).", rich_help_panel=_PANEL),
-]
-MemOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-mem",
-        metavar="SIZE",
-        help="Memory per element, e.g. 8G (sbatch --mem: Slurm's units, M if none).",
-        rich_help_panel=_PANEL,
-    ),
-]
-PerElementOpt = Annotated[
-    int,
-    typer.Option(
-        "--slurm-tasks-per-element",
+    _slurm("slurm_partition", "--slurm-partition", "partition", "Partition.", metavar="NAME"),
+    _slurm("slurm_time", "--slurm-time", "time", "Time limit per array element.", metavar="TIME"),
+    _slurm(
+        "slurm_cpus",
+        "--slurm-cpus",
+        "cpus_per_task",
+        "CPUs per element (its workers).",
+        type=int,
         metavar="N",
-        help="Plan tasks each array element runs (raised to fit MaxArraySize). Default: 1.",
-        rich_help_panel=_PANEL,
     ),
-]
-ConcurrentOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--slurm-max-concurrent", metavar="N", help="Elements running at once (%N).", rich_help_panel=_PANEL
-    ),
-]
-AccountOpt = Annotated[
-    str | None, typer.Option("--slurm-account", metavar="NAME", help="Account.", rich_help_panel=_PANEL)
-]
-QosOpt = Annotated[
-    str | None, typer.Option("--slurm-qos", metavar="NAME", help="QOS.", rich_help_panel=_PANEL)
-]
-ExtraOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--slurm-extra",
-        metavar="OPTION",
-        help="A further #SBATCH line, e.g. --constraint=avx2 (repeatable).",
-        rich_help_panel=_PANEL,
-    ),
-]
-ContainerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-container",
-        metavar="PREFIX",
-        help="Run storekit through this, e.g. 'apptainer exec /img/sk.sif'.",
-        rich_help_panel=_PANEL,
-    ),
-]
-SetupOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-setup",
-        metavar="LINE",
-        help="A shell line run first in each job, e.g. 'module load python'.",
-        rich_help_panel=_PANEL,
-    ),
-]
-JobNameOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-job-name",
-        metavar="NAME",
-        help="The array's job name (the finalize job's: fin-NAME). Default: <name>-<version>.",
-        rich_help_panel=_PANEL,
-    ),
-]
-LogDirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-log-dir",
-        metavar="DIR",
-        help="Scripts and logs go to DIR/<work dir name>/. Default: the tier's logs/.",
-        rich_help_panel=_PANEL,
-    ),
-]
-MemPerCpuOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--slurm-mem-per-cpu",
+    _slurm(
+        "slurm_mem",
+        "--slurm-mem",
+        "mem",
+        "Memory per element, e.g. 8G (sbatch --mem: Slurm's units, M if none).",
         metavar="SIZE",
-        help="Memory per CPU, e.g. 2G (sbatch --mem-per-cpu: Slurm's units, M if none).",
-        rich_help_panel=_PANEL,
     ),
-]
-DependencyOpt = Annotated[
-    str | None,
-    typer.Option(
+    _slurm(
+        "slurm_tasks_per_element",
+        "--slurm-tasks-per-element",
+        "tasks_per_element",
+        "Plan tasks each array element runs (raised to fit MaxArraySize). Default: 1.",
+        type=int,
+        default=1,
+        metavar="N",
+    ),
+    _slurm(
+        "slurm_max_concurrent",
+        "--slurm-max-concurrent",
+        "max_concurrent",
+        "Elements running at once (%N).",
+        type=int,
+        metavar="N",
+    ),
+    _slurm("slurm_account", "--slurm-account", "account", "Account.", metavar="NAME"),
+    _slurm("slurm_qos", "--slurm-qos", "qos", "QOS.", metavar="NAME"),
+    _slurm(
+        "slurm_extra",
+        "--slurm-extra",
+        "extra",
+        "A further #SBATCH line, e.g. --constraint=avx2 (repeatable).",
+        type=list[str],
+        metavar="OPTION",
+    ),
+    _slurm(
+        "slurm_container",
+        "--slurm-container",
+        "container",
+        "Run storekit through this, e.g. 'apptainer exec /img/sk.sif'.",
+        metavar="PREFIX",
+    ),
+    _slurm(
+        "slurm_setup",
+        "--slurm-setup",
+        "setup",
+        "A shell line run first in each job, e.g. 'module load python'.",
+        metavar="LINE",
+    ),
+    _slurm(
+        "slurm_job_name",
+        "--slurm-job-name",
+        "job_name",
+        "The array's job name (the finalize job's: fin-NAME). Default: <name>-<version>.",
+        metavar="NAME",
+    ),
+    _slurm(
+        "slurm_log_dir",
+        "--slurm-log-dir",
+        "log_dir",
+        "Scripts and logs go to DIR/<work dir name>/. Default: the tier's logs/.",
+        metavar="DIR",
+    ),
+    _slurm(
+        "slurm_mem_per_cpu",
+        "--slurm-mem-per-cpu",
+        "mem_per_cpu",
+        "Memory per CPU, e.g. 2G (sbatch --mem-per-cpu: Slurm's units, M if none).",
+        metavar="SIZE",
+    ),
+    _slurm(
+        "slurm_dependency",
         "--slurm-dependency",
+        "dependency",
+        "Start the array after this, e.g. afterok:1234.",
         metavar="DEP",
-        help="Start the array after this, e.g. afterok:1234.",
-        rich_help_panel=_PANEL,
     ),
-]
-NoRequeueOpt = Annotated[
-    bool,
-    typer.Option(
+    _slurm(
+        "slurm_no_requeue",
         "--slurm-no-requeue",
-        help="Slurm may not requeue elements (preemption and node failure end them, the time "
+        None,  # SlurmOptions.requeue is its negation
+        "Slurm may not requeue elements (preemption and node failure end them, the time "
         "limit with TIMEOUT and no USR1 notice; `storekit jobs rerun` resumes).",
-        rich_help_panel=_PANEL,
+        type=bool,
+        default=False,
     ),
-]
-WaitOpt = Annotated[
-    bool,
-    typer.Option(
+    _slurm(
+        "slurm_wait",
         "--slurm-wait",
-        help="Return once the jobs have published the dataset (exit 0) or ended without it (exit 1), "
+        None,
+        "Return once the jobs have published the dataset (exit 0) or ended without it (exit 1), "
         "as sbatch --wait does; the jobs go on if this command is stopped.",
-        rich_help_panel=_PANEL,
+        type=bool,
+        default=False,
     ),
-]
+)
 
 
-def slurm_options(
-    *,
-    partition: str | None,
-    time: str | None,
-    cpus: int | None,
-    mem: str | None,
-    per_element: int,
-    max_concurrent: int | None,
-    account: str | None,
-    qos: str | None,
-    extra: list[str] | None,
-    container: str | None,
-    setup: str | None,
-    job_name: str | None = None,
-    log_dir: str | None = None,
-    mem_per_cpu: str | None = None,
-    dependency: str | None = None,
-    no_requeue: bool = False,
-) -> SlurmOptions:
+def slurm_options(given: Mapping[str, Any]) -> SlurmOptions:
+    """The SlurmOptions the --slurm-* options of `given` (by option name) make."""
     from storekit.slurmopts import SlurmOptions
 
-    return SlurmOptions(
-        job_name=job_name,
-        log_dir=log_dir,
-        mem_per_cpu=mem_per_cpu,
-        dependency=dependency,
-        requeue=not no_requeue,
-        partition=partition,
-        time=time,
-        cpus_per_task=cpus,
-        mem=mem,
-        tasks_per_element=per_element,
-        max_concurrent=max_concurrent,
-        account=account,
-        qos=qos,
-        extra=tuple(extra or ()),
-        container=container,
-        setup=setup,
-    )
+    values = spec_values(SLURM_OPTIONS, given)
+    fields = {o.field: values[o.name] for o in SLURM_OPTIONS if o.field}
+    fields["extra"] = tuple(fields["extra"] or ())
+    return SlurmOptions(**fields, requeue=not given["slurm_no_requeue"])
 
 
 def submit_and_report(

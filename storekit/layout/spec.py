@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from storekit.errors import ConfigError
 from storekit.policies import Policy, parse_policies
 from storekit.readers import Invalid, read_duration, read_int, read_size
 from storekit.resources import resolve_declarative
-from storekit.tomlkeys import get_bool, get_regex, get_str, get_table, named_table, parse_toml, reject_unknown
+from storekit.tomlkeys import (
+    get_bool,
+    get_read,
+    get_regex,
+    get_str,
+    get_table,
+    named_table,
+    parse_toml,
+    reject_unknown,
+)
 from storekit.writerprofiles import WriterProfile, parse_profiles
-
-T = TypeVar("T")
 
 _AREA_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _AREA_RULE = "area names are one path component: lowercase letters, digits, '-', '_'"
@@ -156,12 +162,12 @@ def _parse_area(name: str, body: Any, source: str, profiles: dict[str, WriterPro
         read_only=read_only,
         create=tuple(create),
         levels=levels,
-        ttl_seconds=_optional(body, "ttl", read_duration, source, key),
-        quota_bytes=_optional(body, "quota", read_size, source, key),
-        quota_files=_optional(body, "quota_files", _positive_int, source, key),
+        ttl_seconds=get_read(body, "ttl", read_duration, source, key),
+        quota_bytes=get_read(body, "quota", read_size, source, key),
+        quota_files=get_read(body, "quota_files", _positive_int, source, key),
         striping=_parse_striping(body.get("striping"), source, f"{key}.striping"),
         writers=_area_writers(body.get("writers", []), profiles, source, f"{key}.writers"),
-        quiet_seconds=_optional(body, "quiet_period", read_duration, source, key) or 600.0,
+        quiet_seconds=get_read(body, "quiet_period", read_duration, source, key) or 600.0,
         beside=_name_globs(body.get("beside", []), source, f"{key}.beside"),
     )
 
@@ -217,16 +223,6 @@ def _parse_striping(raw: Any, source: str, key: str) -> StripingSpec | None:
 
 def _positive_int(value: Any) -> int:
     return read_int(value, low=1)
-
-
-def _optional(body: dict[str, Any], name: str, read: Callable[[Any], T], source: str, key: str) -> T | None:
-    """body[name] through its reader (storekit.readers); None when absent."""
-    if name not in body:
-        return None
-    try:
-        return read(body[name])
-    except Invalid as exc:
-        raise ConfigError(source, f"{key}.{name}", str(exc)) from None
 
 
 def _component(value: Any, source: str, key: str) -> str:

@@ -18,104 +18,59 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from storekit.config import URL_CREDENTIALS_HINT, mask_url, url_has_credentials
 from storekit.errors import ConfigError
-from storekit.pipeline import formats as input_formats
-from storekit.readers import (
-    Invalid,
-    read_bool,
-    read_choice,
-    read_fraction,
-    read_int,
-    read_size,
-    read_str,
-    read_str_list,
-)
+from storekit.options import Option, defaults
+from storekit.pipeline.options import PIPELINE_OPTIONS
+from storekit.readers import Invalid
 from storekit.tomlkeys import parse_toml
 
-KINDS = ("text", "code", "multimodal")
-FORMATS = (*input_formats.DISCOVERY_MODES, *input_formats.FORMATS)  # --format: a mode or a format name
-ON_ERROR = ("skip", "fail")
-ENGINES = ("auto", "hf", "tiktoken")
-SPECIAL_TOKENS = ("match", "text")  # match: as `tokenizers` does (the special id); text: plain text
-DEFAULT_SHARD_BYTES = 1 << 30
-DEFAULT_MAX_DOC_BYTES = 64 << 20
 CLI_SOURCE = "<command line>"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # the dataset and version levels of the llm-cluster layout (datasets/<kind>/<name>/<version>)
 _LAYOUT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _LAYOUT_VERSION = re.compile(r"v[0-9]+([._][0-9]+)*|[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_BARE_VERSION = re.compile(r"[0-9]+([._][0-9]+)*")
-
-# field -> (toml table, toml key, flag): error messages name the key a user actually wrote
-_KEYS: dict[str, tuple[str, str, str]] = {
-    "name": ("dataset", "name", "--name"),
-    "kind": ("dataset", "kind", "--kind"),
-    "version": ("dataset", "version", "--version"),
-    "inputs": ("input", "paths", "--input"),
-    "input_format": ("input", "format", "--format"),
-    "text_key": ("input", "text_key", "--text-key"),
-    "keep_fields": ("input", "keep_fields", "--keep-fields"),
-    "tokenizer": ("tokenizer", "path", "--tokenizer"),
-    "eos": ("tokenizer", "eos", "--eos/--no-eos"),
-    "bos": ("tokenizer", "bos", "--bos/--no-bos"),
-    "eos_token": ("tokenizer", "eos_token", "--eos-token"),
-    "bos_token": ("tokenizer", "bos_token", "--bos-token"),
-    "tokenizer_engine": ("tokenizer", "engine", "--tokenizer-engine"),
-    "special_tokens": ("tokenizer", "special_tokens", "--special-tokens"),
-    "dedup": ("filters", "dedup", "--dedup/--no-dedup"),
-    "min_chars": ("filters", "min_chars", "--min-chars"),
-    "max_chars": ("filters", "max_chars", "--max-chars"),
-    "max_doc_bytes": ("filters", "max_doc_bytes", "--max-doc-bytes"),
-    "holdout": ("split", "holdout", "--holdout"),
-    "tier": ("output", "tier", "--tier"),
-    "output": ("output", "path", "--output"),
-    "shard_bytes": ("output", "shard_size", "--shard-size"),
-    "shard_tokens": ("output", "shard_tokens", "--shard-tokens"),
-    "workers": ("run", "workers", "--workers"),
-    "on_error": ("run", "on_error", "--on-error"),
-    "work_dir": ("run", "work_dir", "--work-dir"),
-    "task_bytes": ("run", "task_size", "--task-size"),
-    "allow_empty": ("output", "allow_empty", "--allow-empty"),
-}
-_SIZE_FIELDS = ("shard_bytes", "max_doc_bytes", "task_bytes")
+# field -> its option (storekit/pipeline/options.py): flag, file key, reader and default
+OPTIONS: dict[str, Option] = {o.name: o for o in PIPELINE_OPTIONS}
+DEFAULTS = defaults(PIPELINE_OPTIONS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineSpec:
+    """A pipeline's options, every field given (its default: storekit/pipeline/options.py)."""
+
     source: str  # the pipeline file, or "<command line>"
     name: str
-    kind: str = "text"
-    version: str = "v1"
+    kind: str
+    version: str
     inputs: tuple[str, ...]
-    input_format: str = "auto"
-    text_key: str = "text"
-    keep_fields: tuple[str, ...] = ()
+    input_format: str
+    text_key: str
+    keep_fields: tuple[str, ...]
     tokenizer: str
-    eos: bool = True
-    bos: bool = False
-    eos_token: str | None = None
-    bos_token: str | None = None
-    tokenizer_engine: str = "auto"  # not part of the plan: both engines give the same shards
-    special_tokens: str = "match"
-    dedup: bool = True
-    min_chars: int | None = None
-    max_chars: int | None = None
-    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES
-    holdout: float = 0.0
-    tier: str | None = None
-    output: str | None = None  # tier-relative path, absolute path or URL; default below
-    shard_bytes: int | None = DEFAULT_SHARD_BYTES
-    shard_tokens: int | None = None
-    workers: int | None = None  # None: all cores. Not part of the plan: output never depends on it
-    on_error: str = "skip"
-    work_dir: str | None = None
-    task_bytes: int | None = None  # None: chosen from the corpus size
-    allow_empty: bool = False  # commit a dataset that kept no document (else: nothing committed, exit 1)
+    eos: bool
+    bos: bool
+    eos_token: str | None
+    bos_token: str | None
+    tokenizer_engine: str  # not part of the plan: both engines give the same shards
+    special_tokens: str
+    dedup: bool
+    min_chars: int | None
+    max_chars: int | None
+    max_doc_bytes: int
+    holdout: float
+    tier: str | None
+    output: str | None  # tier-relative path, absolute path or URL; default below
+    shard_bytes: int | None
+    shard_tokens: int | None
+    workers: int | None  # None: all cores. Not part of the plan: output never depends on it
+    on_error: str
+    work_dir: str | None
+    task_bytes: int | None  # None: chosen from the corpus size
+    allow_empty: bool  # commit a dataset that kept no document (else: nothing committed, exit 1)
 
     @property
     def default_output(self) -> str:
@@ -148,8 +103,8 @@ class PipelineSpec:
 
 
 def where(spec_source: str, field_name: str) -> tuple[str, str]:
-    table, key, flag = _KEYS[field_name]
-    return (spec_source, flag) if spec_source == CLI_SOURCE else (spec_source, f"{table}.{key}")
+    option = OPTIONS[field_name]
+    return (spec_source, option.flag) if spec_source == CLI_SOURCE else (spec_source, str(option.key))
 
 
 def load_pipeline_file(path: Path) -> dict[str, Any]:
@@ -160,7 +115,7 @@ def load_pipeline_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(source, None, "pipeline file does not exist") from None
     raw = parse_toml(data, source)
-    by_key = {(table, key): name for name, (table, key, _) in _KEYS.items()}
+    by_key = {tuple(str(o.key).split(".")): name for name, o in OPTIONS.items()}
     tables = {table for table, _ in by_key}
     flat: dict[str, Any] = {}
     for table, body in raw.items():
@@ -198,7 +153,7 @@ def build_spec(source: str, values: Mapping[str, Any], overrides: Mapping[str, A
         if not checked.get(required):
             file, key = where(origin.get(required, source), required)
             raise ConfigError(file, key, "is required", hint=_REQUIRED_HINTS[required])
-    spec = PipelineSpec(source=source, **checked)
+    spec = PipelineSpec(source=source, **(DEFAULTS | checked))
     _check_relations(spec, origin)
     return spec
 
@@ -225,65 +180,22 @@ _REQUIRED_HINTS = {
 
 
 def _check(name: str, value: Any, origin: str) -> Any:
+    """The value of one pipeline option, read with its option's reader; errors name the file and key
+    (or the flag)."""
+    if name not in OPTIONS:
+        raise ConfigError(origin, name, "unknown option")
     file, key = where(origin, name)
-    known = {f.name for f in fields(PipelineSpec)}
-    if name not in known:
-        raise ConfigError(file, key, "unknown option")
-
-    def fail(problem: str) -> ConfigError:
-        return ConfigError(file, key, problem)
-
     for text in [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else ():
         if isinstance(text, str) and url_has_credentials(text):
             raise ConfigError(
                 file, key, f"credentials in a URL are refused ({mask_url(text)})", hint=URL_CREDENTIALS_HINT
             )
-
+    read = OPTIONS[name].read
+    assert read is not None  # every pipeline option has its reader
     try:
-        value = _read(name, value)
+        return read(value)
     except Invalid as exc:
-        raise fail(str(exc)) from None
-    if name in ("name", "version") and not _NAME_RE.match(value):
-        raise fail(f"{value!r} is not a valid {name}: use letters, digits, '.', '_' and '-'")
-    if name == "version" and _BARE_VERSION.fullmatch(value):
-        return f"v{value}"  # `--version 2` is v2: the layout names versions v1, v2, ... or dates
-    return value
-
-
-_CHOICES = {
-    "kind": KINDS,
-    "input_format": FORMATS,
-    "on_error": ON_ERROR,
-    "tokenizer_engine": ENGINES,
-    "special_tokens": SPECIAL_TOKENS,
-}
-
-
-def _read(name: str, value: Any) -> Any:
-    """The value of one pipeline option with its type's reader (storekit.readers)."""
-    if name == "inputs":
-        try:
-            return read_str_list(value, nonempty_items=True)
-        except Invalid:
-            raise Invalid("expected a list of paths, globs, directories or s3:// URLs") from None
-    if name == "keep_fields":
-        try:
-            return tuple(i.strip() for i in read_str_list(value, split_commas=True) if i.strip())
-        except Invalid:
-            raise Invalid("expected a list of field names (or a,b,c on the command line)") from None
-    if name in ("eos", "bos", "dedup", "allow_empty"):
-        return read_bool(value)
-    if name in _SIZE_FIELDS:
-        return read_size(value, low=1)
-    if name in ("min_chars", "max_chars"):
-        return read_int(value, low=0)
-    if name in ("shard_tokens", "workers"):
-        return read_int(value, low=1)
-    if name == "holdout":
-        return read_fraction(value)
-    if name in _CHOICES:
-        return read_choice(value, _CHOICES[name])
-    return read_str(value, nonempty=name == "text_key")
+        raise ConfigError(file, key, str(exc)) from None
 
 
 def _check_relations(spec: PipelineSpec, origin: Mapping[str, str]) -> None:
