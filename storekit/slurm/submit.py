@@ -163,6 +163,7 @@ def submit(
     `before_record` runs between the array's sbatch and its record: the work dir's last writes
     (plan, tokenizer copy) overlap Slurm's scheduling of the array, whose elements wait for the
     record before reading anything. If it fails the array is cancelled: nothing ran yet."""
+    made = _missing_dirs(plan.log_dir)
     make_log_dir(plan.log_dir)
     write_file_atomic(plan.array_script_path, plan.array_script.encode(), mode=SCRIPT_MODE)
     if finalize:
@@ -171,6 +172,7 @@ def submit(
     try:
         array_id = commands.submit(str(plan.array_script_path), extra_args, env=env)
     except StorekitError:
+        _remove_unsubmitted(plan, made)
         if refused is not None:
             refused.append(True)  # nothing was submitted: the caller may remove what it made
         raise
@@ -206,6 +208,28 @@ def submit(
     finalize_id = commands.submit(str(plan.finalize_script_path), after, env=env)
     _record_finalize(work, finalize_id, after=array_id, log_dir=plan.log_dir)
     return Submitted(array_job_id=array_id, finalize_job_id=finalize_id, plan=plan)
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_unsubmitted(plan: SubmitPlan, made: Sequence[Path]) -> None:
+    """sbatch refused the array: nothing was submitted, so neither its scripts nor the log dirs this
+    submission made stay behind (a log dir that holds anything else is kept)."""
+    for script in (plan.array_script_path, plan.finalize_script_path):
+        with contextlib.suppress(FileNotFoundError):
+            script.unlink()
+    for directory in made:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def _cancel_unrecorded(array_id: str, cause: BaseException) -> None:

@@ -13,7 +13,7 @@ from storekit.errors import ExitCode, StorekitError
 from storekit.jobdir import JobDir, Submission
 from storekit.slurm.batches import ClusterLimits
 from storekit.slurm.run import element_identity
-from storekit.slurm.submit import element_tasks, job_environment, plan_submission
+from storekit.slurm.submit import element_tasks, job_environment, plan_submission, submit
 from storekit.slurmopts import SlurmOptions
 from tests.conftest import run_storekit
 from tests.unit.pipeline.helpers import TOKENIZER, sample_records, write_jsonl
@@ -39,6 +39,38 @@ def test_a_plan_over_max_array_size_keeps_indices_below_it(tmp_path: Path) -> No
     assert "--array" not in plan.finalize_script and "#SBATCH --partition=cpu" in plan.finalize_script
     assert "jobs finalize" in plan.finalize_script
     assert not (tmp_path / "logs").exists()  # planning writes nothing
+
+
+def test_an_array_sbatch_refuses_leaves_neither_scripts_nor_log_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing was submitted, so nothing of the submission stays: the two scripts go, and so do the
+    log dirs it made (LOG_DIR/<work dir>/ and a LOG_DIR made for it); a log dir holding other files
+    stays. (Here sbatch is not on PATH: the refusal every submission can meet.)"""
+    work = JobDir(tmp_path / "w")
+    work.create()
+    kept = tmp_path / "kept-logs"
+    kept.mkdir()
+    (kept / "other.log").write_text("someone else's\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    for logs, stays in ((tmp_path / "logs" / "sk-w", tmp_path), (kept / "sk-w", kept)):
+        plan = plan_submission(
+            work,
+            range(3),
+            job_name="sk",
+            log_dir=logs,
+            options=SlurmOptions(partition="cpu"),
+            config=None,
+            limits=ClusterLimits(max_array_size=10, max_job_count=10000),
+        )
+        refused: list[bool] = []
+        with pytest.raises(StorekitError, match="sbatch not found"):
+            submit(work, plan, refused=refused)
+        assert refused == [True] and not logs.exists()
+        assert sorted(p.name for p in stays.iterdir()) == (
+            ["other.log"] if stays == kept else ["kept-logs", "w"]
+        )
+    assert work.submissions() == []
 
 
 def test_credentials_never_reach_the_job_environment() -> None:
