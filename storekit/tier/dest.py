@@ -354,14 +354,14 @@ class PosixDestination:
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
     ) -> dict[str, str]:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
-        remove_partial(self.temp)  # a killed run's partial copy: never committed
+        remove_tree(self.temp)  # a killed run's partial copy: never committed
         where = self.where
         check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
         self.made_dirs = make_parents(self.dest.parent, src.parent)
         try:
             return self._copy(src, entries, on_copied)
         except NoSpaceError as exc:  # what a full tier let us write counts for nothing: gone now
-            remove_partial(self.temp)
+            remove_tree(self.temp)
             raise NoSpaceError(
                 f"{where} is full: {exc.message}; the partial copy was removed",
                 hint=f"free space on {where}, or move the unit to another tier",
@@ -509,10 +509,10 @@ class PosixDestination:
     def discard(self, files: Sequence[UnitEntry]) -> list[str]:
         """Only for a journaled move before its commit: its temp copy goes; so does what is at the
         destination, unless it is the still committed older copy this move was to replace."""
-        remove_partial(self.temp)
+        remove_tree(self.temp)
         if not self._holds_replaced():
             self.uncommit()
-            remove_partial(self.dest)
+            remove_tree(self.dest)
         self._purge_swapped()
         remove_write_temps(self.manifest_path)  # what a kill left of its write (we hold the unit's lease)
         for made in reversed(self.made_dirs):  # the run directories this copy made, deepest first
@@ -628,11 +628,3 @@ def check_space(directory: Path, need_bytes: int, entries: int, where: str) -> N
 def _check_local(path: str, entry: UnitEntry, expected: str) -> None:
     verify_local(path, _digest(entry, expected))
     faults.point("tier.file-read-back")
-
-
-def remove_partial(path: Path) -> None:
-    if path.exists() or path.is_symlink():
-        if path.is_dir() and not path.is_symlink():
-            remove_tree(path)
-        else:
-            path.unlink()
