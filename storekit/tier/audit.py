@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.config import SiteConfig, TierConfig, file_url_path, mask_url
-from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones
+from storekit.durable import TMP_MARK, is_tombstone, purge_tombstones, remove_tree
 from storekit.errors import BusyError, MismatchError, NotFoundError, StorekitError
 from storekit.lease import Lease, binding_lease, sibling_lease_path
 from storekit.manifest import FILE, UnitEntry, manifest_digest, parse_unit_manifest
@@ -28,7 +28,7 @@ from storekit.ops.journal import FileUploadJournal
 from storekit.places import posix_tiers_holding
 from storekit.store import open_store
 from storekit.stubs import STUB_SUFFIX, Stub, is_stub_name
-from storekit.tier.dest import Destination, PosixDestination, S3Destination, remove_partial
+from storekit.tier.dest import Destination, PosixDestination, S3Destination
 from storekit.tier.mover import (
     MAX_CHAIN,
     UnitChanged,
@@ -347,7 +347,7 @@ def _roll_back(journal: UnitJournal, unit: Path, site: SiteConfig | None, report
     elif action == "recall":
         temp = Path(str(doc.get("temp", "")))
         if temp.name:
-            remove_partial(temp)
+            remove_tree(temp)
     else:
         dest = _dest_of(journal, site)
         try:

@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,10 +41,11 @@ from storekit.durable import (
     tombstone,
     write_synced,
 )
-from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_error
+from storekit.errors import NoSpaceError, NotFoundError, StorekitError
 from storekit.manifest import UNIT_MANIFEST_SUFFIX, UnitEntry, manifest_digest
-from storekit.ops import hash_local
+from storekit.ops import FileDigest, check, hash_local, mismatch, verify_local
 from storekit.ops.journal import FileUploadJournal
+from storekit.ops.localcopy import copy_path
 from storekit.ops.s3readback import readback_digest
 from storekit.ops.s3transfer import (
     DownloadItem,
@@ -52,13 +53,11 @@ from storekit.ops.s3transfer import (
     TransferConfig,
     UploadItem,
     UploadResult,
-    fadvise_dontneed,
     tier_bucket_prefix,
 )
 from storekit.store.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.units import format_bytes
 
-CHUNK = 8 * 1024 * 1024
 SPACE_PER_ENTRY = 4096  # a block per file, dir or link beyond their bytes (free-space check)
 COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the others' copying
 
@@ -132,9 +131,9 @@ def _join(base: str, rel: str) -> str:
     return base if rel == "." else f"{base}/{rel}"
 
 
-def _mismatch(where: str, entry: UnitEntry, size: int, digest: str) -> str:
-    want = f"{entry.size} bytes xxh3-128 {entry.xxh3_128}"
-    return f"{where}: expected {want}, found {size} bytes xxh3-128 {digest}"
+def _digest(entry: UnitEntry, xxh3_128: str | None = None) -> FileDigest:
+    """What the entry's bytes must be: its manifest digest, or the one its copy computed."""
+    return FileDigest(size=entry.size, xxh3_128=entry.xxh3_128 if xxh3_128 is None else xxh3_128)
 
 
 # UNSIGNED-PAYLOAD: every file's bytes are read back and checked with xxh3-128 before its source is
@@ -215,14 +214,8 @@ class S3Destination:
 
     def _check(self, batch: Sequence[UnitEntry], digests: dict[str, str]) -> None:
         for f in batch:
-            size, digest = readback_digest(self.engine, self.key(f.path))
-            if (size, digest) != (f.size, digests[f.path]):
-                want = UnitEntry(
-                    path=f.path, type=f.type, mode=f.mode, mtime_ns=0, size=f.size, xxh3_128=digests[f.path]
-                )
-                raise MismatchError(
-                    _mismatch(f"s3://{self.engine.bucket}/{self.key(f.path)}", want, size, digest)
-                )
+            got = FileDigest(*readback_digest(self.engine, self.key(f.path)))
+            check(f"s3://{self.engine.bucket}/{self.key(f.path)}", _digest(f, digests[f.path]), got)
 
     def clear(self) -> None:
         """The objects are overwritten in place: an older copy's manifest goes first."""
@@ -269,14 +262,15 @@ class S3Destination:
         for f in files:
             where = f"s3://{self.engine.bucket}/{self.key(f.path)}"
             try:
-                size, digest = readback_digest(self.engine, self.key(f.path))
+                got = FileDigest(*readback_digest(self.engine, self.key(f.path)))
             except StorekitError as exc:
                 if "NoSuchKey" in str(exc) or "404" in str(exc):
                     problems.append(f"{where}: missing")
                     continue
                 raise
-            if (size, digest) != (f.size, f.xxh3_128):
-                problems.append(_mismatch(where, f, size, digest))
+            problem = mismatch(where, _digest(f), got)
+            if problem is not None:
+                problems.append(problem)
         return problems
 
     def stamp(self, files: Sequence[UnitEntry]) -> str:
@@ -360,14 +354,14 @@ class PosixDestination:
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
     ) -> dict[str, str]:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
-        remove_partial(self.temp)  # a killed run's partial copy: never committed
+        remove_tree(self.temp)  # a killed run's partial copy: never committed
         where = self.where
         check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
         self.made_dirs = make_parents(self.dest.parent, src.parent)
         try:
             return self._copy(src, entries, on_copied)
         except NoSpaceError as exc:  # what a full tier let us write counts for nothing: gone now
-            remove_partial(self.temp)
+            remove_tree(self.temp)
             raise NoSpaceError(
                 f"{where} is full: {exc.message}; the partial copy was removed",
                 hint=f"free space on {where}, or move the unit to another tier",
@@ -483,9 +477,8 @@ class PosixDestination:
 
     def fetch(self, files: Sequence[tuple[UnitEntry, str]]) -> None:
         for f, target in files:
-            size, digest = _copy_file_hash(_join(str(self.dest), f.path), target)
-            if (size, digest) != (f.size, f.xxh3_128):
-                raise MismatchError(_mismatch(_join(str(self.dest), f.path), f, size, digest))
+            stored = _join(str(self.dest), f.path)
+            check(stored, _digest(f), copy_path(stored, target))
             faults.point("tier.file-fetched")
 
     def readback(self, files: Sequence[UnitEntry]) -> list[str]:
@@ -498,8 +491,9 @@ class PosixDestination:
             except FileNotFoundError:
                 problems.append(f"{path}: missing")
                 continue
-            if (got.size, got.xxh3_128) != (f.size, f.xxh3_128):
-                problems.append(_mismatch(path, f, got.size, got.xxh3_128))
+            problem = mismatch(path, _digest(f), got)
+            if problem is not None:
+                problems.append(problem)
         return problems
 
     def stamp(self, files: Sequence[UnitEntry]) -> str:
@@ -515,10 +509,10 @@ class PosixDestination:
     def discard(self, files: Sequence[UnitEntry]) -> list[str]:
         """Only for a journaled move before its commit: its temp copy goes; so does what is at the
         destination, unless it is the still committed older copy this move was to replace."""
-        remove_partial(self.temp)
+        remove_tree(self.temp)
         if not self._holds_replaced():
             self.uncommit()
-            remove_partial(self.dest)
+            remove_tree(self.dest)
         self._purge_swapped()
         remove_write_temps(self.manifest_path)  # what a kill left of its write (we hold the unit's lease)
         for made in reversed(self.made_dirs):  # the run directories this copy made, deepest first
@@ -604,58 +598,16 @@ def make_parents(directory: Path, like: Path) -> list[Path]:
 
 
 def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:
-    """Copy with the digest of the source bytes computed in the same pass; fsync; drop the cache."""
-    size, digest = _copy_file_hash(src, dst)
-    if size != entry.size:
-        raise StorekitError(f"{src}: changed while being copied (size {entry.size} -> {size})")
+    """Copy (storekit.ops.localcopy) with the digest of the source bytes computed in the same pass;
+    a source whose size or mtime moved meanwhile is refused."""
+    got = copy_path(src, dst)
+    if got.size != entry.size:
+        raise StorekitError(f"{src}: changed while being copied (size {entry.size} -> {got.size})")
     st = os.stat(src)
     if (st.st_size, st.st_mtime_ns) != (entry.size, entry.mtime_ns):
         raise StorekitError(f"{src}: changed while being copied", hint="copy it once its writer has finished")
     faults.point("tier.file-copied")
-    return digest
-
-
-def _copy_file_hash(src: str, dst: str) -> tuple[int, str]:
-    """One reused buffer per file; each chunk's writeback is started as the next one is written
-    (fadvise DONTNEED on dirty pages starts it), so the disk works during the copy and the final
-    fsync waits for the last chunk, not the whole file."""
-    hasher = xxhash.xxh3_128()
-    size = 0
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    try:
-        with open(src, "rb", buffering=0) as fin, _writing(dst) as fout:
-            out = fout.fileno()
-            while n := fin.readinto(buf):
-                chunk = view[:n]
-                hasher.update(chunk)
-                with _writing_to(dst):
-                    while chunk:
-                        chunk = chunk[os.write(out, chunk) :]
-                if size:
-                    fadvise_dontneed(out, size - CHUNK, CHUNK)
-                size += n
-            with _writing_to(dst):
-                os.fsync(out)
-            fadvise_dontneed(fin.fileno(), 0, 0)
-            fadvise_dontneed(out, 0, 0)  # the read-back must come from the device
-    except OSError as exc:
-        raise storage_error(exc, src) or StorekitError(f"{src}: {exc}") from None
-    return size, hasher.hexdigest()
-
-
-@contextlib.contextmanager
-def _writing_to(dst: str) -> Iterator[None]:
-    """A failed write names the file written (a full or read-only tier), not the one read."""
-    try:
-        yield
-    except OSError as exc:
-        raise storage_error(exc, dst) or StorekitError(f"{dst}: {exc}") from None
-
-
-def _writing(dst: str) -> Any:
-    with _writing_to(dst):
-        return open(dst, "xb", buffering=0)
+    return got.xxh3_128
 
 
 def check_space(directory: Path, need_bytes: int, entries: int, where: str) -> None:
@@ -674,17 +626,5 @@ def check_space(directory: Path, need_bytes: int, entries: int, where: str) -> N
 
 
 def _check_local(path: str, entry: UnitEntry, expected: str) -> None:
-    got = hash_local(path, drop_cache=True)
-    size, digest = got.size, got.xxh3_128
-    if (size, digest) != (entry.size, expected):
-        want = UnitEntry(path=entry.path, type="file", mode=0, mtime_ns=0, size=entry.size, xxh3_128=expected)
-        raise MismatchError(_mismatch(path, want, size, digest))
+    verify_local(path, _digest(entry, expected))
     faults.point("tier.file-read-back")
-
-
-def remove_partial(path: Path) -> None:
-    if path.exists() or path.is_symlink():
-        if path.is_dir() and not path.is_symlink():
-            remove_tree(path)
-        else:
-            path.unlink()

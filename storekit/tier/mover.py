@@ -61,7 +61,6 @@ from storekit.tier.dest import (
     S3Destination,
     check_space,
     materialize,
-    remove_partial,
 )
 from storekit.tier.relpath import check_rel
 from storekit.tier.samecopy import differs as copy_differs
@@ -497,7 +496,7 @@ def remove_own_temps(unit: Path) -> None:
     prefixes = tuple(f".{unit.name}{suffix}{TMP_MARK}" for suffix in (STUB_SUFFIX, UNIT_MANIFEST_SUFFIX))
     for name in os.listdir(unit.parent):
         if name.startswith(prefixes):
-            remove_partial(unit.parent / name)
+            remove_tree(unit.parent / name)
 
 
 def _unchanged(src: Path, journal: UnitJournal, dest: Destination, since: str) -> list[UnitEntry]:
@@ -668,7 +667,7 @@ def recall_unit(
             try:
                 _recall_upstream(stub, site, journal_dir=journal_dir, transfer=transfer, depth=depth)
             except (StorekitError, OSError):  # nothing of this recall is written yet: no journal stays
-                remove_partial(_recall_temp(unit, journal.id))
+                remove_tree(_recall_temp(unit, journal.id))
                 log_action(journal_dir, "recall.failed", journal.id, unit=str(unit), rolled_back=True)
                 journal.finish()
                 raise
@@ -795,7 +794,7 @@ def _recall(
             _recall_copy(unit, unit_rel, journal, stub, source, temp, where or f"the tier at {unit.parent}")
             timer.lap("copy")  # fetched, hashed, fsynced and checked against the manifest
         except (StorekitError, OSError) as exc:  # nothing was renamed into place: temp and journal go
-            remove_partial(temp)
+            remove_tree(temp)
             log_action(jdir, "recall.failed", uid, unit=str(unit), rolled_back=True)
             journal.finish()
             if isinstance(exc, OSError):  # a read-only or vanished tier: one line, not a traceback
@@ -857,7 +856,7 @@ def _recall_copy(
         )
     journal.save_manifest(data)
     manifest = parse_unit_manifest(data, source.manifest_url)
-    remove_partial(temp)
+    remove_tree(temp)
     check_space(unit.parent, manifest.total_bytes, len(manifest.entries), where)
     log_action(jdir, "recall.copy", uid, unit=unit_rel, source=source.url)
     try:  # every file checked against the manifest in the pass

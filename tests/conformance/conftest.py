@@ -116,12 +116,13 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 @pytest.fixture
 def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str], Store]:
-    """A second, independent root on the backend `kind` ("local", "s3", or "cephfs"/"cephfs2": the
-    real CephFS through its first or second mount, as two nodes see it)."""
+    """A second, independent root on the backend `kind` ("local", "noxattr", "s3", or
+    "cephfs"/"cephfs2": the real CephFS through its first or second mount, as two nodes see it)."""
 
     def make(kind: str) -> Store:
-        if kind == "local":
-            root = tmp_path / f"other-{uuid.uuid4().hex[:8]}"
+        if kind in ("local", "noxattr"):
+            base = tmp_path if kind == "local" else request.getfixturevalue("ramfs")
+            root = base / f"other-{uuid.uuid4().hex[:8]}"
             tier = TierConfig(name="other", url=root.as_uri(), role="plain")
         elif kind.startswith("cephfs"):
             shared: TwoMounts = request.getfixturevalue("cephfs")
@@ -146,6 +147,8 @@ def make_store(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[str]
 
 PAIRS = [
     pytest.param(("local", "local"), id="local-local"),
+    pytest.param(("local", "noxattr"), id="local-noxattr"),
+    pytest.param(("noxattr", "local"), id="noxattr-local"),
     pytest.param(("local", "s3"), id="local-s3", marks=pytest.mark.ceph),
     pytest.param(("s3", "local"), id="s3-local", marks=pytest.mark.ceph),
     pytest.param(("s3", "s3"), id="s3-s3", marks=pytest.mark.ceph),
