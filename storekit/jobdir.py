@@ -41,7 +41,15 @@ import xxhash
 
 from storekit import __version__, faults
 from storekit.digest import FileDigest, hash_local, hash_stream
-from storekit.durable import TMP_MARK, TOMBSTONE_MARK, fsync_dir, fsync_file, remove_tree, write_file_atomic
+from storekit.durable import (
+    TMP_MARK,
+    TOMBSTONE_MARK,
+    fsync_dir,
+    fsync_file,
+    remove_tombstone,
+    remove_tree,
+    write_file_atomic,
+)
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path
 from storekit.liveness import process_alive, process_start
@@ -455,11 +463,11 @@ def check_private(path: Path, owner: int | None = None) -> None:
 
 
 def remove_path(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    """Best effort: a tombstone or a task's temp dir (never a name others read) goes the way durable
+    removes tombstones; a failure is left for the next run or `layout clean` (callers are on an
+    error path, or tidying up)."""
+    with contextlib.suppress(OSError):
+        remove_tombstone(str(path))
 
 
 def io_errors(path: Path) -> contextlib.AbstractContextManager[None]:
