@@ -85,7 +85,7 @@ def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: b
             raise ConfigError(
                 "s3 tier options", "profile", f"no profile {opts['profile']!r} in {where}"
             ) from None
-    _ack_response_headers_at_once(client)
+        _ack_response_headers_at_once(client)  # under the lock: the pool classes are made once
     return client
 
 
