@@ -228,8 +228,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} needs {' and '.join(groups)}: split it")
         if groups:
             item.add_marker(pytest.mark.xdist_group(groups[0]))
+            if config.getvalue("loadgroup"):  # an xdist worker of a --dist loadgroup run
+                _group_in_nodeid(item, groups[0])
     if hasattr(config, "workerinput"):  # an xdist worker (each sorts alike): the long tests go first,
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # none is left for last
+
+
+def _group_in_nodeid(item: pytest.Item, group: str) -> None:
+    """loadgroup finds a test's group after an '@' in its nodeid, which xdist 3.8 writes to
+    item._nodeid; pytest 9.2 reads the nodeid from item._id, so xdist's write is lost and every
+    test ran anywhere. Written here the way pytest keeps it (nothing to do where xdist's works)."""
+    nodeid = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id") and not item.nodeid.endswith(f"@{group}"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
 
 
 def _need(what: str) -> None:
