@@ -2,7 +2,7 @@
 # scripts/test.sh — THE test command: lint, type check and the whole test suite against real
 # services (Ceph RGW for S3, single-host Slurm). Safe to rerun.
 #
-#   bash scripts/test.sh                 everything
+#   bash scripts/test.sh                 everything, on pytest-xdist workers (STOREKIT_TEST_WORKERS)
 #   bash scripts/test.sh -k s3 -x        extra arguments go to pytest
 #   bash scripts/test.sh --lint-only     ruff + mypy + lint-imports only     --no-lint   tests only
 #   bash scripts/test.sh --fast          the inner loop: ruff, then the unit and conformance tests that
@@ -14,7 +14,8 @@
 # scripts/services/ in the background unless they already run, and CephFS (an MDS and two ceph-fuse
 # mounts) right after the Ceph it lives on (a running instance is reused and left running; what
 # this script started is stopped again, also on failure or Ctrl-C); (4) ruff
-# check, ruff format --check, mypy; (5) pytest with the STOREKIT_TEST_* service variables.
+# check, ruff format --check, mypy; (5) pytest with the STOREKIT_TEST_* service variables, on
+# several workers (--dist loadgroup).
 #
 # Env:
 #   CI=true                  missing services fail the tests instead of skipping them
@@ -27,6 +28,9 @@
 #   RGW_PORT, S3_ACCESS_KEY, S3_SECRET_KEY, STOREKIT_CEPH_DIR, STOREKIT_SLURM_DIR, ...  see
 #                            scripts/services/*-up.sh
 #   PYTHON                   interpreter for the venv [python3]
+#   STOREKIT_TEST_WORKERS    pytest-xdist workers of the full run [2 x nproc]; 0: one process. The
+#                            tests of one service (Slurm, CephFS) run one after another on one worker
+#                            (xdist_group, tests/conftest.py); `-n 0` among the pytest arguments too
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO" || exit 1
@@ -34,6 +38,7 @@ SVC=$REPO/scripts/services
 LOGS=$REPO/.services/logs
 T0=${EPOCHREALTIME/[.,]/}
 MODE=${STOREKIT_START_SERVICES:-auto}
+WORKERS=${STOREKIT_TEST_WORKERS:-$(($(nproc) * 2))}
 PACKAGES=(slurmctld slurmd slurm-client munge ceph-mon ceph-osd radosgw ceph-common curl fio gcc libc6-dev prometheus
   debian-handbook strace ceph-mds ceph-fuse attr)  # debian-handbook: real text in ~28 languages (tokenizer tests); strace: jobs/test_scale
 case ${CI:-} in 1 | true | TRUE | True | yes) IN_CI=1 ;; *) IN_CI=0 ;; esac
@@ -328,6 +333,10 @@ if [ $TESTS = 1 ]; then
     python -c 'import xdist' 2>/dev/null && FAST_ARGS+=(-n "$(nproc)")
     [ ${#PYTEST_ARGS[@]} -eq 0 ] && FAST_ARGS+=(tests/unit tests/conformance)
     PYTEST_ARGS=("${FAST_ARGS[@]}" "${PYTEST_ARGS[@]}")
+  elif [ "$WORKERS" != 0 ] && python -c 'import xdist' 2>/dev/null; then
+    # every test, on $WORKERS workers; the tests of one shared service (Slurm, CephFS) run one after
+    # another on one of them (xdist_group, set in tests/conftest.py), the rest wherever a worker is free
+    PYTEST_ARGS=(-n "$WORKERS" --dist loadgroup "${PYTEST_ARGS[@]}")
   fi
   log "pytest ${PYTEST_ARGS[*]}"
   python -m pytest --durations=10 "${PYTEST_ARGS[@]}"

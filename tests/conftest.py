@@ -35,6 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 # children the tests start without storekit_env (bench io's forkserver, started by whichever in-process
 # run comes first) import this checkout too, not the copy a venv's editable install names (a worktree)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+# a suite started in the background of a script (`cmd &`, nohup) inherits SIGINT ignored, and every
+# command it starts would too: the Ctrl-C tests would wait for an interrupt that never comes
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def storekit_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -204,6 +208,41 @@ def sk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> C
         return run_cli(args, capsys)
 
     return run
+
+
+# -- parallel runs (pytest-xdist, --dist loadgroup): who must not run beside whom -----------------
+# The tests of one shared service run one after another on one worker, beside everything else:
+# Slurm's tests fill the four test nodes, preempt through `urgent` (a requeue of whatever else runs
+# there) and time their jobs; CephFS's stop the one MDS (SIGSTOP), which hangs every other user of
+# the two mounts. Ceph RGW's take a fresh bucket or prefix and a private gateway on a free port, and
+# every other test works under its own tmp_path: those run anywhere.
+EXCLUSIVE = {"slurm": {"slurm_cluster"}, "cephfs": {"cephfs", "cephfs_mounts"}}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        groups = [g for g, uses in EXCLUSIVE.items() if item.get_closest_marker(g) or fixtures & uses]
+        if len(groups) > 1:  # one xdist group cannot keep a test apart from two others
+            raise pytest.UsageError(f"{item.nodeid} needs {' and '.join(groups)}: split it")
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
+            if config.getvalue("loadgroup"):  # an xdist worker of a --dist loadgroup run
+                _group_in_nodeid(item, groups[0])
+    if hasattr(config, "workerinput"):  # an xdist worker (each sorts alike): the long tests go first,
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # none is left for last
+
+
+def _group_in_nodeid(item: pytest.Item, group: str) -> None:
+    """loadgroup finds a test's group after an '@' in its nodeid, which xdist 3.8 writes to
+    item._nodeid; pytest 9.2 reads the nodeid from item._id, so xdist's write is lost and every
+    test ran anywhere. Written here the way pytest keeps it (nothing to do where xdist's works)."""
+    nodeid = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id") and not item.nodeid.endswith(f"@{group}"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
 
 
 def _need(what: str) -> None:

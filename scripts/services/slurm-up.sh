@@ -96,8 +96,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 # a job's launch credential lives cred_expire seconds, and a requeued job waits as long before it
-# starts again (120 s by default, most of a preemption test); 30 s still leaves a slow launch room
-AuthInfo=cred_expire=30
+# starts again (120 s by default, most of a preemption test, and the five requeue tests run one after
+# another in CI); 15 s still leaves a launch on a loaded host room (Slurm's minimum is 5)
+AuthInfo=cred_expire=15
 CredType=cred/munge
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n

@@ -147,7 +147,7 @@ def test_scancel_of_an_element_or_the_array_cancels_and_nothing_requeues(
     assert (cfg.parent / "storage" / "datasets" / "text" / "web" / "v1" / "manifest.json").is_file()
 
 
-@pytest.mark.slow  # ~45 s: a requeued element waits out cred_expire (30 s) before it starts again
+@pytest.mark.slow  # ~35 s: a requeued element waits out cred_expire (15 s) before it starts again
 def test_usr1_requeues_only_its_own_element_even_the_one_whose_job_id_is_the_arrays(
     slurm_cluster: None, tmp_path: Path
 ) -> None:

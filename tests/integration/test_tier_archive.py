@@ -175,7 +175,8 @@ def _whole_somewhere(
         assert committed and read_stub(stub_path(root / unit)) is not None
 
 
-@pytest.mark.parametrize("phase", ["archive", "recall"])
+# the matrix's representative: archive (the recall is marked slow, still in CI)
+@pytest.mark.parametrize("phase", ["archive", pytest.param("recall", marks=pytest.mark.slow)])
 def test_sigkill_at_every_point_then_rerun(
     tmp_path: Path, s3_tier: TierConfig, site: SiteConfig, engine: S3Transfer, phase: str
 ) -> None:
