@@ -1,17 +1,6 @@
-"""The one S3 transfer engine: files up and down over botocore with shared limits.
-
-One engine holds one thread pool for all the files of a job (not a pool per file), a cap on the
-bytes of parts in flight at once (memory = that cap), an optional bandwidth cap, and per-request
-retries with a time budget. Uploads hash each file with xxh3-128 in the reading thread, in file
-order; downloads hash the bytes they write, in file order, in the same pass. ETags are never used
-as content digests (a multipart ETag is an MD5 of MD5s, and not even that under SSE).
-
-Payload signing: `sign_payload=True` (the default, botocore's own choice over plain http) sends the
-SHA-256 of every request body, which the gateway checks, at ~0.5 CPU-s/GB on the client;
-`sign_payload=False` sends UNSIGNED-PAYLOAD (integrity then rests on the xxh3 read-back).
-
-The core (client, pool, limits, retries, types) is ops.s3engine; this module adds the operations.
-"""
+"""The one S3 transfer engine, as callers use it: `S3Transfer`, the engine's core (ops.s3engine: one
+pool, byte budget, bandwidth cap, retries, xxh3 in the reading pass, payload signing) with its
+operations as methods (uploads: ops.s3upload; downloads: ops.s3download)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,17 +102,24 @@ def test_part_count_ceiling_grows_parts_instead(tmp_path: Path) -> None:
         assert (tmp_path / "back").read_bytes() == data
 
 
-def test_a_source_rewritten_while_its_parts_go_out_fails_the_upload(tmp_path: Path) -> None:
-    """Parts are sent from the file's pages after they were hashed: bytes rewritten in place while
-    they go out (the last part's send is the moment) must fail the upload, never complete it."""
-    path = tmp_path / "ckpt.bin"
-    write_random(path, 12 * MiB + 5, seed=11)  # 3 parts of 5 MiB
+def rewriter(path: Path) -> Callable[[], None]:
+    """What a writer does to a checkpoint file in place: new bytes at its start, a new mtime."""
 
     def rewrite() -> None:
         with open(path, "r+b") as fh:
             fh.write(b"\xff" * 4096)
         os.utime(path, ns=(1, 1_800_000_000_000_000_000))
 
+    return rewrite
+
+
+def test_a_source_rewritten_while_its_parts_go_out_fails_the_upload(tmp_path: Path) -> None:
+    """Parts are sent from the file's pages after they were hashed: bytes rewritten in place while
+    they go out (the last part's send is the moment) must fail the upload, never complete it."""
+    path = tmp_path / "ckpt.bin"
+    write_random(path, 12 * MiB + 5, seed=11)  # 3 parts of 5 MiB
+
+    rewrite = rewriter(path)
     with fresh_bucket(SMALL_PARTS) as engine:
         with faults.at("transfer.part-sent", rewrite), pytest.raises(StorekitError, match="changed while"):
             engine.upload_files([UploadItem(str(path), "ckpt.bin")])
@@ -127,11 +135,7 @@ def test_a_failed_upload_is_aborted_only_after_its_last_part_went_out(tmp_path: 
     path = tmp_path / "ckpt.bin"
     write_random(path, 12 * MiB + 5, seed=12)  # 3 parts of 5 MiB
 
-    def rewrite() -> None:
-        with open(path, "r+b") as fh:
-            fh.write(b"\xff" * 4096)
-        os.utime(path, ns=(1, 1_800_000_000_000_000_000))
-
+    rewrite = rewriter(path)
     failed = threading.Event()
     lock = threading.Lock()
     state = {"sending": 0, "aborts": 0, "overlaps": 0}
