@@ -165,9 +165,6 @@ class _Multipart:
         self._lock = threading.Lock()
         self._finishing = False
         self._error: BaseException | None = None
-        # work of this upload still running: run() itself until every part is handed out, each part
-        # being sent, the complete. A failure is settled (abort, then the future) once this is 0.
-        self._in_flight = 1
         self._settled = False
 
     @property
@@ -175,12 +172,15 @@ class _Multipart:
         return f"upload {self.engine.bucket}/{self.item.key}"
 
     def run(self, fd: int) -> None:
-        self.fd = _SharedFd(fd, self.item.path)  # parts are dropped from the cache after they are sent
+        # parts are dropped from the cache after they are sent; its references are this upload's work
+        # still running (run() until every part is handed out, each part being sent, the complete):
+        # a failure is settled (abort, then the future) once the last one is released
+        self.fd = _SharedFd(fd, self.item.path, on_closed=self._settle)
         try:
             reusable = self._begin()
             hasher = xxhash.xxh3_128()
             for number in range(1, self.nparts + 1):
-                if self.stop.is_set() or self._error is not None or self.future.done():
+                if self.stop.is_set() or self.future.done():
                     raise _Stopped()
                 offset = (number - 1) * self.part_size
                 length = min(self.part_size, self.size - offset)
@@ -203,7 +203,6 @@ class _Multipart:
                     self._part_done(number, f'"{known[1]}"')
                     continue
                 self.fd.acquire()
-                self._start_work()
                 self.engine.pool.submit(self._send, number, offset, data)
             _check_unchanged(self.item.path, fd, self.st)
             with self._lock:
@@ -217,7 +216,6 @@ class _Multipart:
                 raise
         finally:
             self.fd.release()
-            self._end_work()
 
     def _begin(self) -> dict[int, tuple[int, str]]:
         """Resume the journaled upload of this key if the source is unchanged, else start one."""
@@ -291,7 +289,6 @@ class _Multipart:
             engine.budget.release(len(data))
             _part_sent(data, self.fd, offset)
             self.fd.release()
-            self._end_work()
 
     def _part_done(self, number: int, etag: str) -> None:
         with self._lock:
@@ -303,8 +300,6 @@ class _Multipart:
             ready = self.digest is not None and len(self.etags) == self.nparts and not self._finishing
             ready = ready and self._error is None
             self._finishing = self._finishing or ready
-            if ready:
-                self._in_flight += 1
         if ready:
             self.fd.acquire()  # _complete stats the file
             self.engine.pool.submit(self._complete)
@@ -348,7 +343,6 @@ class _Multipart:
             self._fail(exc)
         finally:
             self.fd.release()
-            self._end_work()
 
     def _object_is_there(self) -> bool:
         head = self.engine.call(
@@ -364,22 +358,13 @@ class _Multipart:
         faults.point("transfer.upload-failed")
         self._settle()
 
-    def _start_work(self) -> None:
-        with self._lock:
-            self._in_flight += 1
-
-    def _end_work(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
-        self._settle()
-
     def _settle(self) -> None:
         """A failed upload is aborted, and its failure reported, only once none of its parts is still
         going out: a part the gateway takes after the abort brings the upload back (RGW lists it again,
         with its parts, and nothing would ever abort it), and the caller must not see the failure
         while a part of it is still being sent."""
         with self._lock:
-            if self._error is None or self._in_flight or self._settled or self.future.done():
+            if self._error is None or self.fd.in_use or self._settled or self.future.done():
                 return
             self._settled = True
             exc = self._error
@@ -489,13 +474,20 @@ def _part_sent(data: bytes | MappedPart, fd: _SharedFd | None, offset: int) -> N
 
 class _SharedFd:
     """A dup of the source's descriptor, kept until its last part is sent (to drop those pages from
-    the cache and stat the file at completion): one reference for the reader, one per part."""
+    the cache and stat the file at completion): one reference for the reader, one per part, one for
+    the complete. `on_closed` runs after the last reference is released."""
 
-    def __init__(self, fd: int, path: str) -> None:
+    def __init__(self, fd: int, path: str, *, on_closed: Callable[[], None] = lambda: None) -> None:
         self.fd = os.dup(fd)
         self.path = path
         self._refs = 1
         self._lock = threading.Lock()
+        self._on_closed = on_closed
+
+    @property
+    def in_use(self) -> bool:
+        with self._lock:
+            return self._refs > 0
 
     def acquire(self) -> None:
         with self._lock:
@@ -507,6 +499,7 @@ class _SharedFd:
             last = self._refs == 0
         if last:
             os.close(self.fd)
+            self._on_closed()
 
 
 def _pread_exact(path: str, fd: int, offset: int, length: int) -> bytes:
