@@ -228,7 +228,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} needs {' and '.join(groups)}: split it")
         if groups:
             item.add_marker(pytest.mark.xdist_group(groups[0]))
-            if config.getvalue("loadgroup"):  # an xdist worker of a --dist loadgroup run
+            if getattr(config.option, "loadgroup", False):  # an xdist worker of a --dist loadgroup run
                 _group_in_nodeid(item, groups[0])
     if hasattr(config, "workerinput"):  # an xdist worker (each sorts alike): the long tests go first,
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # none is left for last
