@@ -71,8 +71,13 @@ def part_size_for(size: int, *, min_part_size: int, max_parts: int) -> int:
     return max(min_part_size, math.ceil(size / target))
 
 
+# Linux: the pages are made in one call rather than faulted in one by one as the body arrives, about
+# half the CPU of filling a buffer the first time, and of freeing it (measured, benchmarks/RESULTS.md #36)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
 def anonymous_map(size: int) -> mmap.mmap:
-    return mmap.mmap(-1, size)
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
 
 
 def tier_bucket_prefix(tier: TierConfig) -> tuple[str, str]:

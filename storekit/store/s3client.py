@@ -11,9 +11,10 @@ environment is seen), sharing one model loader per process (loading the S3 servi
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from storekit.errors import ConfigError
@@ -39,6 +40,7 @@ _CLIENT_ARGS = {
 }
 
 _LOADER: Any = None
+_BUILT = False  # the first client was made (_first_build)
 _LOCK = threading.Lock()
 
 
@@ -55,13 +57,32 @@ def _session() -> Any:
     return session
 
 
+@contextlib.contextmanager
+def _first_build() -> Iterator[None]:
+    """The first client of a process builds ~10^5 long-lived objects (botocore's modules, the S3
+    service model, its endpoint rules). The cyclic collector, triggered every 700 allocations,
+    walks them again and again while they are made: a third of the build's CPU, measured
+    (benchmarks/RESULTS.md, #36). Paused while they are made, then frozen (gc.freeze): they live as
+    long as the process, and the collections a transfer triggers no longer walk them."""
+    global _BUILT
+    if _BUILT:
+        yield
+        return
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        _BUILT = True
+        gc.freeze()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: bool | None = None) -> Any:
     """A botocore S3 client from a tier's options (endpoint_url, key, secret, token, client_kwargs,
     config_kwargs, profile); credentials not given there come from botocore's usual chain. `sign_payload`:
     None is botocore's own choice (signed over plain http)."""
-    import botocore.config
-    import botocore.exceptions
-
     opts = dict(options)
     conf = {**S3_CONFIG, **opts.get("config_kwargs", {})}
     if sign_payload is not None:
@@ -72,7 +93,10 @@ def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: b
     for ours, theirs in _CLIENT_ARGS.items():
         if opts.get(ours):
             kwargs[theirs] = opts[ours]
-    with _LOCK:  # botocore's sessions and loader are not thread-safe; its clients are
+    with _LOCK, _first_build():  # botocore's sessions and loader are not thread-safe; its clients are
+        import botocore.config
+        import botocore.exceptions
+
         session = _session()
         if opts.get("profile"):  # a named profile of ~/.aws/credentials or ~/.aws/config
             session.set_config_variable("profile", opts["profile"])
@@ -91,7 +115,7 @@ def s3_client(options: Mapping[str, Any], *, max_pool: int = 10, sign_payload: b
 
 def warm_up() -> None:
     """Load botocore and the S3 service model now (the bench's forkserver does, before forking)."""
-    with _LOCK:
+    with _LOCK, _first_build():
         client = _session().create_client("s3", region_name="us-east-1", endpoint_url="http://localhost:1")
     client.close()
 

@@ -157,3 +157,50 @@ def test_a_response_is_acknowledged_as_soon_as_its_headers_are_read(s3_tier: Tie
         assert response["Body"].read() == body
     listing = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
     assert f"{prefix}/small" in [o["Key"] for o in listing["Contents"]]
+
+
+FIRST_BUILD = """
+import gc, json, sys
+from storekit.errors import ConfigError
+from storekit.store.s3client import s3_client
+
+starts = []
+gc.callbacks.append(lambda phase, info: starts.append(info["generation"]) if phase == "start" else None)
+if sys.argv[1] == "fails-first":
+    try:
+        s3_client({"endpoint_url": "http://127.0.0.1:1", "profile": "no-such-profile"})
+    except ConfigError:
+        pass
+    after_failure = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+else:
+    after_failure = None
+starts.clear()
+client = s3_client({"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"})
+model = client.meta.service_model._service_description
+print(json.dumps({
+    "collections": len(starts),
+    "enabled": gc.isenabled(),
+    "frozen": gc.get_freeze_count(),
+    "model_frozen": not any(o is model for o in gc.get_objects()),
+    "after_failure": after_failure,
+}))
+"""
+
+
+@pytest.mark.parametrize("first", ["builds", "fails-first"])
+def test_the_first_client_is_built_without_the_collector_and_then_frozen(first: str, tmp_path: Path) -> None:
+    """botocore's modules and the S3 model (~10^5 objects) are made with the cyclic collector
+    paused and then frozen, so neither the build nor a transfer's collections nor the exit walk
+    them; the collector runs again afterwards, also after a first build that failed."""
+    env = storekit_env(
+        {"AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_BUILD, first], env=env, capture_output=True, text=True, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["collections"] == 0  # none ran while botocore was imported and the client built
+    assert got["enabled"] is True
+    assert got["frozen"] > 10_000 and got["model_frozen"] is True
+    if first == "fails-first":
+        assert got["after_failure"] == {"enabled": True, "frozen": 0}  # nothing frozen by a failed build
