@@ -144,7 +144,7 @@ class _UnitRunner:
         record = {"task": index, "parts": {}, "result": result.to_dict()}
         tmp = work.new_task_dir(index)
         try:
-            (tmp / DONE).write_text(json.dumps(record, sort_keys=True))
+            (tmp / DONE).write_text(json.dumps(record))  # phases in the order they ran
             work.commit_task(tmp, index)
         except BaseException:
             remove_path(tmp)

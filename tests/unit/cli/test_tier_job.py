@@ -87,6 +87,7 @@ def test_a_tier_job_on_the_local_executor_moves_its_units_and_records_each(site_
         (f"{RUN}/step_000200", "failed"),
     ]
     assert "already exists on the destination" in results[1].reason and results[1].exit_code == 1
+    assert list(results[0].phases) == ["plan", "copy", "read_back", "commit", "free"]  # as they ran
     assert read_stub(stub_path(site_dir / "lustre" / RUN / "step_000100")) is not None
     assert (site_dir / "vault" / RUN / "step_000100/__0_0.distcp").read_bytes() == bytes([0]) * 100
     st = job_status(work)
