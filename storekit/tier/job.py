@@ -139,7 +139,8 @@ class _UnitRunner:
         result = apply_unit(job.plan, unit, job.site, job.stores(), check=not resume)
         progress(0, 0, result.bytes)
         if result.status == "failed":  # recorded, and the other units go on (as in a local run)
-            work.record_failure(index, result.reason, exit_code=result.exit_code or int(ExitCode.ERROR))
+            code = result.exit_code or int(ExitCode.ERROR)
+            work.record_failure(index, result.reason, exit_code=code, log=_element_log(work))
             return None
         record = {"task": index, "parts": {}, "result": result.to_dict()}
         tmp = work.new_task_dir(index)
@@ -155,6 +156,16 @@ class _UnitRunner:
 
     def drain(self) -> None:
         pass
+
+
+def _element_log(work: JobDir) -> str | None:
+    """The Slurm log of the array element running here (what a failure record names), if any."""
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID", ""), os.environ.get("SLURM_ARRAY_TASK_ID", "")
+    if not (array.isdigit() and index.isdigit()):
+        return None
+    from storekit.slurm.run import element_log
+
+    return element_log(os.environ, work, array, int(index))
 
 
 def job_results(work: JobDir, plan: TierPlan) -> list[UnitResult]:

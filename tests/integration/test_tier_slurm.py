@@ -154,3 +154,20 @@ def test_an_archive_to_the_gateway_as_a_slurm_job_puts_every_byte_there(
     (job,) = jobs(site_dir, "status", doc["work_dir"])["jobs"]
     assert (job["kind"], job["complete"]) == ("tier", True)
     assert opts["secret"] not in (Path(doc["work_dir"]) / "plan.json").read_text()
+
+
+def test_a_unit_that_fails_in_its_element_is_reported_and_the_other_moves(site_dir: Path) -> None:
+    """The failure record names the unit's reason, exit code and its element's Slurm log; the other
+    unit moves; the command exits with the failure's code."""
+    (site_dir / "vault" / RUN / STEPS[1]).mkdir(parents=True)  # not a copy of ours: refused
+    code, doc, err = tier(site_dir, "--archive", "old-runs", "--executor", "slurm")
+    assert code == doc["exit_code"] == 1, err
+    done, failed = doc["results"]
+    assert (done["status"], done["freed"], failed["status"]) == ("done", True, "failed")
+    assert "already exists on the destination" in failed["reason"]
+    (job,) = jobs(site_dir, "status", doc["work_dir"])["jobs"]
+    assert (job["states"]["done"], job["states"]["failed"]) == ("0", "1")
+    (record,) = job["failed"]
+    assert "already exists on the destination" in record["error"] and record["exit_code"] == 1
+    assert record["log"] and Path(record["log"]).is_file()  # the element's own Slurm log
+    assert os.path.lexists(site_dir / "lustre" / RUN / STEPS[1])  # nothing of it was touched
