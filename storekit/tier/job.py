@@ -10,7 +10,8 @@ move leaves the unit's journal: the task has no record, `storekit jobs rerun` (o
 runs it again, and the mover resumes the journal where it stopped, even past the point where the
 source was freed (the unit journal is looked up before the unit is checked again).
 
-The work dir stays after the run: it is the job's record (`storekit jobs status`). A drain never
+The work dir stays after the run: it is the job's record (`storekit jobs status`), reclaimed by
+`layout clean` once idle past the scratch area's TTL, as a prepare work dir is. A drain never
 runs as a job: the burst tier is node-local and an array element lands on whatever node Slurm
 picks, so a drain stays one run per node (srun --ntasks-per-node=1, or the Slurm epilog), and a
 plan made for a node-local tier only applies on the node that made it (tier.plan._check_fresh).
