@@ -201,14 +201,14 @@ def tier_command(
         bool, typer.Option("--dry-run", "-n", help="Print the plan; create nothing, not even a lock.")
     ] = False,
     executor: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--executor",
             metavar="NAME",
-            help="Where the units move: local (here, one by one) or slurm (an array: one task per "
-            "unit, on any node; not --drain).",
+            help="Where the units move: local (here, one by one; the default) or slurm (an array: "
+            "one task per unit, on any node; not --drain).",
         ),
-    ] = "local",
+    ] = None,
     slurm_partition: Annotated[
         str | None,
         typer.Option("--slurm-partition", metavar="NAME", help="Slurm partition (--executor slurm)."),
@@ -260,18 +260,21 @@ def tier_command(
 class _Run:
     """Where the units move (`--executor` and its `--slurm-*` options), looked up once needed."""
 
-    def __init__(self, executor: str, partition: str | None, time_limit: str | None) -> None:
+    def __init__(self, executor: str | None, partition: str | None, time_limit: str | None) -> None:
         self.executor, self.partition, self.time_limit = executor, partition, time_limit
 
     def given(self) -> bool:
-        return self.executor != "local" or self.partition is not None or self.time_limit is not None
+        return self.executor is not None or self.partition is not None or self.time_limit is not None
 
     def job_executor(self, site: SiteConfig, config: str | None, plan: TierPlan) -> Any:
-        """None for a run in this process; else the executor the plan's units run on as a job."""
+        """None for a run in this process; else the executor the plan's units run on as a job.
+        Nothing given: the local run as ever, without importing the job layer (an epilog's drain)."""
+        if not self.given():
+            return None
         from storekit.cli.tier_job import job_executor
 
         chosen = job_executor(
-            self.executor, site, config, partition=self.partition, time_limit=self.time_limit
+            self.executor or "local", site, config, partition=self.partition, time_limit=self.time_limit
         )
         if chosen is not None and plan.action == "drain":
             raise UsageError(
@@ -297,7 +300,7 @@ def _tier(
     config: str | None,
     run: _Run | None = None,
 ) -> None:
-    run = run or _Run("local", None, None)
+    run = run or _Run(None, None, None)
     out = make_output(json_out, quiet)
     actions = (("archive", archive), ("drain", drain), ("recall", recall))
     chosen = [(n, v) for n, v in actions if v is not None]

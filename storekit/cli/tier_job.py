@@ -28,13 +28,14 @@ def job_executor(
     """The executor `--executor NAME` names, set up to run a tier job; None for one that runs in
     this process (local: the units move here, as they always did, with no job record)."""
     from storekit.executors.base import executor_for_option
-    from storekit.slurm.executor import SlurmExecutor
 
     chosen = executor_for_option(name)
     if not chosen.detached:
         if partition is not None or time_limit is not None:
             raise UsageError(f"--slurm-partition/--slurm-time need --executor slurm, not {name}")
         return None
+    from storekit.slurm.executor import SlurmExecutor
+
     if not isinstance(chosen, SlurmExecutor):
         raise UsageError(f"--executor {name}: tier moves run as jobs on Slurm only")
     options = with_site_defaults(SlurmOptions(partition=partition, time=time_limit), dict(site.slurm))

@@ -22,7 +22,7 @@ from storekit.tier.job import TierJob, create_job, job_results
 from storekit.tier.moveunit import move_unit, unit_journal
 from storekit.tier.plan import PlanRequest, build_plan
 from storekit.tier.stubfile import read_stub, stub_path
-from tests.conftest import Ran
+from tests.conftest import Ran, run_storekit
 from tests.unit.cli.test_tier import POLICIES, only_error_line
 from tests.unit.tier.conftest import dcp_unit, make_site, tree_state
 
@@ -145,3 +145,20 @@ def _unit(action: str, src: str, path: str, dst: str, *, to: str | None = None) 
         action=action, src_tier=src, src_path=path, dst_tier=dst, dst_path=to or path, free_source=True,
         unit_kind="checkpoint", writer=None, step=None,
     )  # fmt: skip
+
+
+def test_a_local_run_imports_no_job_layer(site_dir: Path) -> None:
+    """`tier --archive` without --executor (a Slurm epilog's drain, say) starts no faster than it
+    did: the executors, the Slurm side and the job records stay unimported."""
+    ran = run_storekit(
+        ["tier", "--archive", "old-runs", "--config", str(site_dir / "storekit.toml"), "--json"],
+        cwd=site_dir,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert [r["status"] for r in json.loads(ran.stdout)["results"]] == ["done", "done"]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in ran.stderr.splitlines() if "|" in line]
+    assert "storekit.tier.apply" in imported
+    assert not [
+        m for m in imported if m.startswith(("storekit.executors", "storekit.slurm.", "storekit.jobdir"))
+    ]
