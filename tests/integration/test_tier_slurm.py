@@ -90,6 +90,13 @@ def test_an_archive_as_a_slurm_job_moves_every_unit_and_its_record_shows_success
     listed = jobs(site_dir, "status")  # every job in the tiers' scratch/: this one is there
     assert str(work) in json.dumps(listed)
 
+    code, doc, err = tier(site_dir, "--recall", RUN, "--executor", "slurm")  # and back, as a job too
+    assert code == 0, err
+    assert [(r["action"], r["status"]) for r in doc["results"]] == [("recall", "done")] * 2
+    for step in STEPS:
+        assert snapshot(site_dir / "lustre" / RUN / step) == before[step]
+        assert not stub_path(site_dir / "lustre" / RUN / step).exists()
+
 
 def test_an_element_killed_after_freeing_the_source_is_completed_by_jobs_rerun(site_dir: Path) -> None:
     """SIGKILL at `tier.source-removed` (the unit's source gone, its journal at `stubbed`): the plan's
