@@ -33,7 +33,7 @@ import stat
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from storekit.durable import (
 from storekit.errors import MismatchError, NoSpaceError, NotFoundError, StorekitError, storage_errors
 from storekit.lease import Lease, dir_lease_path
 from storekit.liveness import process_alive, process_start
+from storekit.records import RecordFile
 from storekit.trusted_dirs import DirPin, HeldDir, check_ancestors
 
 DONE = "done.json"
@@ -153,7 +154,7 @@ class JobDir:
         with io_errors(self.path):
             write_file_atomic(self.plan_file, plan, mode=0o600)
             faults.point("jobs.plan-written")
-            write_file_atomic(self.header_file, json.dumps(asdict(header), indent=1).encode(), mode=0o600)
+            self._header_record().write(asdict(header), sync_dir=False)
         return header
 
     def read(self, rel: str) -> bytes:
@@ -168,22 +169,23 @@ class JobDir:
         takes a path: numpy, the finalize scratch files)."""
         return self.held.via(rel) if self.held is not None else self.path / rel
 
+    def _header_record(self) -> RecordFile:
+        hint = f"remove {self.path} and rerun the command that made it"
+        return RecordFile(self.header_file, "job record", JOB_FORMAT, version_key="job_format", hint=hint)
+
     def header(self) -> JobHeader:
+        record = self._header_record()
         try:
-            doc = json.loads(self.read(HEADER))
+            data = self.read(HEADER)
         except FileNotFoundError:
             raise NotFoundError(
                 f"{self.path} is not a job work dir (no {HEADER})",
                 hint="give the work dir a storekit job runs in (it holds plan.json and job.json)",
             ) from None
-        except (OSError, ValueError) as exc:
-            raise StorekitError(f"{self.header_file}: unreadable job record ({exc})") from None
-        if not isinstance(doc, dict) or doc.get("job_format") != JOB_FORMAT:
-            raise MismatchError(
-                f"{self.header_file}: not a job record of this storekit version",
-                hint=f"remove {self.path} and rerun the command that made it",
-            )
-        return JobHeader(**doc)
+        except OSError as exc:
+            raise record.damaged(exc.strerror or str(exc)) from None
+        doc = record.parse(data)
+        return JobHeader(**{f.name: doc[f.name] for f in fields(JobHeader) if f.name in doc})
 
     def read_plan(self, header: JobHeader | None = None) -> bytes:
         """The plan's bytes, checked against job.json's digest (MismatchError, exit 4)."""

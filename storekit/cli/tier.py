@@ -200,6 +200,23 @@ def tier_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Print the plan; create nothing, not even a lock.")
     ] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            metavar="NAME",
+            help="Where the units move: local (here, one by one; the default) or slurm (an array: "
+            "one task per unit, on any node; not --drain).",
+        ),
+    ] = None,
+    slurm_partition: Annotated[
+        str | None,
+        typer.Option("--slurm-partition", metavar="NAME", help="Slurm partition (--executor slurm)."),
+    ] = None,
+    slurm_time: Annotated[
+        str | None,
+        typer.Option("--slurm-time", metavar="TIME", help="Time limit per array element (--executor slurm)."),
+    ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     config: ConfigOpt = None,
@@ -219,20 +236,54 @@ def tier_command(
     Policies are [policies.NAME] tables in storekit.toml or the layout (README: Tiering).
     The burst tier is node-local: run the drain on every node, e.g.
     `srun --ntasks-per-node=1 storekit tier --drain`, or from a Slurm epilog.
+    An archive, recall or purge can run as a Slurm array (--executor slurm): each
+    unit is a task; `storekit jobs status` shows the job, `storekit jobs rerun`
+    runs the units that failed or were cut short again.
 
     \b
     Examples:
       storekit tier --archive old-runs --dry-run
       storekit tier --archive checkpoints/run_001 --plan-out plan.json
       storekit tier --apply plan.json --json
+      storekit tier --archive old-runs --executor slurm --slurm-time 4:00:00
       storekit tier --drain
       storekit tier --recall checkpoints/run_001/step_000100 --dry-run
       storekit tier --policy purge-archived --dry-run --json
     """
     if ctx.invoked_subcommand is not None:
         return
+    run = _Run(executor, slurm_partition, slurm_time)
     with one_line_storage_errors():
-        _tier(archive, drain, recall, policy, apply, plan_out, tier, dry_run, json_out, quiet, config)
+        _tier(archive, drain, recall, policy, apply, plan_out, tier, dry_run, json_out, quiet, config, run)
+
+
+class _Run:
+    """Where the units move (`--executor` and its `--slurm-*` options), looked up once needed."""
+
+    def __init__(self, executor: str | None, partition: str | None, time_limit: str | None) -> None:
+        self.executor, self.partition, self.time_limit = executor, partition, time_limit
+
+    def given(self) -> bool:
+        return self.executor is not None or self.partition is not None or self.time_limit is not None
+
+    def job_executor(self, site: SiteConfig, config: str | None, plan: TierPlan) -> Any:
+        """None for a run in this process; else the executor the plan's units run on as a job.
+        Nothing given: the local run as ever, without importing the job layer (an epilog's drain)."""
+        if not self.given():
+            return None
+        from storekit.cli.tier_job import job_executor
+
+        chosen = job_executor(
+            self.executor or "local", site, config, partition=self.partition, time_limit=self.time_limit
+        )
+        if chosen is not None and plan.action == "drain":
+            raise UsageError(
+                f"--drain runs on the node that holds the burst tier, not as a job "
+                f"(--executor {self.executor})",
+                hint="run it on every node (srun --ntasks-per-node=1 storekit tier --drain, "
+                "or the Slurm epilog)",
+            )
+        return chosen
 
 
 def _tier(
@@ -247,7 +298,9 @@ def _tier(
     json_out: bool,
     quiet: bool,
     config: str | None,
+    run: _Run | None = None,
 ) -> None:
+    run = run or _Run(None, None, None)
     out = make_output(json_out, quiet)
     actions = (("archive", archive), ("drain", drain), ("recall", recall))
     chosen = [(n, v) for n, v in actions if v is not None]
@@ -258,11 +311,13 @@ def _tier(
         raise UsageError("--dry-run writes nothing: drop --plan-out, or drop --dry-run to write the plan")
     if apply is not None and plan_out is not None:
         raise UsageError("--apply carries out a plan file; --plan-out makes one: give one of them")
+    if plan_out is not None and run.given():
+        raise UsageError("--plan-out moves nothing: drop --executor and the --slurm-* options")
     site = site_config(config)
     if tier is not None:
         site.tier(tier)  # an unknown --tier is named as given (exit 3), not as a policy key
     if apply is not None:
-        _apply_file(out, site, apply, dry_run)
+        _apply_file(out, site, apply, dry_run, run, config)
         return
     action, value = chosen[0] if chosen else ("", None)
     request = _request(site, action or "", value, policy, tier)
@@ -271,6 +326,7 @@ def _tier(
     doc = plan.to_dict()
     if finished:
         doc["finished_interrupted"] = finished
+    executor = run.job_executor(site, config, plan)  # before anything moves: a bad --executor is exit 2
     if dry_run:
         out.result("tier", {**doc, "dry_run": True}, lambda c: _show_plan(c, doc, "would"))
         return
@@ -284,7 +340,7 @@ def _tier(
             write_file_atomic(plan_out, data)
         out.result("tier", {**doc, "plan_out": plan_out}, lambda c: _plan_written(c, doc, plan_out))
         return
-    _run(out, site, plan, doc)
+    _run(out, site, plan, doc, executor)
 
 
 def _plan_written(console: Console, doc: dict[str, Any], path: str) -> None:
@@ -293,7 +349,7 @@ def _plan_written(console: Console, doc: dict[str, Any], path: str) -> None:
     console.print(then, markup=False, soft_wrap=True)
 
 
-def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
+def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool, run: _Run, config: str | None) -> None:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -301,6 +357,7 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
     except IsADirectoryError:
         raise UsageError(f"--apply {path}: a directory, not a plan file") from None
     plan = load_plan(data, path, site)
+    executor = run.job_executor(site, config, plan)
     if dry_run:
         names = {u.dst_tier if u.action == "recall" else u.src_tier for u in plan.units}
         stores = {n: open_store(site.tier(n)) for n in names}
@@ -315,7 +372,8 @@ def _apply_file(out: Any, site: SiteConfig, path: str, dry_run: bool) -> None:
         out.result("tier", doc, lambda c: _show_results(c, results, True))
         return
     finished = _finish_interrupted(out, site)
-    _run(out, site, plan, {**plan.to_dict(), **({"finished_interrupted": finished} if finished else {})})
+    doc = {**plan.to_dict(), **({"finished_interrupted": finished} if finished else {})}
+    _run(out, site, plan, doc, executor)
 
 
 def _same_place(fd: int, other: int) -> bool:
@@ -357,7 +415,8 @@ def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
     return done
 
 
-def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> None:
+def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any], executor: Any = None) -> None:
+    """Move the plan's units here (`executor` None), or as a job on `executor` (tier_job.py)."""
     total = len(plan.units)
 
     def log(r: UnitResult) -> None:  # one line per unit on stderr: Slurm logs show how far a drain got
@@ -366,7 +425,13 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any]) -> Non
         done.append(r)
 
     done: list[UnitResult] = []
-    results = apply_plan(plan, site, on_unit=log) if plan.units else []
+    if executor is not None and plan.units:
+        from storekit.cli.tier_job import run_job
+
+        results, ran_as = run_job(plan, site, executor, log)
+        doc = {**doc, **ran_as}
+    else:
+        results = apply_plan(plan, site, on_unit=log) if plan.units else []
     code = exit_code_of(results)
     full = {**doc, "dry_run": False, "results": [r.to_dict() for r in results], "exit_code": code}
 

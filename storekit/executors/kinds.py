@@ -25,7 +25,7 @@ from storekit.errors import UsageError
 
 PLUGINS_ENV = "STOREKIT_JOB_KINDS"
 # the domain packages' registration modules: each registers its kinds when imported
-BUILTIN_PLUGINS = ("storekit.pipeline.kinds",)
+BUILTIN_PLUGINS = ("storekit.pipeline.kinds", "storekit.tier.kinds")
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ either resumes exactly those uploads or aborts exactly those, never a whole buck
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Protocol
 
-from storekit.durable import fsync_dir, write_file_atomic
+from storekit.records import RecordFile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,30 +40,25 @@ class UploadJournal(Protocol):
 
 
 class FileUploadJournal:
-    """An UploadJournal in one JSON file: every change is an atomic replace plus a directory fsync."""
+    """An UploadJournal in one durable record (storekit.records): every change is an atomic replace
+    plus a directory fsync; a damaged file is DamagedRecord (exit 4) naming it."""
 
     VERSION = 1
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        self._record = RecordFile(Path(os.path.abspath(self.path)), "upload journal", self.VERSION)
         self._lock = threading.Lock()
 
     def _load(self) -> dict[str, dict[str, object]]:
-        try:
-            with open(self.path, "rb") as fh:
-                doc = json.load(fh)
-        except FileNotFoundError:
-            return {}
-        if not isinstance(doc, dict) or doc.get("version") != self.VERSION:
-            raise ValueError(f"{self.path}: not an upload journal of version {self.VERSION}")
-        uploads = doc.get("uploads", {})
-        assert isinstance(uploads, dict)
+        doc = self._record.read()
+        uploads = {} if doc is None else doc.get("uploads", {})
+        if not isinstance(uploads, dict):
+            raise self._record.damaged("its uploads are not a JSON object")
         return uploads
 
     def _store(self, uploads: dict[str, dict[str, object]]) -> None:
-        data = json.dumps({"version": self.VERSION, "uploads": uploads}, indent=1, sort_keys=True)
-        write_file_atomic(self.path, data.encode() + b"\n", mode=0o600)
-        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        self._record.write({"uploads": uploads})
 
     def record(self, entry: UploadEntry) -> None:
         with self._lock:

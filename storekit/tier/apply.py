@@ -87,21 +87,41 @@ def apply_plan(
     on_unit: Callable[[UnitResult], None] | None = None,
 ) -> list[UnitResult]:
     """Every unit of the plan in order; a failed unit does not stop the others."""
-    stores = {name: open_store(site.tier(name)) for name in _tiers(plan)}
-    # a shared tier (source or destination) whose metadata server stalls is exit 5, not a hang
-    for name in sorted({t for u in plan.units for t in (u.src_tier, u.dst_tier)}):
-        root = site.tier(name).local_root
-        if root is not None:
-            guard_root(root, name)
+    stores = plan_stores(plan, site)
     results: list[UnitResult] = []
     with _drain_lock(plan, stores):
         for unit in plan.units:
-            checked = check_unit(plan, unit, stores, now=time.time())
-            result = checked if isinstance(checked, UnitResult) else _move(mover, checked, site)
+            result = apply_unit(plan, unit, site, stores, mover=mover)
             results.append(result)
             if on_unit is not None:
                 on_unit(result)
     return results
+
+
+def plan_stores(plan: TierPlan, site: SiteConfig) -> dict[str, Store]:
+    """The stores the plan's units are checked on, once every tier it names answers (a shared tier
+    whose metadata server stalls is exit 5, not a hang)."""
+    stores = {name: open_store(site.tier(name)) for name in _tiers(plan)}
+    for name in sorted({t for u in plan.units for t in (u.src_tier, u.dst_tier)}):
+        root = site.tier(name).local_root
+        if root is not None:
+            guard_root(root, name)
+    return stores
+
+
+def apply_unit(
+    plan: TierPlan,
+    unit: PlanUnit,
+    site: SiteConfig,
+    stores: dict[str, Store],
+    *,
+    mover: Mover = move_unit,
+    check: bool = True,
+) -> UnitResult:
+    """One unit of the plan: checked again, then moved (or why not). `check=False`: a move of it
+    that was interrupted is resumed from its journal (the mover checks the unit against that)."""
+    checked = check_unit(plan, unit, stores, now=time.time()) if check else unit
+    return checked if isinstance(checked, UnitResult) else _move(mover, checked, site)
 
 
 def _move(mover: Mover, unit: PlanUnit, site: SiteConfig) -> UnitResult:

@@ -16,6 +16,7 @@ from typing import Any
 
 from storekit.config import SiteConfig
 from storekit.errors import StorekitError, UsageError
+from storekit.ops.s3transfer import tier_bucket_prefix
 from storekit.tier.mover import (
     UnitChanged,
     UnitInfo,
@@ -26,6 +27,7 @@ from storekit.tier.mover import (
     tier_root,
 )
 from storekit.tier.relpath import check_rel
+from storekit.tier.unitjournal import UnitJournal, unit_id
 
 JOURNAL_ENV = "STOREKIT_TIER_JOURNAL"
 JOURNAL_DIR = ".storekit-tier-journal"
@@ -42,6 +44,24 @@ def journal_dir_for(site: SiteConfig) -> Path:
         "no shared POSIX tier for the tier journal",
         hint=f"configure a tier of role parallel (or plain), or set {JOURNAL_ENV}",
     )
+
+
+def unit_journal(unit: Any, *, site: SiteConfig) -> UnitJournal:
+    """The journal a move of plan unit `unit` keeps (named as archive_unit, drain_unit, recall_unit
+    and purge_unit name it): what a rerun of an interrupted move finds."""
+    journal = journal_dir_for(site)
+    if unit.action == "recall":
+        target = tier_root(site.tier(unit.dst_tier)) / unit.dst_path
+        return UnitJournal(journal, unit_id("recall", str(target), ""))
+    src = str(tier_root(site.tier(unit.src_tier)) / unit.src_path)
+    dst = site.tier(unit.dst_tier)
+    if unit.action == "purge":
+        return UnitJournal(journal, unit_id("purge", src, f"{dst.name}:{unit.dst_path}"))
+    if dst.scheme == "s3":
+        bucket, prefix = tier_bucket_prefix(dst)
+        url = f"s3://{bucket}/{prefix}/{unit.dst_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
+        return UnitJournal(journal, unit_id(unit.action, src, url))
+    return UnitJournal(journal, unit_id(unit.action, src, (tier_root(dst) / unit.dst_path).as_uri()))
 
 
 def move_unit(unit: Any, *, site: SiteConfig) -> UnitResult:

@@ -5,7 +5,8 @@ One JSON file per unit in the journal directory (a shared tier: every node sees 
     planned -> copying -> copied -> verified -> committed -> stubbed -> freed (file removed)
 
 Each step is written with an atomic replace plus a directory fsync *after* the work it names is
-durable, so a rerun resumes from the last step that surely happened. The copy's manifest (digests
+durable (a storekit.records.RecordFile, as every journal and job record is), so a rerun resumes
+from the last step that surely happened. The copy's manifest (digests
 from the reading pass) is kept beside it once copied. Multipart uploads in flight are journaled in
 `<id>.uploads.json` (storekit.ops.journal) so `tier gc` aborts exactly those. `actions.log` gets
 one JSON line per action (fsynced, append-only): what, unit, bytes, digests.
@@ -26,6 +27,7 @@ import xxhash
 from storekit import faults
 from storekit.durable import TMP_MARK, fsync_dir, write_file_atomic
 from storekit.errors import MismatchError
+from storekit.records import RecordFile
 
 STATES = ("planned", "copying", "copied", "verified", "committed", "stubbed", "freed")
 JOURNAL_VERSION = 1
@@ -48,6 +50,7 @@ class UnitJournal:
         self.path = journal_dir / f"{uid}.json"
         self.manifest_path = journal_dir / f"{uid}.manifest.json"
         self.uploads_path = journal_dir / f"{uid}.uploads.json"
+        self.record = RecordFile(self.path, "unit journal", JOURNAL_VERSION, hint="see `tier gc`")
         self.doc: dict[str, Any] = {}
 
     def load(self, *, tidy: bool = True) -> bool:
@@ -55,18 +58,13 @@ class UnitJournal:
         `tidy` removes the temps a killed write left (never on a dry run: it writes nothing)."""
         if tidy:
             self.purge_temps()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        doc = self.record.read()
+        if doc is None:
             if tidy:
                 self.remove_orphans()
             return False
-        try:
-            doc = json.loads(data)
-            if doc.get("version") != JOURNAL_VERSION or doc.get("state") not in STATES:
-                raise ValueError("unknown version or state")
-        except (ValueError, AttributeError) as exc:
-            raise MismatchError(f"{self.path}: damaged unit journal ({exc})", hint="see `tier gc`") from None
+        if doc.get("state") not in STATES:
+            raise self.record.damaged(f"unknown state {doc.get('state')!r}")
         self.doc = doc
         return True
 
@@ -89,12 +87,9 @@ class UnitJournal:
 
     def advance(self, state: str, **fields: Any) -> None:
         """Durably record that `state` was reached (and any fields that go with it)."""
-        self.doc.update(fields, version=JOURNAL_VERSION, id=self.id, state=state, updated=time.time())
-        self.doc.setdefault("host", socket.gethostname())  # a node-local unit is only there
+        self.doc.update(fields, id=self.id, state=state, updated=time.time())
         self.dir.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(self.doc, indent=1, sort_keys=True).encode() + b"\n"
-        write_file_atomic(self.path, data, mode=0o600)
-        fsync_dir(self.dir)
+        self.record.write(self.doc)  # keeps the first writer's host: a node-local unit is only there
         faults.point(f"tier.{state}")
 
     def save_manifest(self, data: bytes) -> None:

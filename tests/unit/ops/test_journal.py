@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from storekit.ops.journal import FileUploadJournal, UploadEntry
+from storekit.records import DamagedRecord
 
 
 def _entry(key: str, upload_id: str | None) -> UploadEntry:
@@ -35,5 +36,7 @@ def test_record_replace_forget(tmp_path: Path) -> None:
 def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "uploads.json"
     path.write_text('{"version": 99}')
-    with pytest.raises(ValueError, match="not an upload journal"):
+    with pytest.raises(
+        DamagedRecord, match=r"uploads\.json: damaged upload journal \(version 99, expected 1\)"
+    ):
         FileUploadJournal(path).entries()
