@@ -136,6 +136,10 @@ class S3Store(Store):
                 ) from None
 
     # -- keys and listings -------------------------------------------------------------------------
+    def key(self, rel: str) -> str:
+        """The object key of `rel`: the root's prefix and `rel`, checked never to leave the root."""
+        return self._key(rel)
+
     def _key(self, rel: str) -> str:
         return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
@@ -334,7 +338,8 @@ class S3Store(Store):
                     ) from None
                 raise
 
-    def free_space(self) -> None:
+    def free_space(self, rel: str = "") -> None:
+        self.full(rel)  # a path outside the root is refused here as everywhere
         return None
 
     def get_metadata(self, rel: str) -> dict[str, str]:
