@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from storekit.bench import leftovers
 from storekit.bench.plan import RUN_PREFIX, SCRATCH
 from storekit.bench.spec import TargetSpec
+from storekit.config import mask_url
 from storekit.diskspace import free_bytes
 from storekit.errors import (
     NoSpaceError,
@@ -28,9 +29,11 @@ from storekit.errors import (
     storage_errors,
 )
 from storekit.paths import resolves_outside
+from storekit.store.s3delete import DeleteFailed, delete_keys
 from storekit.units import format_bytes
 
 PROBE = ".storekit-bench-probe"
+T = TypeVar("T")
 
 
 class PosixScratch:
@@ -185,13 +188,22 @@ class S3Scratch:
     def makedirs(self, rels: Iterable[str]) -> None:
         return None  # prefixes need no creation
 
+    @property
+    def endpoint(self) -> str:  # for store.s3delete's messages
+        return mask_url(self.target.endpoint_url or "the default endpoint")
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        return fn()  # the client retries every call itself (engine_s3.make_client)
+
     def remove(self, rels: Iterable[str]) -> int:
-        removed = 0
-        keys = map(self.full, rels)
-        while chunk := [{"Key": k} for k in itertools.islice(keys, 1000)]:  # the API's limit per call
-            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
-            removed += len(chunk)
-        return removed
+        """Delete the run's keys the store's way (every key's answer checked, listed again); how
+        many are gone. What could not be deleted stays listed under the run: cleanup reports it."""
+        keys = sorted({self.full(rel) for rel in rels})
+        try:
+            delete_keys(self, keys)
+        except DeleteFailed as exc:
+            return len(keys) - len(exc.failed)
+        return len(keys)
 
     def remove_dirs(self, rels: Iterable[str]) -> list[str]:
         return []

@@ -383,7 +383,7 @@ class S3Store(Store):
         key = self._key(rel)
         with self._errors(rel):
             if self._head(key) is not None:
-                self.call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+                delete_keys(self, [key])  # its answer checked, listed again: gone, or DeleteFailed
                 return
             below = [o["Key"] for o in self._objects(key + "/")]  # markers included
             if not below:
