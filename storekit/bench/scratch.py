@@ -10,13 +10,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from storekit.bench import leftovers
 from storekit.bench.plan import RUN_PREFIX, SCRATCH
 from storekit.bench.spec import TargetSpec
-from storekit.config import mask_url
-from storekit.diskspace import free_bytes
+from storekit.config import TierConfig, mask_url
 from storekit.errors import (
     NoSpaceError,
     NotFoundError,
@@ -29,6 +29,7 @@ from storekit.errors import (
     storage_errors,
 )
 from storekit.paths import resolves_outside
+from storekit.store import open_store
 from storekit.store.s3delete import DeleteFailed, delete_keys
 from storekit.units import format_bytes
 
@@ -37,9 +38,15 @@ T = TypeVar("T")
 
 
 class PosixScratch:
+    """The run directory on a POSIX target. The target's Store answers what it can do (free space,
+    probed per instance); the files themselves are the benchmark's engines' (bench.engine_posix:
+    O_DIRECT, io_uring), which measure the raw file system, so they take plain paths below it."""
+
     def __init__(self, target: TargetSpec, run_id: str) -> None:
         self.target = target
         self.root = target.root
+        url = Path(os.path.abspath(target.root)).as_uri()
+        self.store = open_store(TierConfig(name=target.tier or "target", url=url))
         self.scratch = os.path.join(self.root, SCRATCH)
         self.run_root = os.path.join(self.scratch, RUN_PREFIX + run_id)
         self.created_scratch = False
@@ -84,7 +91,7 @@ class PosixScratch:
             raise StorekitError(
                 f"target {self.root} is not writable ({writes_to})", hint="benchmark a writable mount"
             )
-        free = free_bytes(writes_to)
+        free = self.store.free_space(SCRATCH) if self.store.capabilities.free_space else None
         if free is not None and free < space_needed:
             have, need = format_bytes(free), format_bytes(space_needed)
             raise NoSpaceError(
