@@ -74,6 +74,11 @@ class Destination(Protocol):
     url: str
     manifest_url: str
 
+    @property
+    def store(self) -> Store:
+        """The tier's store instance the copy is on: its paths, keys and capabilities."""
+        ...
+
     def copy(
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
     ) -> dict[str, str]: ...

@@ -128,6 +128,9 @@ def test_copy_commit_fetch_round_trip(
     dest.commit(data)
     assert dest.manifest() == data
     assert dest.readback(manifest.files) == []
+    # the copy is where the tier's store sees it: every file and the manifest, under the store's root
+    assert dest.store.read_bytes(f"{UNIT}.storekit-archive.json") == data
+    assert {rel: dest.store.read_bytes(f"{UNIT}/{rel}") for rel in FILES} == FILES
     if isinstance(dest, PosixDestination):  # the tree itself: modes, mtimes, the link, the bytes
         assert not dest.temp.exists()
         assert shape(walk_unit(dest.dest)) == shape(manifest.entries)
