@@ -60,10 +60,13 @@ def transfer(sign: bool) -> Any:
 def storekit_upload(root: str, unit: str, prefix: str, sign: bool, journal: str) -> dict[str, Any]:
     from storekit.ops.journal import FileUploadJournal
     from storekit.ops.s3transfer import UploadItem
+    from storekit.store import S3Store, open_store
     from storekit.tier.dest import S3Destination
 
+    store = open_store(s3_tier(prefix))
+    assert isinstance(store, S3Store)
     dest = S3Destination(
-        s3_tier(prefix),
+        store,
         unit,
         journal=FileUploadJournal(Path(journal) / "uploads.json"),
         config=transfer(sign),

@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import stat
 from typing import Any
 
 from storekit.bench.plan import RUN_PREFIX
-from storekit.durable import TOMBSTONE_MARK, fsync_dir, remove_tree, write_file_atomic
+from storekit.durable import TOMBSTONE_MARK, fsync_dir, remove_tombstone, remove_tree, write_file_atomic
 from storekit.liveness import boot_id, process_alive, process_start
 
 OWNER_FILE = ".storekit-bench-owner.json"
@@ -123,7 +122,8 @@ def reclaim_dead_runs(scratch: str) -> list[dict[str, Any]]:
     done = []
     for path in _our_tombstones(scratch):
         size = _bytes_under(path)
-        shutil.rmtree(path, ignore_errors=True)  # already renamed away: no half-deleted real name
+        with contextlib.suppress(OSError):  # what cannot be removed stays a tombstone, for next time
+            remove_tombstone(path)  # already renamed away: no half-deleted real name
         done.append({"run_dir": path, "pid": None, "bytes": size, "why": "interrupted removal"})
     for path, record in dead_runs(scratch):
         size = _bytes_under(path)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from storekit.bench import leftovers
 from storekit.bench.plan import RUN_PREFIX, SCRATCH
 from storekit.bench.spec import TargetSpec
-from storekit.diskspace import free_bytes
+from storekit.config import TierConfig, mask_url
 from storekit.errors import (
     NoSpaceError,
     NotFoundError,
@@ -28,15 +29,24 @@ from storekit.errors import (
     storage_errors,
 )
 from storekit.paths import resolves_outside
+from storekit.store import open_store
+from storekit.store.s3delete import DeleteFailed, delete_keys
 from storekit.units import format_bytes
 
 PROBE = ".storekit-bench-probe"
+T = TypeVar("T")
 
 
 class PosixScratch:
+    """The run directory on a POSIX target. The target's Store answers what it can do (free space,
+    probed per instance); the files themselves are the benchmark's engines' (bench.engine_posix:
+    O_DIRECT, io_uring), which measure the raw file system, so they take plain paths below it."""
+
     def __init__(self, target: TargetSpec, run_id: str) -> None:
         self.target = target
         self.root = target.root
+        url = Path(os.path.abspath(target.root)).as_uri()
+        self.store = open_store(TierConfig(name=target.tier or "target", url=url))
         self.scratch = os.path.join(self.root, SCRATCH)
         self.run_root = os.path.join(self.scratch, RUN_PREFIX + run_id)
         self.created_scratch = False
@@ -81,7 +91,7 @@ class PosixScratch:
             raise StorekitError(
                 f"target {self.root} is not writable ({writes_to})", hint="benchmark a writable mount"
             )
-        free = free_bytes(writes_to)
+        free = self.store.free_space(SCRATCH) if self.store.capabilities.free_space else None
         if free is not None and free < space_needed:
             have, need = format_bytes(free), format_bytes(space_needed)
             raise NoSpaceError(
@@ -185,13 +195,22 @@ class S3Scratch:
     def makedirs(self, rels: Iterable[str]) -> None:
         return None  # prefixes need no creation
 
+    @property
+    def endpoint(self) -> str:  # for store.s3delete's messages
+        return mask_url(self.target.endpoint_url or "the default endpoint")
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        return fn()  # the client retries every call itself (engine_s3.make_client)
+
     def remove(self, rels: Iterable[str]) -> int:
-        removed = 0
-        keys = map(self.full, rels)
-        while chunk := [{"Key": k} for k in itertools.islice(keys, 1000)]:  # the API's limit per call
-            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
-            removed += len(chunk)
-        return removed
+        """Delete the run's keys the store's way (every key's answer checked, listed again); how
+        many are gone. What could not be deleted stays listed under the run: cleanup reports it."""
+        keys = sorted({self.full(rel) for rel in rels})
+        try:
+            delete_keys(self, keys)
+        except DeleteFailed as exc:
+            return len(keys) - len(exc.failed)
+        return len(keys)
 
     def remove_dirs(self, rels: Iterable[str]) -> list[str]:
         return []

@@ -24,7 +24,7 @@ import mmap
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from storekit.config import URL_CREDENTIALS_HINT, TierConfig, mask_url
 from storekit.errors import (
@@ -40,6 +40,9 @@ from storekit.ops.journal import UploadEntry, UploadJournal
 from storekit.ops.throttle import ByteBudget, PartBuffers, TokenBucket
 from storekit.store.retry import RetryBudgetExceeded, RetryPolicy, call_with_retries
 from storekit.store.s3client import s3_client
+
+if TYPE_CHECKING:
+    from storekit.store.s3 import S3Store
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -152,6 +155,17 @@ class S3Engine:
         bucket, _ = tier_bucket_prefix(tier)
         endpoint = str(tier.options.get("endpoint_url", ""))
         return cls(client, bucket, config=config, journal=journal, endpoint=endpoint)
+
+    @classmethod
+    def for_store(
+        cls, store: S3Store, *, config: TransferConfig | None = None, journal: UploadJournal | None = None
+    ) -> Self:
+        """On the store's bucket and endpoint: a client of the engine's own, its pool sized for the
+        engine's threads, payloads signed as `config` says (a tier move's: unsigned)."""
+        config = config or TransferConfig()
+        client = s3_client(store.tier.options, max_pool=config.threads + 2, sign_payload=config.sign_payload)
+        endpoint = str(store.tier.options.get("endpoint_url", ""))
+        return cls(client, store.bucket, config=config, journal=journal, endpoint=endpoint)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

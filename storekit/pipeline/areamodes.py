@@ -48,7 +48,7 @@ def make_parents(store: Store, rel: str) -> None:
     local = store.local_path(rel)
     if area is None or local is None:
         if local is not None:
-            os.makedirs(local, exist_ok=True)
+            store.makedirs(rel)
         return
     make_area(store, top, area.mode)
     path = store.local_path(top) or ""

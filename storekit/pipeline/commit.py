@@ -123,7 +123,7 @@ def output_lease(location: DatasetLocation, work: WorkDir) -> Lease:
         check_output_parents(location, Path(local))
         if location.tier_name is not None:  # datasets/<kind>/<name> as the layout wants them
             make_parents(location.store, location.parent)
-        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        location.store.makedirs(location.parent)
         path = sibling_lease_path(Path(local))
     else:
         work.path.parent.mkdir(parents=True, exist_ok=True)

@@ -165,8 +165,9 @@ class Store(ABC):
             yield ScanEntry(e.path, e.size, mtime_ns, mtime_ns, 0, kind | (e.mode or 0))
 
     @abstractmethod
-    def free_space(self) -> int | None:
-        """Bytes available to us, or None where the backend does not say."""
+    def free_space(self, rel: str = "") -> int | None:
+        """Bytes available to us at `rel` (or where it would be created), or None where the backend
+        does not say."""
 
     @abstractmethod
     def get_metadata(self, rel: str) -> dict[str, str]: ...

@@ -143,8 +143,8 @@ class PosixStore(Store):
         with self._errors(rel):
             yield from scan_tree(full, f"{rel}/" if rel else "")
 
-    def free_space(self) -> int | None:
-        return free_bytes(self.root)
+    def free_space(self, rel: str = "") -> int | None:
+        return free_bytes(self.full(rel))
 
     def get_metadata(self, rel: str) -> dict[str, str]:
         full = self.full(rel)

@@ -136,6 +136,10 @@ class S3Store(Store):
                 ) from None
 
     # -- keys and listings -------------------------------------------------------------------------
+    def key(self, rel: str) -> str:
+        """The object key of `rel`: the root's prefix and `rel`, checked never to leave the root."""
+        return self._key(rel)
+
     def _key(self, rel: str) -> str:
         return self.full(rel).split("/", 1)[1] if "/" in self.full(rel) else ""
 
@@ -334,7 +338,8 @@ class S3Store(Store):
                     ) from None
                 raise
 
-    def free_space(self) -> None:
+    def free_space(self, rel: str = "") -> None:
+        self.full(rel)  # a path outside the root is refused here as everywhere
         return None
 
     def get_metadata(self, rel: str) -> dict[str, str]:
@@ -378,7 +383,7 @@ class S3Store(Store):
         key = self._key(rel)
         with self._errors(rel):
             if self._head(key) is not None:
-                self.call(f"delete {key}", lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+                delete_keys(self, [key])  # its answer checked, listed again: gone, or DeleteFailed
                 return
             below = [o["Key"] for o in self._objects(key + "/")]  # markers included
             if not below:

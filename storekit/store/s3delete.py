@@ -101,15 +101,33 @@ def list_keys(engine: S3Calls, prefix: str) -> Iterable[str]:
         token = page["NextContinuationToken"]
 
 
+FEW_KEYS = 4  # keys of one prefix checked by a listing of their own each, not of the whole prefix
+
+
 def _still_listed(engine: S3Calls, keys: Sequence[str]) -> list[str]:
-    """The keys of `keys` a fresh listing still shows (one listing per common prefix)."""
-    wanted = set(keys)
+    """The keys of `keys` a fresh listing still shows: one listing per common prefix, or, for a
+    few keys of a prefix (a manifest beside many units' objects), one single-key listing each."""
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        groups.setdefault(posixpath.dirname(key), []).append(key)
     found: list[str] = []
-    for prefix in sorted({posixpath.dirname(k) for k in keys}):
-        for key in list_keys(engine, prefix + "/" if prefix else ""):
-            if key in wanted:
-                found.append(key)
+    for prefix, group in sorted(groups.items()):
+        if len(group) <= FEW_KEYS:
+            found += [key for key in group if _listed(engine, key)]
+            continue
+        wanted = set(group)
+        found += [key for key in list_keys(engine, prefix + "/" if prefix else "") if key in wanted]
     return sorted(set(found))
+
+
+def _listed(engine: S3Calls, key: str) -> bool:
+    """A listing of `key` as the prefix shows `key` itself (it sorts before every longer key)."""
+    page: dict[str, Any] = engine.call(
+        f"list s3://{engine.bucket}/{key}",
+        lambda: engine.client.list_objects_v2(Bucket=engine.bucket, Prefix=key, MaxKeys=1),
+    )
+    first = page.get("Contents", [])[:1]
+    return bool(first) and str(first[0]["Key"]) == key
 
 
 def bucket_versioning(engine: S3Calls) -> str | None:

@@ -28,7 +28,7 @@ from storekit.ops.journal import FileUploadJournal
 from storekit.places import posix_tiers_holding
 from storekit.store import open_store
 from storekit.stubs import STUB_SUFFIX, Stub, is_stub_name
-from storekit.tier.dest import Destination, PosixDestination, S3Destination
+from storekit.tier.dest import Destination, S3Destination, open_destination
 from storekit.tier.mover import (
     MAX_CHAIN,
     UnitChanged,
@@ -371,16 +371,19 @@ def _unit_of(doc: dict[str, Any]) -> Path:
 def _dest_of(journal: UnitJournal, site: SiteConfig | None) -> Destination:
     doc = journal.doc
     url = str(doc.get("dest", ""))
+    name = str(doc.get("tier", ""))
     if url.startswith("s3://"):
         from storekit.places import s3_options_for
 
         bucket, _, key = url[len("s3://") :].partition("/")
-        tier = TierConfig(
-            name=str(doc.get("tier", "")), url=f"s3://{bucket}", options=s3_options_for(url, site)
-        )
-        return S3Destination(tier, key, journal=FileUploadJournal(journal.uploads_path), config=None)
+        tier = TierConfig(name=name, url=f"s3://{bucket}", options=s3_options_for(url, site))
+        uploads = FileUploadJournal(journal.uploads_path)
+        return open_destination(open_store(tier), key, journal=uploads)
+    # the store of the directory the copy is in: the journal names the copy, not its tier's root
+    dest = Path(file_url_path(url))
+    store = open_store(TierConfig(name=name, url=dest.parent.as_uri()))
     tag = posix_temp_tag(str(doc.get("action")), journal.id)
-    return PosixDestination(Path(file_url_path(url)), temp_tag=tag, replaces=str(doc.get("replaces", "")))
+    return open_destination(store, dest.name, temp_tag=tag, replaces=str(doc.get("replaces", "")))
 
 
 def _files_of(doc: dict[str, Any]) -> list[UnitEntry]:

@@ -1,5 +1,12 @@
 """Where a unit's copy lives: an S3 prefix (archive) or a POSIX directory (drain), one interface.
 
+A destination is the unit-level operations of the tier's one `Store` instance
+(`open_destination(store, rel)`): every path, key and URL of a move is that store's (`local_path`,
+`key`, its root), what the move relies on is asked of its capabilities, probed per instance (atomic
+rename before a POSIX copy is committed by a rename, free space before it is written). The bytes
+take the fast paths under it: `ops.localcopy` between POSIX files, the transfer engine to and
+from S3 (a client of the store's endpoint and bucket, sized for its pool).
+
 copy(src, files)   copy every file, hashing it in the reading pass; each finished file is
                    read back (every byte, from the destination) while the next ones are copied;
                    returns {path: xxh3-128} of the source bytes, raises MismatchError on a
@@ -20,6 +27,7 @@ import errno
 import hashlib
 import json
 import os
+import posixpath
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -41,7 +49,7 @@ from storekit.durable import (
     tombstone,
     write_synced,
 )
-from storekit.errors import NoSpaceError, NotFoundError, StorekitError
+from storekit.errors import NoSpaceError, NotFoundError, StorekitError, UsageError
 from storekit.manifest import UNIT_MANIFEST_SUFFIX, UnitEntry, manifest_digest
 from storekit.ops import FileDigest, check, hash_local, mismatch, verify_local
 from storekit.ops.journal import FileUploadJournal
@@ -53,8 +61,8 @@ from storekit.ops.s3transfer import (
     TransferConfig,
     UploadItem,
     UploadResult,
-    tier_bucket_prefix,
 )
+from storekit.store import S3Store, Store
 from storekit.store.s3delete import check_unversioned, delete_keys, list_keys
 from storekit.units import format_bytes
 
@@ -65,6 +73,11 @@ COPY_THREADS = 4  # files copied at once (POSIX): one file's fsync overlaps the 
 class Destination(Protocol):
     url: str
     manifest_url: str
+
+    @property
+    def store(self) -> Store:
+        """The tier's store instance the copy is on: its paths, keys and capabilities."""
+        ...
 
     def copy(
         self, src: Path, entries: Sequence[UnitEntry], on_copied: Callable[[dict[str, str]], None]
@@ -158,24 +171,23 @@ def tier_transfer(tier: TierConfig) -> TransferConfig:
 
 
 class S3Destination:
-    """The unit's files under `<prefix>/<unit>/`, its manifest at `<prefix>/<unit>.storekit-archive.json`."""
+    """The unit's files under `<prefix>/<unit>/`, its manifest at `<prefix>/<unit>.storekit-archive.json`
+    (keys from the store's `key`: its root's bucket and prefix)."""
 
     def __init__(
         self,
-        tier: TierConfig,
+        store: S3Store,
         unit_rel: str,
         *,
         journal: FileUploadJournal | None,
         config: TransferConfig | None,
     ) -> None:
-        self.engine = S3Transfer.for_tier(tier, config=config or tier_transfer(tier), journal=journal)
-        if tier.name:  # every message names the tier, not just its endpoint
-            self.engine.endpoint = f"tier {tier.name} ({self.engine.endpoint})"
-        bucket, prefix = tier_bucket_prefix(tier)
-        self.base = f"{prefix}/{unit_rel}".strip("/")
+        self.store = store
+        self.engine = _engine(store, config or tier_transfer(store.tier), journal)
+        self.base = store.key(unit_rel)
         self.manifest_key = f"{self.base}{UNIT_MANIFEST_SUFFIX}"
-        self.url = f"s3://{bucket}/{self.base}"
-        self.manifest_url = f"s3://{bucket}/{self.manifest_key}"
+        self.url = f"s3://{store.bucket}/{self.base}"
+        self.manifest_url = f"s3://{store.bucket}/{self.manifest_key}"
 
     def key(self, rel: str) -> str:
         return _join(self.base, rel)
@@ -304,6 +316,14 @@ class S3Destination:
         return [f"s3://{self.engine.bucket}/{k}" for k in sorted(left)]
 
 
+def _engine(store: S3Store, config: TransferConfig, journal: FileUploadJournal | None) -> S3Transfer:
+    """The transfer engine on the store's bucket and endpoint (payloads unsigned: ARCHIVE_TRANSFER)."""
+    engine = S3Transfer.for_store(store, config=config, journal=journal)
+    if store.name:  # every message names the tier, not just its endpoint
+        engine.endpoint = f"tier {store.name} ({engine.endpoint})"
+    return engine
+
+
 def _s3_exists(engine: S3Transfer, key: str) -> bool:
     return next(iter(list_keys(engine, key)), None) == key  # the key itself lists first
 
@@ -323,12 +343,15 @@ class PosixDestination:
     new copy renamed in, new manifest, tombstone removed), so a kill anywhere leaves the source whole
     and at most one copy named by a manifest."""
 
-    def __init__(self, dest: Path, *, temp_tag: str, replaces: str = "", tier_name: str = "") -> None:
-        self.dest = dest
-        self.tier_name = tier_name
-        self.temp = dest.parent / f".{dest.name}{TMP_MARK}{temp_tag}"
-        self.manifest_path = dest.parent / f"{dest.name}{UNIT_MANIFEST_SUFFIX}"
-        self.url = dest.as_uri()
+    def __init__(self, store: Store, unit_rel: str, *, temp_tag: str, replaces: str = "") -> None:
+        self.store = store
+        self.tier_name = store.name
+        head, name = posixpath.split(unit_rel)
+        self.parent_rel = head
+        self.dest = Path(_local(store, unit_rel))
+        self.temp = Path(_local(store, posixpath.join(head, f".{name}{TMP_MARK}{temp_tag}")))
+        self.manifest_path = Path(_local(store, f"{unit_rel}{UNIT_MANIFEST_SUFFIX}"))
+        self.url = self.dest.as_uri()
         self.manifest_url = self.manifest_path.as_uri()
         self.replaces = replaces
         self.not_owned: list[str] = []  # entries the copy could not give their owner (not root)
@@ -338,7 +361,14 @@ class PosixDestination:
         pass
 
     def precheck(self) -> None:
-        pass
+        """The copy is committed by renaming it into place: a file system whose rename is a copy
+        and a delete (a FUSE view of an object store) could show it half there."""
+        if not self.store.capabilities.atomic_rename:
+            raise StorekitError(
+                f"{self.where} ({self.store.display_url}) has no atomic rename: "
+                "a unit's copy there cannot appear whole",
+                hint="drain to a POSIX file system, or archive to the object store's S3 endpoint",
+            )
 
     def _holds_replaced(self) -> bool:
         """The manifest at the destination is the older copy this move replaces (still committed)."""
@@ -356,7 +386,9 @@ class PosixDestination:
         """Copy the whole tree into the temp sibling (`commit` renames it into place)."""
         remove_tree(self.temp)  # a killed run's partial copy: never committed
         where = self.where
-        check_space(self.dest.parent, sum(e.size for e in entries if e.type == "file"), len(entries), where)
+        free = self.store.free_space(self.parent_rel) if self.store.capabilities.free_space else None
+        need = sum(e.size for e in entries if e.type == "file")
+        check_room(free, self.dest.parent, need, len(entries), where)
         self.made_dirs = make_parents(self.dest.parent, src.parent)
         try:
             return self._copy(src, entries, on_copied)
@@ -523,6 +555,40 @@ class PosixDestination:
         return [str(p) for p in left if os.path.lexists(p)]
 
 
+def open_destination(
+    store: Store,
+    unit_rel: str,
+    *,
+    temp_tag: str = "unused",
+    replaces: str = "",
+    journal: FileUploadJournal | None = None,
+    config: TransferConfig | None = None,
+) -> Destination:
+    """The copy of the unit at `unit_rel` on `store` (the tier's Store instance): an S3 prefix, or a
+    directory of a POSIX mount (`temp_tag`, `replaces`: see PosixDestination)."""
+    if isinstance(store, S3Store):
+        return S3Destination(store, unit_rel, journal=journal, config=config)
+    if store.local_path("") is not None:
+        return PosixDestination(store, unit_rel, temp_tag=temp_tag, replaces=replaces)
+    raise UsageError(
+        f"tier {store.name} ({store.display_url}): units are moved to S3 buckets or POSIX directories"
+    )
+
+
+def unit_url(store: Store, unit_rel: str) -> str:
+    """The URL a move's journal and results name the unit's copy by (no client made)."""
+    if isinstance(store, S3Store):
+        return f"s3://{store.bucket}/{store.key(unit_rel)}"
+    return Path(_local(store, unit_rel)).as_uri()
+
+
+def _local(store: Store, rel: str) -> str:
+    path = store.local_path(rel)
+    if path is None:
+        raise UsageError(f"tier {store.name} ({store.display_url}) is not a POSIX directory")
+    return path
+
+
 def materialize(
     entries: Sequence[UnitEntry], root: Path, put_files: Callable[[list[tuple[UnitEntry, str]]], None]
 ) -> list[str]:
@@ -613,7 +679,11 @@ def _copy_file(src: str, dst: str, entry: UnitEntry) -> str:
 def check_space(directory: Path, need_bytes: int, entries: int, where: str) -> None:
     """Refuse before writing when the file system of `directory` has not room for the copy (the
     free space an unprivileged writer may use, which a quota the file system reports also lowers)."""
-    free = free_bytes(str(directory))
+    check_room(free_bytes(str(directory)), directory, need_bytes, entries, where)
+
+
+def check_room(free: int | None, directory: Path, need_bytes: int, entries: int, where: str) -> None:
+    """check_space with the free bytes at `directory` known (None: unknown, nothing refused)."""
     if free is None:
         return
     need = need_bytes + entries * SPACE_PER_ENTRY

@@ -52,15 +52,17 @@ from storekit.manifest import (
     parse_unit_manifest,
 )
 from storekit.ops.journal import FileUploadJournal
-from storekit.ops.s3transfer import TransferConfig, tier_bucket_prefix
+from storekit.ops.s3transfer import TransferConfig
 from storekit.places import posix_tiers_holding
+from storekit.store import Store, open_store
 from storekit.stubs import STUB_SUFFIX, Stub
 from storekit.tier.dest import (
     Destination,
     PosixDestination,
-    S3Destination,
     check_space,
     materialize,
+    open_destination,
+    unit_url,
 )
 from storekit.tier.relpath import check_rel
 from storekit.tier.samecopy import differs as copy_differs
@@ -130,10 +132,15 @@ def tier_root(tier: TierConfig) -> Path:
     return Path(tier.local_root)
 
 
+def tier_store(tier: TierConfig | Store) -> Store:
+    """The destination tier's one Store instance (a caller that holds it passes it)."""
+    return tier if isinstance(tier, Store) else open_store(tier)
+
+
 def archive_unit(
     src_root: Path,
     unit_rel: str,
-    dst: TierConfig,
+    dst: TierConfig | Store,
     *,
     journal_dir: Path,
     free_source: bool = True,
@@ -145,23 +152,24 @@ def archive_unit(
     """Copy the unit at `src_root/unit_rel` to the archive tier `dst` (at `dst_rel`, default the same
     relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
     free the source. An archive tier that is a POSIX directory takes the drain's way there."""
-    if dst.scheme == "file":
+    store = tier_store(dst)
+    if store.tier.scheme == "file":
         return _to_posix(
-            "archive", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel, node_local=node_local
-        )
-    if dst.scheme != "s3":
+            "archive", src_root, unit_rel, store, journal_dir, free_source, info, dst_rel,
+            node_local=node_local,
+        )  # fmt: skip
+    if store.tier.scheme != "s3":
         raise UsageError(
-            f"tier {dst.name} ({mask_url(dst.url)}): units are archived to S3 buckets or POSIX directories"
+            f"tier {store.name} ({store.display_url}): units are archived to S3 buckets or POSIX directories"
         )
-    to_path = check_rel(dst_rel or unit_rel, f"archive to tier {dst.name}: path")
+    to_path = check_rel(dst_rel or unit_rel, f"archive to tier {store.name}: path")
     check_rel(unit_rel, "archive: unit path")
-    bucket, prefix = tier_bucket_prefix(dst)
-    dest_url = f"s3://{bucket}/{prefix}/{to_path}".replace(f"s3://{bucket}//", f"s3://{bucket}/")
+    dest_url = unit_url(store, to_path)
     journal = UnitJournal(journal_dir, unit_id("archive", str(src_root / unit_rel), dest_url))
 
     def make() -> Destination:
         uploads = FileUploadJournal(journal.uploads_path)
-        return S3Destination(dst, to_path, journal=uploads, config=transfer)
+        return open_destination(store, to_path, journal=uploads, config=transfer)
 
     return _move(
         "archive", src_root, unit_rel, journal, make, dest_url, (dst.name, to_path), free_source, info,
@@ -172,7 +180,7 @@ def archive_unit(
 def drain_unit(
     src_root: Path,
     unit_rel: str,
-    dst: TierConfig,
+    dst: TierConfig | Store,
     *,
     journal_dir: Path,
     free_source: bool = True,
@@ -184,8 +192,9 @@ def drain_unit(
     sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
     free the source. `node_local`: the source is on this node's burst tier (see unit_leased)."""
     return _to_posix(
-        "drain", src_root, unit_rel, dst, journal_dir, free_source, info, dst_rel, node_local=node_local
-    )
+        "drain", src_root, unit_rel, tier_store(dst), journal_dir, free_source, info, dst_rel,
+        node_local=node_local,
+    )  # fmt: skip
 
 
 def posix_temp_tag(action: str, uid: str) -> str:
@@ -197,7 +206,7 @@ def _to_posix(
     action: str,
     src_root: Path,
     unit_rel: str,
-    dst: TierConfig,
+    store: Store,
     journal_dir: Path,
     free_source: bool,
     info: UnitInfo | None,
@@ -205,24 +214,24 @@ def _to_posix(
     *,
     node_local: bool = False,
 ) -> UnitResult:
-    to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {dst.name}: path")
+    to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {store.name}: path")
     check_rel(unit_rel, f"{action}: unit path")
-    dest = tier_root(dst) / to_path
-    journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), dest.as_uri()))
+    if store.local_path("") is None:
+        raise StorekitError(f"tier {store.name} is not a POSIX tier ({store.display_url})")
+    here = PosixDestination(store, to_path, temp_tag="")  # paths only: nothing is written here
+    journal = UnitJournal(journal_dir, unit_id(action, str(src_root / unit_rel), here.url))
 
     def make() -> Destination:
         tag = posix_temp_tag(action, journal.id)
-        return PosixDestination(
-            dest, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")), tier_name=dst.name
-        )
+        return open_destination(store, to_path, temp_tag=tag, replaces=str(journal.doc.get("replaces", "")))
 
     # a copy without a manifest, or a lone manifest, is nobody's committed copy: never replaced
     # (a committed one is judged under the lease: this unit's own older copy is replaced)
-    has_manifest = os.path.lexists(PosixDestination(dest, temp_tag="").manifest_path)
-    if not journal.load(tidy=False) and os.path.lexists(dest) != has_manifest:  # read-only here
-        raise StorekitError(f"{dest}: already exists on the destination; refusing to {action} over it")
+    has_manifest = os.path.lexists(here.manifest_path)
+    if not journal.load(tidy=False) and os.path.lexists(here.dest) != has_manifest:  # read-only here
+        raise StorekitError(f"{here.dest}: already exists on the destination; refusing to {action} over it")
     return _move(
-        action, src_root, unit_rel, journal, make, dest.as_uri(), (dst.name, to_path), free_source, info,
+        action, src_root, unit_rel, journal, make, here.url, (store.name, to_path), free_source, info,
         node_local=node_local,
     )  # fmt: skip
 
@@ -616,9 +625,7 @@ def source_of_stub(stub: Stub, site: SiteConfig, *, transfer: TransferConfig | N
     """Where a stub says the unit is (its tier, by name, from the site config), to fetch from."""
     tier = site.tier(stub.to_tier)
     check_rel(stub.to_path, f"stub of {stub.unit}: to_path on tier {tier.name}")
-    if tier.scheme == "s3":
-        return S3Destination(tier, stub.to_path, journal=None, config=transfer)
-    return PosixDestination(tier_root(tier) / stub.to_path, temp_tag="unused")
+    return open_destination(open_store(tier), stub.to_path, config=transfer)
 
 
 def recall_unit(

@@ -19,14 +19,15 @@ from storekit.config import TierConfig
 from storekit.errors import MismatchError
 from storekit.manifest import UnitEntry, manifest_digest, parse_unit_manifest
 from storekit.ops.s3transfer import TransferConfig
-from storekit.tier.dest import Destination, PosixDestination, S3Destination
+from storekit.store import Store
+from storekit.tier.dest import Destination, open_destination
 from storekit.tier.mover import (
     UnitChanged,
     UnitInfo,
     UnitResult,
     free_committed,
     moved_stub,
-    tier_root,
+    tier_store,
     unit_leased,
 )
 from storekit.tier.relpath import check_rel
@@ -41,17 +42,17 @@ class NoVerifiedCopy(UnitChanged):
     """No committed copy, or one that is not this source: the unit is skipped, nothing freed."""
 
 
-def destination(tier: TierConfig, to_path: str, *, tag: str, transfer: TransferConfig | None) -> Destination:
+def destination(
+    tier: TierConfig | Store, to_path: str, *, tag: str, transfer: TransferConfig | None
+) -> Destination:
     """The copy of a unit at `to_path` on `tier`, to read (never to write)."""
-    if tier.scheme == "s3":
-        return S3Destination(tier, to_path, journal=None, config=transfer)
-    return PosixDestination(tier_root(tier) / to_path, temp_tag=tag)
+    return open_destination(tier_store(tier), to_path, temp_tag=tag, config=transfer)
 
 
 def purge_unit(
     src_root: Path,
     unit_rel: str,
-    dst: TierConfig,
+    dst: TierConfig | Store,
     *,
     journal_dir: Path,
     dst_rel: str | None = None,
@@ -63,10 +64,11 @@ def purge_unit(
     """Free `src_root/unit_rel` if its copy at `dst_rel` on `dst` is committed, is this unit, and is
     verified (read back now, or within `verify_max_age_s`); NoVerifiedCopy (skipped) otherwise."""
     src = src_root / unit_rel
-    to_path = check_rel(dst_rel or unit_rel, f"purge against tier {dst.name}: path")
+    store = tier_store(dst)
+    to_path = check_rel(dst_rel or unit_rel, f"purge against tier {store.name}: path")
     check_rel(unit_rel, "purge: unit path")
-    uid = unit_id("purge", str(src), f"{dst.name}:{to_path}")
-    dest = destination(dst, to_path, tag=f"purge-{uid}", transfer=transfer)
+    uid = unit_id("purge", str(src), f"{store.name}:{to_path}")
+    dest = destination(store, to_path, tag=f"purge-{uid}", transfer=transfer)
     journal = UnitJournal(journal_dir, uid)
     try:
         with unit_leased("purge", src, journal) as resumed:
@@ -79,11 +81,11 @@ def purge_unit(
                 journal.advance(  # the first durable step: before it, a purge has changed nothing
                     "committed",
                     action="purge",
-                    stub_action="archive" if dst.role == "archive" else "drain",
+                    stub_action="archive" if store.tier.role == "archive" else "drain",
                     source=str(src),
                     unit=unit_rel,
                     dest=dest.url,
-                    tier=dst.name,
+                    tier=store.name,
                     to_path=to_path,
                     free_source=True,
                     info=dataclasses.asdict(info or UnitInfo()),

@@ -48,6 +48,18 @@ def test_free_space(store: Store) -> None:
         assert free is None
 
 
+def test_free_space_where_a_path_would_be(store: Store) -> None:
+    """free_space(rel): what the file system `rel` is (or would be created) on has free; a drain asks
+    it of the destination tier's store before writing. Asking creates nothing."""
+    free = store.free_space("not/made/yet")
+    if store.capabilities.free_space:
+        whole = store.free_space()
+        assert isinstance(free, int) and isinstance(whole, int) and abs(free - whole) < 64 << 20
+    else:
+        assert free is None
+    assert not store.exists("not")
+
+
 def test_rename_matches_declaration(store: Store) -> None:
     store.write_bytes("a/src.bin", b"payload")
     if store.capabilities.atomic_rename:

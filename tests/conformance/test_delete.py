@@ -114,3 +114,16 @@ def test_a_delete_that_partly_fails_says_so(refusing: Store) -> None:
         assert store.read_bytes(f"{tomb}/locked/x") == b"kept"
     for rel in ("d.txt", "dd/c", "top"):  # neighbours untouched
         assert store.read_bytes(rel) == rel.encode()
+
+
+def test_a_file_delete_that_fails_says_so(refusing: Store) -> None:
+    """One file: on S3 its DeleteObjects answer is checked and the key listed again (store.s3delete),
+    as for a directory's keys; on POSIX the unlink's error names it. The file stays whole."""
+    store = refusing
+    with pytest.raises(StorekitError) as info:
+        store.delete("d/locked/x")
+    assert info.value.exit_code == 1 and "d/locked/x" in str(info.value), str(info.value)
+    if isinstance(store, S3Store):
+        assert "not deleted (AccessDenied); 1 of 1 objects remain" in str(info.value)
+    assert store.read_bytes("d/locked/x") == b"kept"
+    assert store.read_bytes("d/a") == b"d/a"

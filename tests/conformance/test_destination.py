@@ -18,8 +18,9 @@ from storekit.config import TierConfig
 from storekit.digest import CHUNK
 from storekit.errors import MismatchError
 from storekit.manifest import UnitEntry, UnitManifest
+from storekit.store import Store, open_store
 from storekit.store.s3delete import list_keys
-from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize
+from storekit.tier.dest import Destination, PosixDestination, S3Destination, materialize, open_destination
 from storekit.tier.unitwalk import walk_unit
 from tests.conftest import TwoMounts
 
@@ -56,11 +57,6 @@ def make_dest(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callab
     made: list[Destination] = []
     if request.param == "s3":
         tier: TierConfig = request.getfixturevalue("s3_tier")
-
-        def make() -> Destination:
-            made.append(S3Destination(tier, UNIT, journal=None, config=None))
-            return made[-1]
-
     else:
         if request.param == "local":
             root = tmp_path / "slow"
@@ -69,11 +65,12 @@ def make_dest(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callab
         else:
             shared: TwoMounts = request.getfixturevalue("cephfs")
             root = shared.one / "slow"
+        tier = TierConfig(name="slow", url=root.as_uri())
+    store: Store = open_store(tier)  # the tier's one store: every destination is built from it
 
-        def make() -> Destination:
-            tag = uuid.uuid4().hex[:8]
-            made.append(PosixDestination(root / UNIT, temp_tag=tag, tier_name="slow"))
-            return made[-1]
+    def make() -> Destination:
+        made.append(open_destination(store, UNIT, temp_tag=uuid.uuid4().hex[:8]))
+        return made[-1]
 
     yield make
     for dest in made:
@@ -131,6 +128,9 @@ def test_copy_commit_fetch_round_trip(
     dest.commit(data)
     assert dest.manifest() == data
     assert dest.readback(manifest.files) == []
+    # the copy is where the tier's store sees it: every file and the manifest, under the store's root
+    assert dest.store.read_bytes(f"{UNIT}.storekit-archive.json") == data
+    assert {rel: dest.store.read_bytes(f"{UNIT}/{rel}") for rel in FILES} == FILES
     if isinstance(dest, PosixDestination):  # the tree itself: modes, mtimes, the link, the bytes
         assert not dest.temp.exists()
         assert shape(walk_unit(dest.dest)) == shape(manifest.entries)

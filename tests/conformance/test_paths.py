@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from storekit.errors import ExitCode, PathEscapeError
-from storekit.store import PosixStore, Store
+from storekit.store import PosixStore, S3Store, Store
 
 from .conftest import tree
 
@@ -24,6 +24,7 @@ OPERATIONS: dict[str, Callable[[Store, str], Any]] = {
     "makedirs": lambda s, rel: s.makedirs(rel),
     "delete": lambda s, rel: s.delete(rel, recursive=True),
     "get_metadata": lambda s, rel: s.get_metadata(rel),
+    "free_space": lambda s, rel: s.free_space(rel),
 }
 ESCAPES = ["..", "../x", "a/../../x", "a/b/../../../etc", "/etc/passwd", "/", "a\\..\\b", "a\x00b"]
 
@@ -37,6 +38,18 @@ def test_escapes_are_refused(store: Store, operation: str) -> None:
             OPERATIONS[operation](store, rel)
         assert info.value.exit_code == ExitCode.USAGE, rel
     assert tree(store) == before
+
+
+def test_s3_keys_are_below_the_root(s3_store: S3Store) -> None:
+    """`key(rel)`: the object key a move's transfer engine writes `rel` to (tier.dest)."""
+    prefix = s3_store.root.split("/", 1)[1]
+    assert s3_store.key("a/./b.bin") == f"{prefix}/a/b.bin" and s3_store.key("") == prefix
+    s3_store.write_bytes("a/b.bin", b"keyed")
+    got = s3_store.client.get_object(Bucket=s3_store.bucket, Key=s3_store.key("a/b.bin"))
+    assert got["Body"].read() == b"keyed"
+    for rel in ESCAPES:
+        with pytest.raises(PathEscapeError):
+            s3_store.key(rel)
 
 
 def test_dot_components_inside_are_fine(store: Store) -> None:

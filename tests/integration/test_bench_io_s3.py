@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from storekit.bench.schema import validate
+from storekit.bench.scratch import S3Scratch, open_scratch
+from storekit.bench.spec import TargetSpec
 from storekit.config import TierConfig
-from storekit.store import Store
+from storekit.store import S3Store, Store
 from tests.conftest import Ran, run_storekit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,3 +98,33 @@ def test_a_bucket_that_does_not_exist_is_not_found(s3_tier: TierConfig) -> None:
     assert proc.returncode == 3, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[0].startswith("error: bucket 'sk-no-such-bucket-4d1f' does not exist") and len(lines) <= 2
+
+
+def test_the_scratch_cleanup_checks_every_key_and_reports_what_the_gateway_kept(
+    s3_tier: TierConfig, s3_store: S3Store
+) -> None:
+    """The run's objects go through store.s3delete: a key the gateway refuses to delete is neither
+    counted as removed nor hidden; it is reported as a leftover, and the other keys are gone."""
+    target = TargetSpec(kind="s3", root=s3_store.root, endpoint_url=s3_tier.options["endpoint_url"])
+    target = dataclasses.replace(target, s3_options=s3_tier.options)
+    scratch = open_scratch(target, "cleanup-1")
+    assert isinstance(scratch, S3Scratch)
+    scratch.check(0)
+    scratch.create()
+    made = ["rank0/a", "locked/b", "rank1/c"]
+    for rel in made:
+        s3_store.client.put_object(Bucket=s3_store.bucket, Key=scratch.full(rel), Body=b"x")
+    locked = f"arn:aws:s3:::{s3_store.bucket}/{scratch.full('locked')}/*"
+    policy = {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject", "Resource": locked}
+    s3_store.client.put_bucket_policy(
+        Bucket=s3_store.bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [policy]})
+    )
+    try:
+        out = scratch.cleanup(made)
+    finally:
+        s3_store.client.delete_bucket_policy(Bucket=s3_store.bucket)
+    assert out["removed_files"] == 3  # rank0/a, rank1/c and the run's probe object
+    assert out["leftovers"] == [f"s3://{s3_store.bucket}/{scratch.full('locked/b')}"]
+    assert {k for k in all_keys(s3_store) if "storekit-bench-" in k} == {
+        s3_store.rel(f"{s3_store.bucket}/{scratch.full('locked/b')}")
+    }

@@ -15,6 +15,7 @@ from storekit import faults
 from storekit.config import SiteConfig, TierConfig
 from storekit.errors import ExitCode, NotFoundError, StorekitError
 from storekit.ops.s3transfer import DIGEST_META_KEY, S3Transfer, TransferConfig
+from storekit.store import S3Store
 from storekit.store.s3delete import delete_keys, list_keys
 from storekit.tier.audit import gc, verify_stub
 from storekit.tier.mover import archive_unit, recall_unit
@@ -370,10 +371,10 @@ def test_the_archive_sends_unsigned_payloads_and_an_md5_checked_manifest(
     """`storekit tier`'s own settings (transfer=None): file bodies go UNSIGNED-PAYLOAD (the read-back
     checks them), even over plain http; the manifest PUT carries a Content-MD5 the gateway checks."""
     sent: list[tuple[str, str, str, bool]] = []
-    for_tier = S3Transfer.for_tier
+    for_store = S3Transfer.for_store  # what a move's destination makes its engine with
 
-    def recording(tier: TierConfig, **kwargs: Any) -> S3Transfer:
-        eng = for_tier(tier, **kwargs)
+    def recording(store: S3Store, **kwargs: Any) -> S3Transfer:
+        eng = for_store(store, **kwargs)
 
         def record(request: Any, **_: Any) -> None:
             sha = request.headers.get("X-Amz-Content-SHA256", b"")
@@ -384,7 +385,7 @@ def test_the_archive_sends_unsigned_payloads_and_an_md5_checked_manifest(
         eng.client.meta.events.register("before-send.s3", record)
         return eng
 
-    monkeypatch.setattr(S3Transfer, "for_tier", staticmethod(recording))
+    monkeypatch.setattr(S3Transfer, "for_store", staticmethod(recording))
     root = tmp_path / "lustre"
     make_small_unit(root / RUN, big=6 * MiB + 1)
     result = archive_unit(root, RUN, s3_tier, journal_dir=tmp_path / "journal")
