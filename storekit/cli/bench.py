@@ -90,7 +90,9 @@ stops every node before cleanup. Clock offsets are measured at the
 handshake and corrected; O_DIRECT, free space, the environment and cache
 eviction are checked on every node; reads are shifted by a node so no
 node reads what it wrote. --workers is per node, --ranks is the world
-size spread over the nodes. Results: per node and the aggregate.
+size spread over the nodes. Results: per node and the aggregate. The
+run is a job: `storekit jobs status` shows it (running, done with its
+result, failed naming the node, or cancelled) and its Slurm job.
 
 O_DIRECT on FUSE mounts (ceph-fuse, s3fs, ...): only the kernel's
 page cache is bypassed; every request then goes through the daemon

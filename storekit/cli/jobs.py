@@ -47,8 +47,8 @@ Read from the job's records alone (the work dir's tasks/ and failed/): a failed
 task is named with its error, exit code, host and log file. TARGET is a job
 work dir, a dataset a `prepare dataset` run is building (tier-relative path,
 absolute path or s3:// URL), or nothing: every job in each POSIX tier's
-scratch/ (and --work-dir). Exit 0 whatever the tasks' state; 3 when TARGET
-names no job.
+scratch/ (and --work-dir) and the `bench io` runs across nodes in the state
+dir's jobs/. Exit 0 whatever the tasks' state; 3 when TARGET names no job.
 
 \b
 Examples:
