@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,14 @@ from tests.integration.test_slurm import wait_for
 pytestmark = pytest.mark.slurm
 NODES = 2
 SMALL = ["--size", "4M", "--file-size", "1M", "--workers", "1", "--repeat", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's runs keep their job records in tmp_path/state (the commands read
+    $STOREKIT_STATE_DIR from this process's environment), not in the session's state dir, where
+    `jobs status` of another test would list them."""
+    monkeypatch.setenv("STOREKIT_STATE_DIR", str(tmp_path / "state"))
 
 
 @pytest.fixture
@@ -118,8 +127,7 @@ def test_two_nodes_give_per_node_and_aggregate_results(
     target.mkdir()
     prom = tmp_path / "bench.prom"
     state = tmp_path / "state"
-    proc = bench(target, "--pattern", "shards,meta", "--files", "20", *SMALL, "--prometheus", str(prom),
-                 env={"STOREKIT_STATE_DIR": str(state)})  # fmt: skip
+    proc = bench(target, "--pattern", "shards,meta", "--files", "20", *SMALL, "--prometheus", str(prom))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     nodes = doc["environment"]["nodes"]
@@ -191,8 +199,7 @@ def test_one_node_failing_stops_every_node(
     target.mkdir()
     mark = f"STOREKIT_TEST_RUN={uuid.uuid4().hex}"  # srun passes it to every agent and worker
     state = tmp_path / "state"
-    env = {"STOREKIT_FAULTS": f"bench.agent1.ready={action}", **dict([mark.split("=")]),
-           "STOREKIT_STATE_DIR": str(state)}  # fmt: skip
+    env = {"STOREKIT_FAULTS": f"bench.agent1.ready={action}", **dict([mark.split("=")])}
     proc = bench(target, "--pattern", "shards", *SMALL, env=env)
     assert proc.returncode == code, proc.stderr
     doc = json.loads(proc.stdout)
@@ -237,7 +244,7 @@ def test_dry_run_prints_the_srun_line_and_writes_nothing(slurm_nodes: list[str],
     target = tmp_path / "shared"
     target.mkdir()
     state = tmp_path / "state"
-    proc = bench(target, "--pattern", "shards", *SMALL, "--dry-run", env={"STOREKIT_STATE_DIR": str(state)})
+    proc = bench(target, "--pattern", "shards", *SMALL, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert not state.exists() and bench_jobs(state) == []  # no job record either
     srun = json.loads(proc.stdout)["launch"]["srun"]
@@ -304,6 +311,7 @@ def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
     command = [sys.executable, "-m", "storekit", "bench", "io", "--executor", "slurm",
                "--target", str(target), "--pattern", "shards", *SMALL, "--json"]  # fmt: skip
     wrap = f"{shlex.join(command)} > {shlex.quote(str(out))}"
+    state = tmp_path / "state"
     submitted = subprocess.run(
         ["sbatch", "--parsable", f"--nodes={NODES}", "--time=5", f"--output={tmp_path}/slurm-%j.out",
          "--wrap", wrap],
@@ -323,6 +331,11 @@ def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
     assert doc["parameters"]["nodes"] == NODES and leftovers(target) == []
     # a step of the allocation, not a new job (rich may wrap the line)
     assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in " ".join(log.split())
+    # and its job record names the allocation's job, the agents' step in it, on its nodes
+    [record] = bench_jobs(state)
+    [step] = record["submissions"]
+    assert record["counts"]["done"] == 1 and step["job_id"] == job, record
+    assert step["extra"]["step_id"].startswith(f"{job}.") and sorted(step["extra"]["nodes"]) == names
 
 
 def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
@@ -335,8 +348,7 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
     20 s leaves room for a host at load 20, where a 5 s bound could fire first.)"""
     target, faults, env = stalled_agents(tmp_path, 1)
     state = tmp_path / "state"
-    proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "20",
-                 env={**env, "STOREKIT_STATE_DIR": str(state)})  # fmt: skip
+    proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "20", env=env)
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert (faults / "bench.agent1.connect.reached").exists()
     message = json.loads(proc.stdout)["error"]["message"]
@@ -387,9 +399,13 @@ def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
     state = tmp_path / "state"
     args = ["bench", "io", "--executor", "slurm", "--nodes", str(NODES), "--target", str(target),
             "--pattern", "shards", *SMALL]  # fmt: skip
-    proc = start_storekit(args, env={**env, "STOREKIT_STATE_DIR": str(state)})
+    proc = start_storekit(args, env=env)
     try:
         wait_reached(faults, proc, *(f"bench.agent{rank}.connect" for rank in range(NODES)))
+        [running] = bench_jobs(state)  # while the command runs, its record says so
+        assert running["counts"]["running"] == 1 and running["running"] == [
+            {"task": 0, "by": f"pid {proc.pid} on {socket.gethostname()}"}
+        ], running
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=120)
     finally:

@@ -26,7 +26,6 @@ CONNECT_AFTER_START_S = 300.0  # once srun runs, its agents start within this (p
 # the default of --slurm-connect-timeout: counted from the job step's start on the nodes (srun's own
 # wait for an allocation is not limited) and again from the first agent's connection, generous for
 # a slow node
-SRUN_EXIT_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +153,10 @@ def launch(
     finally:
         if cluster is not None:
             cluster.cleanup = cluster.shutdown()
-        step.end(wait_s=SRUN_EXIT_WAIT_S if cluster is not None else 0.0)  # never started: stop it
+        if cluster is not None:
+            step.end()  # srun ends when its agents do (stopped if not, in 30 s)
+        else:
+            step.end(wait_s=0.0)  # never started: stop it
 
 
 def processes_per_node(spec: BenchSpec) -> int:
