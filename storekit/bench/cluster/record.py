@@ -44,10 +44,10 @@ def records_root() -> Path | None:
 class BenchRecord:
     """The job record of one bench io run across nodes, written by its coordinator only."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, executor: str) -> None:
         self.work = JobDir(path)
         self.tmp: Path | None = None
-        self.executor = "slurm"
+        self.executor = executor  # the one whose job step runs the agents (jobs.json)
 
     @classmethod
     def start(cls, plan: dict[str, Any], meta: dict[str, Any], executor: str) -> BenchRecord | None:
@@ -56,8 +56,7 @@ class BenchRecord:
         root = records_root()
         if root is None:
             return None
-        record = cls(root / f"{WORK_DIR_PREFIX}{meta['run_id']}")
-        record.executor = executor
+        record = cls(root / f"{WORK_DIR_PREFIX}{meta['run_id']}", executor)
         record.work.create()
         data = json.dumps(plan, sort_keys=True).encode()
         record.work.write_plan(data, kind=KIND, tasks=1, meta={"executor": executor, **meta})
