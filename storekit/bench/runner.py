@@ -20,13 +20,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from storekit import faults
 from storekit.bench.plan import PhasePlan, WorkerTask
 from storekit.bench.results import WorkerResult
 from storekit.bench.worker import StartBarrier, run_worker
 from storekit.errors import NoSpaceError, StorekitError, UnreachableError, error_class, storage_error
+
+if TYPE_CHECKING:
+    from storekit.bench.plan import BenchPlan
+    from storekit.bench.scratch import PosixScratch, S3Scratch
+    from storekit.bench.spec import BenchSpec
 
 # imported once by the forkserver, so each worker process starts in milliseconds
 PRELOAD = {
@@ -37,13 +42,6 @@ STOP_GRACE_S = 5.0
 Outcomes = dict[int, tuple[str, Any]]  # worker -> (status, payload) as the worker reported it
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_POLL_S = 1.0
-
-
-class PhaseExecutor(Protocol):
-    """Runs one phase's workers, all released together; registered by executor name in
-    storekit.executors.base (`local`: this class's PhaseRunner)."""
-
-    def run(self, phase: PhasePlan, repeat: int) -> list[WorkerResult]: ...
 
 
 class WorkerFailed(StorekitError):
@@ -116,10 +114,43 @@ def _worker_message(exc: BaseException) -> str:
 
 
 class PhaseRunner:
+    """`local`'s runner of bench io's phases: workers on this machine. Registered by executor name
+    in storekit.executors.base, as `slurm`'s is (bench/cluster/runner.py); the CLI uses either
+    the same way: `settings` (the launch options it takes: none), `check`, `dry_run_fields`,
+    `run_suite`."""
+
+    launch_options: ClassVar[dict[str, str]] = {}  # --nodes, --slurm-*: not here
+    nodes = 1
+
     def __init__(self, kind: str = "posix") -> None:
         self.ctx = mp.get_context("forkserver")
         with contextlib.suppress(ValueError):
             self.ctx.set_forkserver_preload(PRELOAD[kind])
+
+    @classmethod
+    def settings(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def check(self, spec: BenchSpec) -> None:
+        """Nothing to refuse before the run: the target's own checks come first."""
+
+    def dry_run_fields(self) -> dict[str, Any]:
+        return {}
+
+    def run_suite(
+        self,
+        plan: BenchPlan,
+        scratch: PosixScratch | S3Scratch,
+        *,
+        progress: Callable[[int, int], None],
+        warn: Callable[[str], None],
+        info: Callable[[str], None],
+        document: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The suite on this machine's workers; the document `document(run)` makes of it."""
+        from storekit.bench.suite import Suite  # the suite's checks and reports load with the run
+
+        return document(Suite(plan, scratch, progress=progress, warn=warn, runner=self).run())
 
     def run(self, phase: PhasePlan, repeat: int) -> list[WorkerResult]:
         tasks = [replace(t, seed=t.seed + 7919 * repeat) for t in phase.tasks]

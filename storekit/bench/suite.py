@@ -15,12 +15,18 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from storekit.bench import env, native, pagecache, uring
 from storekit.bench.plan import DATA_OPS, READING_OPS, BenchPlan, PhasePlan, PointPlan, iter_names
-from storekit.bench.results import CPU_BOUND_PCT, PYTHON_BOUND_PCT, PhaseResult, merge_phase, per_node
-from storekit.bench.runner import PhaseExecutor
+from storekit.bench.results import (
+    CPU_BOUND_PCT,
+    PYTHON_BOUND_PCT,
+    PhaseResult,
+    WorkerResult,
+    merge_phase,
+    per_node,
+)
 from storekit.bench.scratch import PosixScratch, S3Scratch
 from storekit.bench.stats import LatencyHistogram, median_spread
 from storekit.errors import Interrupted, StorekitError
@@ -33,6 +39,13 @@ RAM_FACTOR = 2
 DELAYED_ACK_MS = 35.0
 THROTTLE_MIN_BUCKETS = 4  # seconds of full 1 s buckets before a slowdown is judged
 THROTTLE_DROP = 0.6
+
+
+class PhaseExecutor(Protocol):
+    """Runs one phase's workers, all released together: an executor's registered phase runner
+    (storekit.executors.base.phase_runner; `local`: bench/runner.py, `slurm`: bench/cluster/runner.py)."""
+
+    def run(self, phase: PhasePlan, repeat: int) -> list[WorkerResult]: ...
 
 
 @contextlib.contextmanager
@@ -56,12 +69,15 @@ class Suite:
         progress: Callable[[int, int], None] | None = None,
         warn: Callable[[str], None] | None = None,
         executor: str = "local",
+        runner: PhaseExecutor | None = None,
     ) -> None:
         """`progress(done, total)` after every phase; `warn(message)` for what needs saying at once
         (the CLI draws both; the findings for the report are in the result's "warnings");
-        `executor`: which registered phase runner runs the workers (storekit.executors.base)."""
+        `executor`: which registered phase runner runs the workers (storekit.executors.base), or
+        `runner` itself."""
         self.plan = plan
         self.executor = executor
+        self.runner = runner
         self.spec = plan.spec
         self.scratch = scratch
         self.progress = progress or (lambda done, total: None)
@@ -132,7 +148,7 @@ class Suite:
     def make_runner(self) -> PhaseExecutor:
         """The registered phase runner of `executor` (local: workers on this machine);
         bench.cluster overrides this to run them on Slurm nodes."""
-        runner: PhaseExecutor = phase_runner(self.executor, self.spec.target.kind)
+        runner: PhaseExecutor = self.runner or phase_runner(self.executor, self.spec.target.kind)
         return runner
 
     def _step(self) -> None:

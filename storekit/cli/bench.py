@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import replace
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,7 +23,6 @@ from storekit.store import S3Store
 from storekit.units import format_bytes
 
 if TYPE_CHECKING:
-    from storekit.bench.cluster.launch import AgentSrunOptions
     from storekit.bench.plan import BenchPlan
 
 bench_app = noun_app("bench", "Benchmark storage the way training uses it.")
@@ -92,7 +90,9 @@ stops every node before cleanup. Clock offsets are measured at the
 handshake and corrected; O_DIRECT, free space, the environment and cache
 eviction are checked on every node; reads are shifted by a node so no
 node reads what it wrote. --workers is per node, --ranks is the world
-size spread over the nodes. Results: per node and the aggregate.
+size spread over the nodes. Results: per node and the aggregate. The
+run is a job: `storekit jobs status` shows it (running, done with its
+result, failed naming the node, or cancelled) and its Slurm job.
 
 O_DIRECT on FUSE mounts (ceph-fuse, s3fs, ...): only the kernel's
 page cache is bypassed; every request then goes through the daemon
@@ -166,21 +166,14 @@ def io(o: SimpleNamespace) -> None:
     """`bench io` with what was given, one attribute per option of IO_TABLE."""
     # the engines, numpy and the report load here, not for every storekit command (~0.2 s)
     from storekit.bench import schema
-    from storekit.bench.cluster.launch import (
-        check_nodes,
-        launch,
-        processes_per_node,
-        refuse_unsupported,
-        srun_command,
-    )
-    from storekit.bench.cluster.suite import ClusterSuite
     from storekit.bench.patterns import build_plan, peak_bytes
     from storekit.bench.plan import space_needed
     from storekit.bench.report import build_document, require_matplotlib, write_plot, write_prometheus
-    from storekit.bench.scratch import PosixScratch, open_scratch
-    from storekit.bench.suite import Suite, now_run_id
+    from storekit.bench.scratch import open_scratch
+    from storekit.bench.suite import now_run_id
     from storekit.bench.verdict import judge
     from storekit.cli.bench_tables import render_human
+    from storekit.executors.base import phase_runner
 
     out = make_output(o.json_out, o.quiet)
     if o.print_schema:
@@ -193,15 +186,16 @@ def io(o: SimpleNamespace) -> None:
         return
     if o.plot:
         require_matplotlib()
-    slurm = _slurm_options(
-        o.executor, o.nodes, o.partition, o.time_limit, o.account, o.coordinator_address, o.connect_timeout
-    )
+    settings = _launch_settings(o.executor, {
+        "--nodes": o.nodes, "--slurm-partition": o.partition, "--slurm-time": o.time_limit,
+        "--slurm-account": o.account, "--coordinator-address": o.coordinator_address,
+        "--slurm-connect-timeout": o.connect_timeout,
+    })  # fmt: skip
     target = _target(o.config, o.tier, o.target, o.endpoint_url)
-    spec = build_spec(target, **(spec_values(IO_OPTIONS, vars(o)) | {"nodes": slurm.nodes if slurm else 1}))
-    if slurm:
-        refuse_unsupported(spec.target.kind)
-        slurm = replace(slurm, processes_per_node=processes_per_node(spec))
-        cpus = check_nodes(slurm)  # no srun, no controller, too few nodes: refused before any write
+    # the executor's registered phase runner: workers here (local) or one agent per node (slurm)
+    runner = phase_runner(o.executor, target.kind, **settings)
+    spec = build_spec(target, **(spec_values(IO_OPTIONS, vars(o)) | {"nodes": runner.nodes}))
+    runner.check(spec)  # e.g. no srun, no controller, too few nodes: refused before any write
     run_id = now_run_id()
     scratch = open_scratch(spec.target, run_id)
     if not o.dry_run:  # what our killed predecessors left counts as free space again
@@ -218,9 +212,8 @@ def io(o: SimpleNamespace) -> None:
             "parameters": spec.parameters(),
             "plan": plan.to_dict(),
             "would_reclaim": scratch.reclaimable(),
+            **runner.dry_run_fields(),
         }
-        if slurm:
-            data["launch"] = {"executor": "slurm", "srun": srun_command(slurm, "COORDINATOR:PORT", cpus)}
         out.result("bench io", data, lambda console: _render_plan(console, plan))
         return
     with contextlib.ExitStack() as stack:
@@ -231,14 +224,12 @@ def io(o: SimpleNamespace) -> None:
                 bars.append(stack.enter_context(out.progress("bench io", total=total, unit="phases")))
             bars[0].advance(1 if done else 0)
 
-        if slurm:
-            assert isinstance(scratch, PosixScratch)
-            with launch(slurm, out.info) as cluster:
-                run = ClusterSuite(plan, scratch, cluster, progress=advance, warn=out.warn).run()
-            run["cleanup"]["nodes"] = cluster.cleanup
-        else:
-            run = Suite(plan, scratch, progress=advance, warn=out.warn).run()
-    doc = build_document(plan, run, judge(spec, run["points"]))
+        def document(run: dict[str, Any]) -> dict[str, Any]:
+            return build_document(plan, run, judge(spec, run["points"]))
+
+        doc = runner.run_suite(
+            plan, scratch, progress=advance, warn=out.warn, info=out.info, document=document
+        )
     if o.prometheus:
         write_prometheus(o.prometheus, doc)
     if o.plot:
@@ -246,37 +237,20 @@ def io(o: SimpleNamespace) -> None:
     out.result("bench io", doc, lambda console: render_human(console, doc))
 
 
-def _slurm_options(
-    executor: str,
-    nodes: int | None,
-    partition: str | None,
-    time_limit: str | None,
-    account: str | None,
-    coordinator_address: str | None,
-    connect_timeout: float | None = None,
-) -> AgentSrunOptions | None:
-    from storekit.bench.cluster.launch import CONNECT_AFTER_START_S, AgentSrunOptions, in_allocation
-    from storekit.executors.base import executor_names
+def _launch_settings(executor: str, given: dict[str, Any]) -> dict[str, Any]:
+    """What the phase runner of `executor` is made with, from the launch options given (flag ->
+    value): one it does not take names the executors that do."""
+    from storekit.executors.base import executor_names, phase_runner_names, phase_runner_type
 
-    if executor not in executor_names():  # the registered executors (bench runs agents of its own)
+    if executor not in executor_names():  # the registered executors
         raise UsageError(f"--executor {executor!r}: expected {' or '.join(executor_names())}")
-    slurm_only = {"--nodes": nodes, "--slurm-partition": partition, "--slurm-time": time_limit,
-                  "--slurm-account": account, "--coordinator-address": coordinator_address,
-                  "--slurm-connect-timeout": connect_timeout}  # fmt: skip
-    if connect_timeout is not None and connect_timeout <= 0:
-        raise UsageError(f"--slurm-connect-timeout {connect_timeout:g}: expected a number of seconds above 0")
-    if executor == "local":
-        given = [name for name, value in slurm_only.items() if value is not None]
-        if given:
-            raise UsageError(f"{given[0]} needs --executor slurm")
-        return None
-    if nodes is None:
-        if not in_allocation():
-            raise UsageError("--executor slurm needs --nodes N outside an sbatch/salloc allocation")
-        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
-    return AgentSrunOptions(nodes=nodes, partition=partition, time_limit=time_limit, account=account,
-                        coordinator_address=coordinator_address,
-                        connect_timeout=connect_timeout or CONNECT_AFTER_START_S)  # fmt: skip
+    runner = phase_runner_type(executor)
+    for flag, value in given.items():
+        if value is not None and flag not in runner.launch_options:
+            takers = [n for n in phase_runner_names() if flag in phase_runner_type(n).launch_options]
+            raise UsageError(f"{flag} needs --executor {' or '.join(takers)}")
+    settings: dict[str, Any] = runner.settings(given)
+    return settings
 
 
 def agent(

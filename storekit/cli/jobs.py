@@ -47,8 +47,8 @@ Read from the job's records alone (the work dir's tasks/ and failed/): a failed
 task is named with its error, exit code, host and log file. TARGET is a job
 work dir, a dataset a `prepare dataset` run is building (tier-relative path,
 absolute path or s3:// URL), or nothing: every job in each POSIX tier's
-scratch/ (and --work-dir). Exit 0 whatever the tasks' state; 3 when TARGET
-names no job.
+scratch/ (and --work-dir) and the `bench io` runs across nodes in the state
+dir's jobs/. Exit 0 whatever the tasks' state; 3 when TARGET names no job.
 
 \b
 Examples:
@@ -154,6 +154,13 @@ def status_command(
                 console.print(f"  pending in Slurm: {n} tasks ({reason})", markup=False)
             for fin in view.get("finalize", []):
                 console.print(f"  finalize job {fin['job_id']}: {fin['state']} {fin['reason']}", markup=False)
+            for sub in st.submissions:  # a job step (bench io's agents): its Slurm job and nodes
+                if sub.extra.get("role") == "step":
+                    nodes = ", ".join(sub.extra.get("nodes") or []) or "?"
+                    console.print(f"  Slurm job {sub.job_id}: step {sub.extra.get('step_id')} on {nodes}",
+                                  markup=False, soft_wrap=True)  # fmt: skip
+            if st.result is not None and st.result.get("document"):
+                console.print(f"  result: {st.result['document']}", markup=False, soft_wrap=True)
             if st.failures:
                 rows = _failure_rows(st.states["failed"], st.failures, each=per_task)
                 if not console.is_terminal:  # a pipe: one whole line per row, paths never cut

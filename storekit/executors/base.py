@@ -100,7 +100,11 @@ def default_workers() -> int:
 
 # name -> "module:attribute" of a factory: imported only when asked for
 _EXECUTORS: dict[str, str] = {}
-_PHASE_RUNNERS: dict[str, str] = {"local": "storekit.bench.runner:PhaseRunner"}
+# bench io's phase runners, by the executor that runs them: workers here, or one agent per node
+_PHASE_RUNNERS: dict[str, str] = {
+    "local": "storekit.bench.runner:PhaseRunner",
+    "slurm": "storekit.bench.cluster.runner:ClusterRunner",
+}
 
 
 def register_executor(name: str, target: str) -> None:
@@ -157,7 +161,16 @@ def executor_for_option(name: str) -> Executor:
 
 def phase_runner(name: str, *args: Any, **kwargs: Any) -> Any:
     """bench io's runner of one phase for `name` (see storekit/bench/runner.py for its shape)."""
-    return _load(_PHASE_RUNNERS, name, "executor")(*args, **kwargs)
+    return phase_runner_type(name)(*args, **kwargs)
+
+
+def phase_runner_type(name: str) -> Any:
+    """The class `phase_runner(name)` makes (what its launch options are, before one is made)."""
+    return _load(_PHASE_RUNNERS, name, "executor")
+
+
+def phase_runner_names() -> list[str]:
+    return sorted(_PHASE_RUNNERS)
 
 
 def _load(table: dict[str, str], name: str, what: str) -> Any:

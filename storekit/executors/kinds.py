@@ -3,9 +3,10 @@
 The executors and the job commands (`jobs status/run-task/run-element/finalize/rerun`) know a job
 only by the kind its job.json names; everything kind-specific is looked up here: how to load the job
 from its work dir, what an element on a scheduler's node runs instead (`on_node`), what to redo
-before its failed tasks are resubmitted (`before_resubmit`), and how its work dirs are named (so
-`jobs status` can find them). Targets are "module:attribute" strings, imported only when used: an
-array element imports the code of its own kind only.
+before its failed tasks are resubmitted (`before_resubmit`), how its work dirs are named (so
+`jobs status` can find them) and what `jobs status` shows as its result (`result`). Targets are
+"module:attribute" strings, imported only when used: an array element imports the code of its own
+kind only.
 
 A process learns the kinds by importing the modules that register them: storekit's own
 (`BUILTIN_PLUGINS`) and any named in $STOREKIT_JOB_KINDS (comma-separated modules; sbatch passes
@@ -25,7 +26,7 @@ from storekit.errors import UsageError
 
 PLUGINS_ENV = "STOREKIT_JOB_KINDS"
 # the domain packages' registration modules: each registers its kinds when imported
-BUILTIN_PLUGINS = ("storekit.pipeline.kinds", "storekit.tier.kinds")
+BUILTIN_PLUGINS = ("storekit.pipeline.kinds", "storekit.tier.kinds", "storekit.bench.kinds")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class JobKind:
     # (target, site, tier) -> (output as job.json's meta names it, its local path or None): what
     # `jobs status TARGET` means by an output TARGET (prepare: a dataset)
     locate: str | None = None
+    # (JobDir) -> dict or None: what `jobs status` shows of a finished job's result (bench io: the
+    # document and a summary of its rates)
+    result: str | None = None
 
 
 _KINDS: dict[str, JobKind] = {}
@@ -69,7 +73,8 @@ def dir_prefixes() -> tuple[str, ...]:
 
 
 def hook(name: str, which: str) -> Callable[..., Any] | None:
-    """Kind `name`'s `which` hook ("on_node", "before_resubmit") imported, or None if it has none."""
+    """Kind `name`'s `which` hook ("on_node", "before_resubmit", "result") imported, or None if it
+    has none."""
     target = getattr(job_kind(name), which)
     return None if target is None else resolve(target)
 

@@ -15,6 +15,7 @@ from storekit.errors import NotFoundError, StorekitError
 from storekit.executors.kinds import dir_prefixes, job_kinds, resolve
 from storekit.jobdir import HEADER, JobDir
 from storekit.paths import join_rel
+from storekit.trusted_dirs import state_dir
 
 
 def is_job_dir(path: Path) -> bool:
@@ -33,7 +34,7 @@ def job_dirs_under(root: Path) -> list[Path]:
 
 def search_roots(site: SiteConfig, work_dir: str | None, output_local: str | None) -> list[Path]:
     """Where work dirs are made (pipeline.prepare.work_dir_for): --work-dir, each POSIX tier's
-    scratch/, beside the output."""
+    scratch/, beside the output; and jobs/ of the user's state dir (bench io's runs)."""
     from storekit.store import open_store
 
     roots: list[Path] = []
@@ -48,6 +49,8 @@ def search_roots(site: SiteConfig, work_dir: str | None, output_local: str | Non
                 roots.append(Path(local))
     if output_local:
         roots.append(Path(output_local).parent)
+    if (state := state_dir()) is not None:
+        roots.append(state / "jobs")
     return list(dict.fromkeys(roots))
 
 

@@ -12,11 +12,14 @@ Costs one listing of tasks/ and of failed/ plus one read per failed task, whatev
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from storekit.errors import UsageError
+from storekit.executors.kinds import hook
 from storekit.jobdir import JobDir, JobHeader, Submission
 
 STATES = ("done", "running", "failed", "pending")
@@ -30,6 +33,7 @@ class JobStatus:
     failures: dict[int, dict[str, Any]] = field(default_factory=dict)  # failed task -> its record
     running: dict[int, str] = field(default_factory=dict)  # running task -> "pid N on HOST"
     submissions: list[Submission] = field(default_factory=list)
+    result: dict[str, Any] | None = None  # what its kind shows of a finished job (kinds.py `result`)
 
     def counts(self) -> dict[str, int]:
         return {s: len(self.states[s]) for s in STATES}
@@ -49,6 +53,7 @@ class JobStatus:
             "failed": [self.failures[i] for i in self.states["failed"]],
             "running": [{"task": i, "by": self.running[i]} for i in self.states["running"]],
             "submissions": [s.__dict__ for s in self.submissions],
+            **({"result": self.result} if self.result is not None else {}),
         }
 
 
@@ -72,7 +77,11 @@ def job_status(job: JobDir) -> JobStatus:
             failures[index] = record
         else:
             states["pending"].append(index)
-    return JobStatus(str(job.path), header, states, failures, running, job.submissions())
+    result = None
+    with contextlib.suppress(UsageError):  # a kind this process does not know: its records stand
+        shown = hook(header.kind, "result")
+        result = shown(job) if shown is not None else None
+    return JobStatus(str(job.path), header, states, failures, running, job.submissions(), result)
 
 
 def ranges(indexes: Iterable[int]) -> str:

@@ -10,12 +10,15 @@ nothing here knows what a job does. Two ways to use it:
 - `plan()` + `submit()` (it is `detached`): the array and a finalize job after it; the command
   returns while they run, and the job's last element (or the finalize job) finalizes it. This is
   how `prepare dataset --executor slurm` submits (storekit/pipeline/submit.py).
+
+A gang of processes that must run at once, one per node (bench io's agents), is no array: `step()`
+starts it as one job step (step.py: in the caller's allocation, or in one srun asks for).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, SkipFn
 from storekit.jobdir import JobDir
 from storekit.slurm import commands
 from storekit.slurm.batches import ClusterLimits
+from storekit.slurm.step import Step, StepInfo, StepOptions, check_nodes, srun_command, start_step
 from storekit.slurm.submit import SubmitPlan, Submitted, plan_submission, submit
 from storekit.slurm.wait import look_interval
 from storekit.slurmopts import SlurmOptions
@@ -68,6 +72,26 @@ class SlurmExecutor:
             work, plan, extra_args=self.extra_args, before_record=before_record, refused=refused,
             finalize=finalize,
         )  # fmt: skip
+
+    def step_command(self, opts: StepOptions, argv: Sequence[str]) -> list[str]:
+        """The srun line `step()` runs (what --dry-run prints; no secret in it)."""
+        return srun_command(opts, argv)
+
+    def check_step(self, opts: StepOptions, cpus_wanted: int) -> int:
+        """Refuse a step that cannot run (no srun or controller, too few nodes) before anything
+        starts; the CPUs each of its processes may ask for."""
+        return check_nodes(opts, cpus_wanted)
+
+    def step(
+        self,
+        opts: StepOptions,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        on_seen: Callable[[StepInfo], None] | None = None,
+    ) -> Step:
+        """`argv` on each of `opts.nodes` nodes at once, as one job step (`env` beside ours);
+        `on_seen(info)` once Slurm runs it (its job and step id, its nodes)."""
+        return start_step(opts, argv, env, on_seen)
 
     def run(
         self,

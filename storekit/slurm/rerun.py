@@ -53,6 +53,11 @@ def rerun(path: Path, *, dry_run: bool = False, changes: dict[str, Any] | None =
     work = JobDir(path)
     st = job_status(work)
     arrays = slurm_submissions(st.submissions, "array")
+    if not arrays and slurm_submissions(st.submissions, "step"):
+        raise UsageError(
+            f"{path} ran as one Slurm job step (its processes run together): no task is resubmitted",
+            hint="run the command that made it again",
+        )
     if not arrays:
         raise UsageError(
             f"{path} was not submitted to Slurm", hint="rerun the command that made it (it resumes)"

@@ -1,6 +1,7 @@
 """bench io on several nodes of the real test Slurm (4 emulated nodes on one host): one agent per
 node through srun, per-node and aggregate results, every node's view of the scratch cleaned, and an
-abort from one node that reaches all of them (driven by fault points, not timing)."""
+abort from one node that reaches all of them (driven by fault points, not timing). Each run is a job
+of the job layer: `storekit jobs status` shows how it ended, its Slurm job and its result."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +26,14 @@ from tests.integration.test_slurm import wait_for
 pytestmark = pytest.mark.slurm
 NODES = 2
 SMALL = ["--size", "4M", "--file-size", "1M", "--workers", "1", "--repeat", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's runs keep their job records in tmp_path/state (the commands read
+    $STOREKIT_STATE_DIR from this process's environment), not in the session's state dir, where
+    `jobs status` of another test would list them."""
+    monkeypatch.setenv("STOREKIT_STATE_DIR", str(tmp_path / "state"))
 
 
 @pytest.fixture
@@ -58,6 +68,35 @@ def bench(target: Path, *args: str, env: dict[str, str] | None = None) -> subpro
     )
 
 
+def bench_jobs(state: Path) -> list[dict[str, Any]]:
+    """The bench io jobs `storekit jobs status --json` finds for the user whose state dir is `state`
+    (no TARGET: every place jobs are kept)."""
+    proc = run_storekit(["jobs", "status", "--json"], env={"STOREKIT_STATE_DIR": str(state)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [job for job in json.loads(proc.stdout)["jobs"] if job["kind"] == "bench-io"]
+
+
+def slurm_job_name(job_id: str) -> str:
+    """What the controller calls job `job_id` (MinJobAge keeps a finished job an hour)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("JobName=", 1)[1].split()[0]
+
+
+def ended_record(state: Path, *, code: int, error: str, state_word: str, nodes: list[str]) -> None:
+    """The run's one job record ended failed or cancelled: one failed task naming `error` and
+    `code`, and the job step Slurm ran, on `nodes`, as its Slurm job."""
+    [job] = bench_jobs(state)
+    assert job["counts"] == {"done": 0, "running": 0, "failed": 1, "pending": 0}, job
+    [failure] = job["failed"]
+    assert (failure["error"], failure["exit_code"], failure["state"]) == (error, code, state_word), failure
+    [step] = job["submissions"]
+    assert step["executor"] == "slurm" and step["extra"]["role"] == "step", step
+    assert sorted(step["extra"]["nodes"]) == sorted(nodes), step
+    assert slurm_job_name(step["job_id"]).startswith("bench-io-") and "result" not in job
+    assert not list(Path(job["work_dir"], "tasks").iterdir())  # nothing left running or half-written
+
+
 def leftovers(target: Path) -> list[str]:
     scratch = target / "scratch"
     return sorted(p.name for p in scratch.iterdir()) if scratch.exists() else []
@@ -87,6 +126,7 @@ def test_two_nodes_give_per_node_and_aggregate_results(
     target = tmp_path / "shared"
     target.mkdir()
     prom = tmp_path / "bench.prom"
+    state = tmp_path / "state"
     proc = bench(target, "--pattern", "shards,meta", "--files", "20", *SMALL, "--prometheus", str(prom))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -126,6 +166,27 @@ def test_two_nodes_give_per_node_and_aggregate_results(
     promtool(text)
     for name in names:
         assert f'node="{name}"' in text
+    # the run is a job of the job layer: done, its Slurm job the agents' step, its result the document
+    [job] = bench_jobs(state)
+    assert job["counts"] == {"done": 1, "running": 0, "failed": 0, "pending": 0} and job["complete"], job
+    [step] = job["submissions"]
+    assert step["executor"] == "slurm" and step["extra"]["role"] == "step", step
+    assert sorted(step["extra"]["nodes"]) == sorted(names), step
+    assert slurm_job_name(step["job_id"]).startswith("bench-io-"), step
+    result = job["result"]
+    envelope = ("schema_version", "command")  # what --json wraps every command's document in
+    assert json.loads(Path(result["document"]).read_text()) == {k: doc[k] for k in doc if k not in envelope}
+    assert result["run_id"] == doc["run_id"] and sorted(result["nodes"]) == sorted(names)
+    write = next(p for p in result["phases"] if p["pattern"] == "shards" and p["phase"] == "write")
+    human = run_storekit(
+        ["jobs", "status", job["work_dir"]], env={"STOREKIT_STATE_DIR": str(state)}, timeout=120
+    )
+    assert human.stdout.splitlines() == [
+        f"{job['work_dir']} (bench-io, 1 tasks): 1 done, 0 running, 0 failed, 0 pending",
+        f"  Slurm job {step['job_id']}: step {step['extra']['step_id']} on {', '.join(sorted(names))}",
+        f"  result: {result['document']}",
+    ], human.stdout
+    assert write["bandwidth_bytes_per_s"] == shards[0]["phases"][0]["summary"]["bandwidth_bytes_per_s"]
 
 
 @pytest.mark.parametrize(("action", "code", "says"), [("eio", 1, "failed"), ("kill", 5, "dropped")])
@@ -137,12 +198,18 @@ def test_one_node_failing_stops_every_node(
     target = tmp_path / "shared"
     target.mkdir()
     mark = f"STOREKIT_TEST_RUN={uuid.uuid4().hex}"  # srun passes it to every agent and worker
+    state = tmp_path / "state"
     env = {"STOREKIT_FAULTS": f"bench.agent1.ready={action}", **dict([mark.split("=")])}
     proc = bench(target, "--pattern", "shards", *SMALL, env=env)
     assert proc.returncode == code, proc.stderr
     doc = json.loads(proc.stdout)
     message = doc["error"]["message"] if isinstance(doc["error"], dict) else doc["error"]
     assert says in message and "node sk-" in message, message
+    # its job record ended failed with the same reason, naming the node (a lost one: exit 5)
+    [job] = bench_jobs(state)
+    ended_record(
+        state, code=code, error=message, state_word="failed", nodes=job["submissions"][0]["extra"]["nodes"]
+    )
     if action == "kill":  # the node whose agent died is named, not one srun stopped after it
         assert "(rank 1) dropped" in message, message
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -176,8 +243,10 @@ def with_environ(mark: str) -> list[int]:
 def test_dry_run_prints_the_srun_line_and_writes_nothing(slurm_nodes: list[str], tmp_path: Path) -> None:
     target = tmp_path / "shared"
     target.mkdir()
+    state = tmp_path / "state"
     proc = bench(target, "--pattern", "shards", *SMALL, "--dry-run")
     assert proc.returncode == 0, proc.stderr
+    assert not state.exists() and bench_jobs(state) == []  # no job record either
     srun = json.loads(proc.stdout)["launch"]["srun"]
     assert srun[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert srun[-4:-1] == ["bench", "agent", "--connect"]
@@ -242,6 +311,7 @@ def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
     command = [sys.executable, "-m", "storekit", "bench", "io", "--executor", "slurm",
                "--target", str(target), "--pattern", "shards", *SMALL, "--json"]  # fmt: skip
     wrap = f"{shlex.join(command)} > {shlex.quote(str(out))}"
+    state = tmp_path / "state"
     submitted = subprocess.run(
         ["sbatch", "--parsable", f"--nodes={NODES}", "--time=5", f"--output={tmp_path}/slurm-%j.out",
          "--wrap", wrap],
@@ -261,6 +331,11 @@ def test_inside_an_sbatch_allocation_it_runs_on_the_allocations_nodes(
     assert doc["parameters"]["nodes"] == NODES and leftovers(target) == []
     # a step of the allocation, not a new job (rich may wrap the line)
     assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in " ".join(log.split())
+    # and its job record names the allocation's job, the agents' step in it, on its nodes
+    [record] = bench_jobs(state)
+    [step] = record["submissions"]
+    assert record["counts"]["done"] == 1 and step["job_id"] == job, record
+    assert step["extra"]["step_id"].startswith(f"{job}.") and sorted(step["extra"]["nodes"]) == names
 
 
 def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
@@ -272,6 +347,7 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
     healthy agent has as long from the job step's start: it connects within ~1 s on a quiet host;
     20 s leaves room for a host at load 20, where a 5 s bound could fire first.)"""
     target, faults, env = stalled_agents(tmp_path, 1)
+    state = tmp_path / "state"
     proc = bench(target, "--pattern", "shards", *SMALL, "--slurm-connect-timeout", "20", env=env)
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert (faults / "bench.agent1.connect.reached").exists()
@@ -279,6 +355,8 @@ def test_an_agent_that_never_connects_stops_the_run_naming_its_node(
     stalled, rest = message.split(": its agent did not connect within 20 s of the first (1 of 2 connected: ")
     connected = rest.rstrip(")")
     assert stalled.startswith("node sk-node") and connected.startswith("sk-node") and stalled[5:] != connected
+    # the job record: failed, naming the node whose agent never connected
+    ended_record(state, code=5, error=message, state_word="failed", nodes=[stalled[5:], connected])
     assert not promises_resume(proc.stderr), proc.stderr
     assert leftovers(target) == []
     assert no_agent_outlived(proc.stderr)  # the stalled agent was stopped with the step
@@ -318,11 +396,16 @@ def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
     stalled, seen through the fault points). One line, exit 130, no 'rerun to resume' (a benchmark
     is run again), and no agent outlives the command."""
     target, faults, env = stalled_agents(tmp_path, *range(NODES))
+    state = tmp_path / "state"
     args = ["bench", "io", "--executor", "slurm", "--nodes", str(NODES), "--target", str(target),
             "--pattern", "shards", *SMALL]  # fmt: skip
     proc = start_storekit(args, env=env)
     try:
         wait_reached(faults, proc, *(f"bench.agent{rank}.connect" for rank in range(NODES)))
+        [running] = bench_jobs(state)  # while the command runs, its record says so
+        assert running["counts"]["running"] == 1 and running["running"] == [
+            {"task": 0, "by": f"pid {proc.pid} on {socket.gethostname()}"}
+        ], running
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=120)
     finally:
@@ -335,3 +418,10 @@ def test_ctrl_c_while_agents_stall_stops_the_step_and_promises_no_resume(
     ]
     assert not promises_resume(err), err
     assert no_agent_outlived(err) and leftovers(target) == []
+    # the job record: cancelled (exit 130), with the same reason, on the step's nodes
+    [job] = bench_jobs(state)
+    nodes = job["submissions"][0]["extra"]["nodes"]
+    assert len(nodes) == NODES
+    ended_record(
+        state, code=130, error=errors[0].removeprefix("error: "), state_word="cancelled", nodes=nodes
+    )
