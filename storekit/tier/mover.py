@@ -137,8 +137,23 @@ def tier_store(tier: TierConfig | Store) -> Store:
     return tier if isinstance(tier, Store) else open_store(tier)
 
 
+def source_root(src: Path | Store, unit_rel: str, what: str) -> Path:
+    """The root of the POSIX tier a unit is moved from (or recalled to), through that tier's store:
+    `unit_rel` must be a plain path inside it (check_rel) and no symlink on its way may lead out of
+    the tier's root. A directory swapped for such a link after the plan was made would otherwise
+    have the move read another tree's files, and then free them (PathEscapeError, exit 2). `src` is
+    the tier's store, or the root directory itself (the store is then opened on it)."""
+    check_rel(unit_rel, what)
+    store = src if isinstance(src, Store) else open_store(TierConfig(name=str(src), url=src.as_uri()))
+    root = store.local_path("")
+    if root is None:
+        raise StorekitError(f"tier {store.name} is not a POSIX tier ({store.display_url})")
+    store.local_path(unit_rel)  # refuses a path that resolves outside the root
+    return Path(root)
+
+
 def archive_unit(
-    src_root: Path,
+    src: Path | Store,
     unit_rel: str,
     dst: TierConfig | Store,
     *,
@@ -152,6 +167,7 @@ def archive_unit(
     """Copy the unit at `src_root/unit_rel` to the archive tier `dst` (at `dst_rel`, default the same
     relative path), verify every byte, commit the manifest, then (if `free_source`) leave a stub and
     free the source. An archive tier that is a POSIX directory takes the drain's way there."""
+    src_root = source_root(src, unit_rel, "archive: unit path")
     store = tier_store(dst)
     if store.tier.scheme == "file":
         return _to_posix(
@@ -163,7 +179,6 @@ def archive_unit(
             f"tier {store.name} ({store.display_url}): units are archived to S3 buckets or POSIX directories"
         )
     to_path = check_rel(dst_rel or unit_rel, f"archive to tier {store.name}: path")
-    check_rel(unit_rel, "archive: unit path")
     dest_url = unit_url(store, to_path)
     journal = UnitJournal(journal_dir, unit_id("archive", str(src_root / unit_rel), dest_url))
 
@@ -178,7 +193,7 @@ def archive_unit(
 
 
 def drain_unit(
-    src_root: Path,
+    src: Path | Store,
     unit_rel: str,
     dst: TierConfig | Store,
     *,
@@ -191,6 +206,7 @@ def drain_unit(
     """Copy the unit to the POSIX tier `dst` (at `dst_rel`, default the same relative path; a temp
     sibling, read back, renamed into place, manifest beside it), then (if `free_source`) stub and
     free the source. `node_local`: the source is on this node's burst tier (see unit_leased)."""
+    src_root = source_root(src, unit_rel, "drain: unit path")
     return _to_posix(
         "drain", src_root, unit_rel, tier_store(dst), journal_dir, free_source, info, dst_rel,
         node_local=node_local,
@@ -629,7 +645,7 @@ def source_of_stub(stub: Stub, site: SiteConfig, *, transfer: TransferConfig | N
 
 
 def recall_unit(
-    root: Path,
+    root: Path | Store,
     unit_rel: str,
     *,
     journal_dir: Path,
@@ -640,7 +656,8 @@ def recall_unit(
 ) -> UnitResult:
     """Bring back the unit whose stub is `root/unit_rel.storekit-stub`, exactly as it was (from
     either end of a chain: a copy that moved on again is recalled to where this stub says first)."""
-    unit = root / check_rel(unit_rel, "recall: unit path")
+    root = source_root(root, unit_rel, "recall: unit path")
+    unit = root / unit_rel
     spath = stub_path(unit)
     journal = UnitJournal(journal_dir, unit_id("recall", str(unit), ""))  # one recall per place
     with unit_leased("recall", unit, journal, node_local=node_local) as resumed:
@@ -749,7 +766,7 @@ def _recall_upstream(
     if depth >= MAX_CHAIN:
         raise StorekitError(f"{stub_path(copy)}: a chain of more than {MAX_CHAIN} stubs (a loop?)")
     recall_unit(
-        tier_root(tier), stub.to_path, journal_dir=journal_dir, site=site, transfer=transfer, depth=depth + 1
+        open_store(tier), stub.to_path, journal_dir=journal_dir, site=site, transfer=transfer, depth=depth + 1
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from storekit.config import SiteConfig
 from storekit.errors import StorekitError, UsageError
 from storekit.ops.s3transfer import tier_bucket_prefix
+from storekit.store import open_store
 from storekit.tier.mover import (
     UnitChanged,
     UnitInfo,
@@ -75,28 +76,28 @@ def move_unit(unit: Any, *, site: SiteConfig) -> UnitResult:
     local = site.tier(unit.dst_tier if unit.action == "recall" else unit.src_tier).role == "burst"
     try:
         if unit.action == "archive":
-            src = tier_root(site.tier(unit.src_tier))
+            src = open_store(site.tier(unit.src_tier))  # paths checked through the tier's store
             dst = site.tier(unit.dst_tier)
             r = archive_unit(
                 src, unit.src_path, dst, journal_dir=journal, free_source=unit.free_source, info=info,
                 dst_rel=unit.dst_path, node_local=local,
             )  # fmt: skip
         elif unit.action == "drain":
-            src = tier_root(site.tier(unit.src_tier))
+            src = open_store(site.tier(unit.src_tier))
             r = drain_unit(
                 src, unit.src_path, site.tier(unit.dst_tier), journal_dir=journal,
                 free_source=unit.free_source, info=info, dst_rel=unit.dst_path, node_local=local,
             )  # fmt: skip
         elif unit.action == "recall":
             r = recall_unit(
-                tier_root(site.tier(unit.dst_tier)), unit.dst_path, journal_dir=journal, site=site,
+                open_store(site.tier(unit.dst_tier)), unit.dst_path, journal_dir=journal, site=site,
                 node_local=local,
             )  # fmt: skip
         elif unit.action == "purge":
             from storekit.tier.purge import purge_unit
 
             r = purge_unit(
-                tier_root(site.tier(unit.src_tier)), unit.src_path, site.tier(unit.dst_tier),
+                open_store(site.tier(unit.src_tier)), unit.src_path, site.tier(unit.dst_tier),
                 journal_dir=journal, dst_rel=unit.dst_path, info=info,
                 verify_max_age_s=getattr(unit, "verify_max_age_s", None),
             )  # fmt: skip

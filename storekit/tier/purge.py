@@ -27,6 +27,7 @@ from storekit.tier.mover import (
     UnitResult,
     free_committed,
     moved_stub,
+    source_root,
     tier_store,
     unit_leased,
 )
@@ -50,7 +51,7 @@ def destination(
 
 
 def purge_unit(
-    src_root: Path,
+    src_root: Path | Store,
     unit_rel: str,
     dst: TierConfig | Store,
     *,
@@ -63,10 +64,9 @@ def purge_unit(
 ) -> UnitResult:
     """Free `src_root/unit_rel` if its copy at `dst_rel` on `dst` is committed, is this unit, and is
     verified (read back now, or within `verify_max_age_s`); NoVerifiedCopy (skipped) otherwise."""
-    src = src_root / unit_rel
+    src = source_root(src_root, unit_rel, "purge: unit path") / unit_rel
     store = tier_store(dst)
     to_path = check_rel(dst_rel or unit_rel, f"purge against tier {store.name}: path")
-    check_rel(unit_rel, "purge: unit path")
     uid = unit_id("purge", str(src), f"{store.name}:{to_path}")
     dest = destination(store, to_path, tag=f"purge-{uid}", transfer=transfer)
     journal = UnitJournal(journal_dir, uid)
