@@ -204,7 +204,7 @@ def tier_command(
         str | None,
         typer.Option(
             "--executor",
-            metavar="NAME",
+            metavar="local|slurm",
             help="Where the units move: local (here, one by one; the default) or slurm (an array: "
             "one task per unit, on any node; not --drain).",
         ),

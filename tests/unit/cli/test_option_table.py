@@ -222,11 +222,13 @@ def test_slurm_options_have_one_spelling_everywhere() -> None:
     for path, opt in options():
         for name in SLURM_NAMES & set(opt.opts):
             commands_with_slurm.setdefault(path, set()).add(name)
-    # jobs rerun retries a prepare with a longer limit or another partition (no account: the array's)
+    # jobs rerun retries a prepare with a longer limit or another partition (no account: the array's);
+    # a tier job's account comes from the config's [slurm] table
     assert commands_with_slurm == {
         "prepare dataset": SLURM_NAMES,
         "bench io": SLURM_NAMES,
         "jobs rerun": {"--slurm-partition", "--slurm-time"},
+        "tier": {"--slurm-partition", "--slurm-time"},
     }
 
 
