@@ -6,10 +6,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from storekit.config import SiteConfig, load_config
 from storekit.layout.init import apply_init, plan_init
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
+from tests.unit.tier.helpers import make_unit
 
 DAY = 86400.0
 CONFIG = """\
@@ -67,3 +70,15 @@ def tree_state(root: Path) -> dict[str, tuple[bytes | None, int, int, int]]:
             data = p.read_bytes() if p.is_file() and not p.is_symlink() else None
             out[str(p.relative_to(root))] = (data, st.st_mode, st.st_mtime_ns, st.st_ino)
     return out
+
+
+UNIT = "checkpoints/run_001/step_100"
+
+
+@pytest.fixture
+def tiers(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """burst (one unit at UNIT), an empty parallel tier, and where the journal goes."""
+    burst, parallel, journal = tmp_path / "burst", tmp_path / "parallel", tmp_path / "journal"
+    make_unit(burst / UNIT, seed=1)
+    parallel.mkdir()
+    return burst, parallel, journal

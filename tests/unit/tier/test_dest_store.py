@@ -11,17 +11,9 @@ import pytest
 from storekit.errors import ExitCode, PathEscapeError, StorekitError
 from storekit.store import PosixStore, open_store
 from storekit.tier.mover import drain_unit
-from tests.unit.tier.helpers import make_unit, posix_site, snapshot, unfinished
+from tests.unit.tier.helpers import posix_site, snapshot, unfinished
 
 UNIT = "checkpoints/run_001/step_100"
-
-
-@pytest.fixture
-def tiers(tmp_path: Path) -> tuple[Path, Path, Path]:
-    burst, parallel, journal = tmp_path / "burst", tmp_path / "parallel", tmp_path / "journal"
-    make_unit(burst / UNIT, seed=1)
-    parallel.mkdir()
-    return burst, parallel, journal
 
 
 def test_a_drain_uses_the_capabilities_of_the_store_it_is_given(tiers: tuple[Path, Path, Path]) -> None:

@@ -20,14 +20,6 @@ from tests.unit.tier.helpers import leftovers, make_unit, posix_site, snapshot, 
 UNIT = "checkpoints/run_001/step_100"
 
 
-@pytest.fixture
-def tiers(tmp_path: Path) -> tuple[Path, Path, Path]:
-    burst, parallel, journal = tmp_path / "burst", tmp_path / "parallel", tmp_path / "journal"
-    make_unit(burst / UNIT, seed=1)
-    parallel.mkdir()
-    return burst, parallel, journal
-
-
 def _site(tiers: tuple[Path, Path, Path]) -> SiteConfig:
     return posix_site(tiers[0], tiers[1])
 

@@ -20,7 +20,7 @@ UNIT = "checkpoints/run_001/step_100"
 
 
 @pytest.fixture
-def tiers(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+def linked_tiers(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     """burst (its checkpoints/ a symlink to `elsewhere`, which holds a unit at the same path), parallel,
     journal, elsewhere."""
     burst, parallel, journal, elsewhere = (
@@ -35,9 +35,9 @@ def tiers(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
 
 @pytest.mark.parametrize("given", ["store", "root"])
 def test_a_unit_behind_a_symlink_out_of_its_tier_is_neither_copied_nor_freed(
-    tiers: tuple[Path, Path, Path, Path], given: str
+    linked_tiers: tuple[Path, Path, Path, Path], given: str
 ) -> None:
-    burst, parallel, journal, elsewhere = tiers
+    burst, parallel, journal, elsewhere = linked_tiers
     before = snapshot(elsewhere)
     site = posix_site(burst, parallel)
     src = open_store(site.tier("burst")) if given == "store" else burst
@@ -49,9 +49,11 @@ def test_a_unit_behind_a_symlink_out_of_its_tier_is_neither_copied_nor_freed(
     assert not journal.exists() or unfinished(journal) == []
 
 
-def test_a_purge_behind_a_symlink_out_of_its_tier_frees_nothing(tiers: tuple[Path, Path, Path, Path]) -> None:
+def test_a_purge_behind_a_symlink_out_of_its_tier_frees_nothing(
+    linked_tiers: tuple[Path, Path, Path, Path],
+) -> None:
     """Even with a committed copy of those very bytes on the other tier, the purge names the escape."""
-    burst, parallel, journal, elsewhere = tiers
+    burst, parallel, journal, elsewhere = linked_tiers
     real = burst.parent / "real-burst"
     shutil.copytree(elsewhere, real / "checkpoints")
     site = posix_site(real, parallel)
