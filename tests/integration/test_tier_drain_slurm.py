@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -185,6 +186,24 @@ def test_a_node_whose_drain_fails_fails_the_job_naming_it_and_the_other_drains(
     assert failure["error"] == outcome[bad]["error"] and failure["exit_code"] == 1
     assert job["result"]["exit_code"] == 1
     assert {n["node"]: n["state"] for n in job["result"]["nodes"]} == {good: "done", bad: "failed"}
+
+
+def test_a_node_killed_before_it_records_is_failed_by_the_launcher(
+    site_dir: Path, nodes: dict[str, list[str]]
+) -> None:
+    """SIGKILL at `tier.drain-node` on every node: no node leaves a record; the launcher records
+    each failed with why (srun's exit and last line), and nothing moved."""
+    ours = nodes[PARTITION][:2]
+    before = snapshots(site_dir, ours)
+    code, doc, err = tier(site_dir, env={"STOREKIT_FAULTS": "tier.drain-node=kill"})
+    assert code == doc["exit_code"] == 1, err
+    for node in doc["nodes"]:
+        assert (node["state"], node["exit_code"], node["report"]) == ("failed", 1, None)
+        # named from squeue when it showed the step while it ran, else "?"
+        assert re.fullmatch(r"node (sk-node\d+|\?): no record from its drain \(srun failed .*", node["error"])
+    assert snapshots(site_dir, ours) == before
+    job = jobs_status(site_dir, doc["work_dir"])
+    assert (job["states"]["failed"], job["result"]["exit_code"]) == ("0-1", 1)
 
 
 def test_dry_run_writes_nothing_and_starts_nothing(site_dir: Path) -> None:
