@@ -48,7 +48,7 @@ class DrainLaunch:
         argv = self.argv(str(record.path))
         info(f"draining {opts.nodes} nodes: {' '.join(self.executor.step_command(opts, argv))}")
         step = self.executor.step(opts, argv, {}, record.step_seen)
-        return record, record.run(step, info)
+        return record, record.run(step)
 
 
 def drain_launch(

@@ -34,7 +34,7 @@ import secrets
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ class DrainRecord:
         sub = Submission(executor=EXECUTOR, job_id=step.job_id, submitted=time.time(), extra=extra)
         self.work.record_submission(sub)
 
-    def run(self, step: Step, info: Callable[[str], None]) -> list[dict[str, Any]]:
+    def run(self, step: Step) -> list[dict[str, Any]]:
         """Wait for the step; every node's outcome, in task order. Ctrl-C (or SIGTERM) stops the
         step: the nodes' drains are interrupted (each records itself cancelled, its journals kept),
         a node that left no record is recorded cancelled, and Interrupted (exit 130) is raised."""
