@@ -292,8 +292,29 @@ def file_url_spelled(url: str) -> str:
     return slash + path if host in ("", "localhost") else rest
 
 
+_ENV_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(url: str, source: str, key: str) -> str:
+    """`${NAME}` (or `${NAME:-default}`) in a tier URL replaced by that environment variable: a
+    node-local tier kept per node on one shared file system (`/scratch/${SLURMD_NODENAME}/nvme`).
+    An unset NAME without a default is a config error naming the key; a bare `$` stays as written."""
+
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = os.environ.get(name) or default
+        if found is None:
+            problem = f"${{{name}}} is not set (write ${{{name}:-DEFAULT}} for a default)"
+            raise ConfigError(source, key, problem)
+        return found
+
+    return _ENV_REF_RE.sub(value, url)
+
+
 def normalise_url(url: str, source: str, key: str, base_dir: Path) -> str:
-    """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays."""
+    """`/abs`, `./rel` (relative to the config file) and `file://` become `file:///abs`; `s3://` stays.
+    `${NAME}` is taken from the environment first (expand_env)."""
+    url = expand_env(url, source, key) if "${" in url else url
     if not url:
         raise ConfigError(source, key, "expected a URL such as file:///lustre/storage or s3://bucket/prefix")
     if url_has_credentials(url):

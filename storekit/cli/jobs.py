@@ -161,6 +161,8 @@ def status_command(
                                   markup=False, soft_wrap=True)  # fmt: skip
             if st.result is not None and st.result.get("document"):
                 console.print(f"  result: {st.result['document']}", markup=False, soft_wrap=True)
+            for line in _node_lines(st.result or {}):  # a drain on every node: each node's outcome
+                console.print(f"  {line}", markup=False, soft_wrap=True)
             if st.failures:
                 rows = _failure_rows(st.states["failed"], st.failures, each=per_task)
                 if not console.is_terminal:  # a pipe: one whole line per row, paths never cut
@@ -175,6 +177,24 @@ def status_command(
 
     docs = [{**st.to_dict(), "slurm": view} for st, view in zip(statuses, slurm_views, strict=True)]
     out.result("jobs status", {"jobs": docs}, human)
+
+
+def _node_lines(result: dict[str, Any]) -> list[str]:
+    from storekit.units import format_bytes
+
+    lines = []
+    for node in result.get("nodes") or []:
+        if not isinstance(node, dict) or "state" not in node:
+            continue  # bench io's result names its nodes only
+        code = f", exit {node['exit_code']}" if node.get("exit_code") else ""
+        lines.append(
+            f"node {node.get('node') or '?'}: {node['state']}{code}: {node['units_moved']} units moved "
+            f"({format_bytes(node['bytes_moved'])}), {node['units_skipped']} skipped, "
+            f"{node['units_failed']} failed"
+        )
+    if lines and result.get("exit_code") is not None:
+        lines.append(f"exit code {result['exit_code']}")
+    return lines
 
 
 def _failure_rows(failed: list[int], failures: dict[int, Any], *, each: bool) -> list[tuple[str, ...]]:

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup, TyperOption
 
+from storekit import faults
 from storekit.cli import tier_audit
 from storekit.cli.common import (
     CommandContext,
@@ -205,8 +206,17 @@ def tier_command(
         typer.Option(
             "--executor",
             metavar="local|slurm",
-            help="Where the units move: local (here, one by one; the default) or slurm (an array: "
-            "one task per unit, on any node; not --drain).",
+            help="Where the units move: local (here, one by one; the default) or slurm (an "
+            "archive, recall or purge: an array, one task per unit, on any node; --drain: one "
+            "drain on each of --nodes nodes, a job step).",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            "--nodes",
+            metavar="N",
+            help="--drain --executor slurm: drain N nodes (default inside an allocation: its nodes).",
         ),
     ] = None,
     slurm_partition: Annotated[
@@ -215,7 +225,19 @@ def tier_command(
     ] = None,
     slurm_time: Annotated[
         str | None,
-        typer.Option("--slurm-time", metavar="TIME", help="Time limit per array element (--executor slurm)."),
+        typer.Option(
+            "--slurm-time",
+            metavar="TIME",
+            help="Time limit per array element or drain step (--executor slurm).",
+        ),
+    ] = None,
+    slurm_account: Annotated[
+        str | None,
+        typer.Option("--slurm-account", metavar="NAME", help="Slurm account of the drain step (--drain)."),
+    ] = None,
+    node_record: Annotated[
+        str | None,
+        typer.Option("--node-record", metavar="DIR", hidden=True, help="Set by --drain --executor slurm."),
     ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -234,11 +256,12 @@ def tier_command(
     copied. Incomplete and in-progress checkpoints are never moved.
 
     Policies are [policies.NAME] tables in storekit.toml or the layout (README: Tiering).
-    The burst tier is node-local: run the drain on every node, e.g.
-    `srun --ntasks-per-node=1 storekit tier --drain`, or from a Slurm epilog.
-    An archive, recall or purge can run as a Slurm array (--executor slurm): each
-    unit is a task; `storekit jobs status` shows the job, `storekit jobs rerun`
-    runs the units that failed or were cut short again.
+    The burst tier is node-local: a drain runs on the node that holds it, alone
+    or from a Slurm epilog. --drain --executor slurm --nodes N drains N nodes at
+    once as one job step (one drain per node); `storekit jobs status` shows each
+    node's outcome. An archive, recall or purge can run as a Slurm array
+    (--executor slurm): each unit is a task; `storekit jobs status` shows the job,
+    `storekit jobs rerun` runs the units that failed or were cut short again.
 
     \b
     Examples:
@@ -247,30 +270,78 @@ def tier_command(
       storekit tier --apply plan.json --json
       storekit tier --archive old-runs --executor slurm --slurm-time 4:00:00
       storekit tier --drain
+      storekit tier --drain --executor slurm --nodes 2 --slurm-time 30
       storekit tier --recall checkpoints/run_001/step_000100 --dry-run
       storekit tier --policy purge-archived --dry-run --json
     """
     if ctx.invoked_subcommand is not None:
         return
-    run = _Run(executor, slurm_partition, slurm_time)
-    with one_line_storage_errors():
-        _tier(archive, drain, recall, policy, apply, plan_out, tier, dry_run, json_out, quiet, config, run)
+    run = _Run(executor, slurm_partition, slurm_time, nodes=nodes, account=slurm_account)
+    if node_record is not None:  # this node's drain, as a task of a drain on every node
+        run.node = _node_record(node_record, drain, policy, run)
+    try:
+        if run.node is not None:
+            faults.point("tier.drain-node")  # a node's drain, before anything (tests stop it here)
+        with one_line_storage_errors():
+            _tier(archive, drain, recall, policy, apply, plan_out, tier, dry_run, json_out, quiet, config,
+                  run)  # fmt: skip
+    except typer.Exit:
+        raise  # the node's report is recorded already (_run)
+    except BaseException as exc:
+        if run.node is not None:
+            run.node.stopped(exc)
+        raise
+
+
+def _node_record(path: str, drain: str | None, policy: str | None, run: _Run) -> Any:
+    if (drain is None and policy is None) or run.given():
+        raise UsageError("--node-record is given by `tier --drain --executor slurm` to each node's drain")
+    from storekit.tier.drainjob import NodeRecord
+
+    return NodeRecord(path)
 
 
 class _Run:
     """Where the units move (`--executor` and its `--slurm-*` options), looked up once needed."""
 
-    def __init__(self, executor: str | None, partition: str | None, time_limit: str | None) -> None:
+    def __init__(
+        self,
+        executor: str | None,
+        partition: str | None,
+        time_limit: str | None,
+        *,
+        nodes: int | None = None,
+        account: str | None = None,
+    ) -> None:
         self.executor, self.partition, self.time_limit = executor, partition, time_limit
+        self.nodes, self.account = nodes, account
+        self.node: Any = None  # tier.drainjob.NodeRecord: this drain is a node's task of a job
 
     def given(self) -> bool:
-        return self.executor is not None or self.partition is not None or self.time_limit is not None
+        return any(v is not None for v in (self.executor, self.partition, self.time_limit, *self.step_only()))
+
+    def step_only(self) -> tuple[int | str | None, ...]:
+        """The options only a drain on every node takes."""
+        return self.nodes, self.account
+
+    def drain_step(self, site: SiteConfig, config: str | None, what: list[str]) -> Any:
+        """The drain on every node `--executor` asks for (cli/tier_drain.py), or None: here."""
+        if not self.given():
+            return None
+        from storekit.cli.tier_drain import drain_launch
+
+        return drain_launch(
+            site, config, executor=self.executor, nodes=self.nodes, partition=self.partition,
+            time_limit=self.time_limit, account=self.account, what=what,
+        )  # fmt: skip
 
     def job_executor(self, site: SiteConfig, config: str | None, plan: TierPlan) -> Any:
         """None for a run in this process; else the executor the plan's units run on as a job.
         Nothing given: the local run as ever, without importing the job layer (an epilog's drain)."""
         if not self.given():
             return None
+        if any(v is not None for v in self.step_only()):
+            raise UsageError("--nodes, --slurm-account: for a drain on every node (--drain --executor slurm)")
         from storekit.cli.tier_job import job_executor
 
         chosen = job_executor(
@@ -278,10 +349,10 @@ class _Run:
         )
         if chosen is not None and plan.action == "drain":
             raise UsageError(
-                f"--drain runs on the node that holds the burst tier, not as a job "
+                f"--apply: a drain plan is carried out on the node that made it, not as a job "
                 f"(--executor {self.executor})",
-                hint="run it on every node (srun --ntasks-per-node=1 storekit tier --drain, "
-                "or the Slurm epilog)",
+                hint="storekit tier --drain --executor slurm --nodes N drains every node, each "
+                "planning its own",
             )
         return chosen
 
@@ -321,6 +392,14 @@ def _tier(
         return
     action, value = chosen[0] if chosen else ("", None)
     request = _request(site, action or "", value, policy, tier)
+    if run.node is not None and request.policy.action != "drain":
+        raise UsageError("--node-record: a drain only")
+    if request.policy.action == "drain" and run.node is None:
+        what = [f"--drain={value}"] if policy is None else ["--policy", policy]
+        launch = run.drain_step(site, config, [*what, *(["--tier", tier] if tier else [])])
+        if launch is not None:
+            _drain_nodes(out, site, launch, dry_run)
+            return
     finished = _finish_interrupted(out, site) if not dry_run and plan_out is None else []
     plan = build_plan(site, request)
     doc = plan.to_dict()
@@ -340,7 +419,7 @@ def _tier(
             write_file_atomic(plan_out, data)
         out.result("tier", {**doc, "plan_out": plan_out}, lambda c: _plan_written(c, doc, plan_out))
         return
-    _run(out, site, plan, doc, executor)
+    _run(out, site, plan, doc, executor, run.node)
 
 
 def _plan_written(console: Console, doc: dict[str, Any], path: str) -> None:
@@ -415,8 +494,11 @@ def _finish_interrupted(out: Any, site: SiteConfig) -> list[str]:
     return done
 
 
-def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any], executor: Any = None) -> None:
-    """Move the plan's units here (`executor` None), or as a job on `executor` (tier_job.py)."""
+def _run(
+    out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any], executor: Any = None, node: Any = None
+) -> None:
+    """Move the plan's units here (`executor` None), or as a job on `executor` (tier_job.py);
+    `node`: this run is a node's task of a drain on every node, its report recorded there."""
     total = len(plan.units)
 
     def log(r: UnitResult) -> None:  # one line per unit on stderr: Slurm logs show how far a drain got
@@ -434,6 +516,10 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any], execut
         results = apply_plan(plan, site, on_unit=log) if plan.units else []
     code = exit_code_of(results)
     full = {**doc, "dry_run": False, "results": [r.to_dict() for r in results], "exit_code": code}
+    bad = [r for r in results if r.status == "failed"]
+    first = f"the first: {bad[0].action} {bad[0].path}: {bad[0].reason}" if bad else ""
+    if node is not None:
+        node.drained(full, code, f"{len(bad)} of {len(results)} move(s) failed, {first}")
 
     logged = bool(done) and not out.quiet and not out.json_mode and _same_place(1, 2)
 
@@ -446,9 +532,60 @@ def _run(out: Any, site: SiteConfig, plan: TierPlan, doc: dict[str, Any], execut
 
     out.result("tier", full, human)
     if code:
-        bad = [r for r in results if r.status == "failed"]
-        out.failed(
-            code,
-            f"{len(bad)} of {len(results)} move(s) failed, "
-            f"the first: {bad[0].action} {bad[0].path}: {bad[0].reason}",
+        out.failed(code, f"{len(bad)} of {len(results)} move(s) failed, {first}")
+
+
+def _drain_nodes(out: Any, site: SiteConfig, launch: Any, dry_run: bool) -> None:
+    """A drain on every node (cli/tier_drain.py): each node's plan and units, as a local drain
+    reports its own; exit 0 when every node drained, else the first failed node's code."""
+    if dry_run:
+        doc = launch.dry_run_doc()
+        line = f"would run on {doc['nodes']} nodes (each drains its own burst tier): {' '.join(doc['srun'])}"
+        out.result("tier", doc, lambda c: c.print(line, markup=False, soft_wrap=True))
+        return
+    from storekit.tier.drainjob import job_exit_code
+
+    record, outcomes = launch.run(site, out.info)
+    code = job_exit_code(outcomes) or 0
+    step = next((s for s in record.work.submissions() if s.extra.get("role") == "step"), None)
+    results = [{**r, "node": o["node"]} for o in outcomes for r in (o["report"] or {}).get("results", [])]
+    doc = {
+        "action": "drain",
+        "dry_run": False,
+        "executor": launch.executor.name,
+        "work_dir": str(record.path),
+        "slurm_job_id": step.job_id if step else None,
+        "step_id": step.extra.get("step_id") if step else None,
+        "nodes": outcomes,
+        "results": results,
+        "exit_code": code,
+    }
+
+    def human(console: Console) -> None:
+        for o in outcomes:
+            said = f": exit {o['exit_code']}: {o.get('error')}" if o["state"] != "done" else ""
+            console.print(f"node {o['node']}: {o['state']}{said}", markup=False, soft_wrap=True)
+            report = o["report"]
+            if report and report.get("policy"):
+                _show_plan(console, report, "  plan:")
+                units = [_unit_result(r) for r in report.get("results", [])]
+                _show_results(console, units, False)
+        moved = sum(o["units_moved"] for o in outcomes)
+        total = sum(o["bytes_moved"] for o in outcomes)
+        drained = sum(o["state"] == "done" for o in outcomes)
+        console.print(
+            f"{drained} of {len(outcomes)} nodes drained: {moved} units moved ({format_bytes(total)}); "
+            f"record: {record.path}",
+            markup=False,
+            soft_wrap=True,
         )
+
+    out.result("tier", doc, human)
+    if code:
+        bad = [o for o in outcomes if o["exit_code"]]
+        failed = f"the drain failed on {len(bad)} of {len(outcomes)} nodes, the first: {bad[0]['error']}"
+        out.failed(code, failed)
+
+
+def _unit_result(doc: dict[str, Any]) -> UnitResult:
+    return UnitResult(**{**doc, "not_owned": tuple(doc.get("not_owned", ()))})

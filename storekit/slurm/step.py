@@ -38,6 +38,9 @@ class StepOptions:
     time_limit: str | None = None
     account: str | None = None
     job_name: str = "storekit"
+    # srun stops every process once one exits non-zero (a gang is useless without a member); a step
+    # of independent per-node runs (a drain on every node) lets the others finish
+    kill_on_bad_exit: bool = True
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def unique_name(job_name: str) -> str:
 def srun_command(opts: StepOptions, argv: Sequence[str]) -> list[str]:
     """The srun line that starts `argv` once on each of `opts.nodes` nodes."""
     line = ["srun", f"--nodes={opts.nodes}", f"--ntasks={opts.nodes}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1", f"--job-name={opts.job_name}"]  # fmt: skip
+            f"--kill-on-bad-exit={int(opts.kill_on_bad_exit)}", f"--job-name={opts.job_name}"]  # fmt: skip
     line += [f"--cpus-per-task={opts.cpus_per_task}"] if opts.cpus_per_task else []
     if not in_allocation():
         line += [f"--partition={opts.partition}"] if opts.partition else []

@@ -12,9 +12,9 @@ source was freed (the unit journal is looked up before the unit is checked again
 
 The work dir stays after the run: it is the job's record (`storekit jobs status`), reclaimed by
 `layout clean` once idle past the scratch area's TTL, as a prepare work dir is. A drain never
-runs as a job: the burst tier is node-local and an array element lands on whatever node Slurm
-picks, so a drain stays one run per node (srun --ntasks-per-node=1, or the Slurm epilog), and a
-plan made for a node-local tier only applies on the node that made it (tier.plan._check_fresh).
+runs as this job: the burst tier is node-local and an array element lands on whatever node Slurm
+picks, and a plan made for a node-local tier only applies on the node that made it
+(tier.plan._check_fresh); a drain on every node is a job step instead (storekit/tier/drainjob.py).
 """
 
 from __future__ import annotations
@@ -47,6 +47,14 @@ def job_dir_for(site: SiteConfig, plan_bytes: bytes, action: str) -> Path:
     shared = _shared_tier(site)
     scratch = tier_root(shared) / "scratch"
     return scratch / f"{WORK_DIR_PREFIX}{action}-{xxhash.xxh3_64_hexdigest(plan_bytes)[:12]}"
+
+
+def shared_scratch(site: SiteConfig) -> Path:
+    """scratch/ of the shared POSIX tier, made as its layout makes it if missing: where tier jobs'
+    work dirs go (a drain on every node's too: storekit/tier/drainjob.py)."""
+    scratch = tier_root(_shared_tier(site)) / "scratch"
+    _make_scratch(site, scratch)
+    return scratch
 
 
 def _shared_tier(site: SiteConfig) -> Any:

@@ -212,3 +212,19 @@ url = "s3://other/storage"
     assert set_.retry.budget_s == 600.0 and set_.retry.max_delay_s == ARCHIVE_TRANSFER.retry.max_delay_s
     assert set_.sign_payload is False and set_.min_part_size == ARCHIVE_TRANSFER.min_part_size
     assert tier_transfer(cfg.tiers["plain"]) == ARCHIVE_TRANSFER
+
+
+def test_a_tier_url_takes_environment_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`${NAME}` (a node's own burst dir on a shared file system), `${NAME:-default}`; an unset
+    NAME without a default is exit 2 naming the key; a bare `$` stays as written."""
+    text = b'[tiers.b]\nurl = "./burst/${NODE_X}"\n[tiers.c]\nurl = "./c/${NODE_Y:-login}/$HOME"\n'
+    monkeypatch.setenv("NODE_X", "sk-node3")
+    monkeypatch.delenv("NODE_Y", raising=False)
+    cfg = parse_config(text, source="site.toml", base_dir=tmp_path)
+    assert cfg.tiers["b"].local_root == str(tmp_path / "burst/sk-node3")
+    assert cfg.tiers["c"].local_root == str(tmp_path / "c/login/$HOME")
+    monkeypatch.delenv("NODE_X")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="site.toml", base_dir=tmp_path)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert "tiers.b.url" in info.value.message and "${NODE_X} is not set" in info.value.message

@@ -41,7 +41,11 @@ def site_dir(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (("--drain", "--executor", "slurm"), "--drain runs on the node that holds the burst tier"),
+        (("--drain", "--executor", "slurm"), "needs --nodes N outside an sbatch/salloc allocation"),
+        (("--drain", "--nodes", "2"), "--nodes and --slurm-* need --executor slurm, not local"),
+        (("--drain", "--executor", "slurm", "--nodes", "0"), "--nodes 0: expected a number of nodes above 0"),
+        (("--archive", "old-runs", "--executor", "slurm", "--nodes", "2"), "for a drain on every node"),
+        (("--drain", "--node-record", "x", "--executor", "slurm"), "--node-record is given by"),
         (("--archive", "old-runs", "--executor", "nope"), "--executor 'nope': expected local or slurm"),
         (
             ("--archive", "old-runs", "--executor", "slurm", "--plan-out", "p.json"),
