@@ -187,6 +187,16 @@ RETRYABLE_CODES = frozenset(
 )
 
 
+def failure_of(exc: BaseException) -> tuple[str, int]:
+    """What a job record says of a task or run that ended with `exc`: its one-line message and exit
+    code (storekit's own error as it is; a stop is exit 130; anything else names its type, exit 1)."""
+    if isinstance(exc, StorekitError):
+        return exc.message, int(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", int(ExitCode.INTERRUPTED)
+    return f"{type(exc).__name__}: {exc}", int(ExitCode.ERROR)
+
+
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
     """`exc`, then its causes/contexts (at most 10): libraries wrap the error that tells what happened."""
     seen = 0

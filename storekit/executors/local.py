@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from storekit import faults
-from storekit.errors import ExitCode, Interrupted, StorekitError, UsageError
+from storekit.errors import ExitCode, Interrupted, StorekitError, UsageError, failure_of
 from storekit.executors.base import DoneFn, Job, ProgressFn, RunReport, SkipFn, Stopped
 from storekit.interrupts import signals_deferred
 
@@ -233,10 +233,7 @@ def _wait_through_signals(ends: Sequence[threading.Event]) -> None:
 def _record_failure(job: Job, index: int | None, exc: BaseException, log: str | None) -> None:
     if index is None or index < 0 or isinstance(exc, KeyboardInterrupt):
         return
-    if isinstance(exc, StorekitError):
-        message, code = exc.message, int(exc.exit_code)
-    else:
-        message, code = f"{type(exc).__name__}: {exc}", int(ExitCode.ERROR)
+    message, code = failure_of(exc)
     with contextlib.suppress(Exception):  # the task's own error is what the caller must see
         job.dir.record_failure(index, message, exit_code=code, log=log)
 

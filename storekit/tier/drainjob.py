@@ -40,7 +40,7 @@ from typing import Any
 
 from storekit import faults
 from storekit.config import SiteConfig
-from storekit.errors import ExitCode, Interrupted, StorekitError, UsageError
+from storekit.errors import ExitCode, Interrupted, UsageError, failure_of
 from storekit.jobdir import DONE, JobDir, Submission, remove_path
 from storekit.slurm.step import Step, StepInfo
 from storekit.tier.job import shared_scratch
@@ -168,12 +168,7 @@ class NodeRecord:
         """The drain stopped before its report: failed (the error) or cancelled (exit 130)."""
         if self.written:
             return
-        if isinstance(exc, StorekitError):
-            message, code = exc.message, int(exc.exit_code)
-        elif isinstance(exc, KeyboardInterrupt):
-            message, code = "interrupted", int(ExitCode.INTERRUPTED)
-        else:
-            message, code = f"{type(exc).__name__}: {exc}", int(ExitCode.ERROR)
+        message, code = failure_of(exc)
         state = "cancelled" if code == ExitCode.INTERRUPTED else "failed"
         with contextlib.suppress(Exception):  # the drain's own error is what its log must show
             self._failure(f"node {self.node}: {message}", code, state, None)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from storekit.bench.kinds import BENCH_IO, WORK_DIR_PREFIX
-from storekit.errors import ExitCode, StorekitError, UsageError
+from storekit.errors import ExitCode, UsageError, failure_of
 from storekit.jobdir import JobDir, Submission, part_digest
 from storekit.slurm.step import StepInfo
 from storekit.trusted_dirs import state_dir
@@ -87,12 +87,7 @@ class BenchRecord:
 
     def ended(self, exc: BaseException) -> None:
         """The run stopped: failed (the error, which names the node) or cancelled (exit 130)."""
-        if isinstance(exc, StorekitError):
-            message, code = exc.message, int(exc.exit_code)
-        elif isinstance(exc, KeyboardInterrupt):
-            message, code = "interrupted", int(ExitCode.INTERRUPTED)
-        else:
-            message, code = f"{type(exc).__name__}: {exc}", int(ExitCode.ERROR)
+        message, code = failure_of(exc)
         state = "cancelled" if code == ExitCode.INTERRUPTED else "failed"
         self.work.record_failure(0, message, exit_code=code, extra={"state": state})
         self.work.remove_temps(own=True)
