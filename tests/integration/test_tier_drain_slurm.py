@@ -16,7 +16,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from storekit.layout.init import apply_init, plan_init
 from storekit.layout.spec import load_layout
 from storekit.store import open_store
 from storekit.tier.stubfile import read_stub, stub_path
-from tests.conftest import run_storekit, start_storekit
+from tests.conftest import run_storekit, start_storekit, wait_reached
 from tests.unit.tier.conftest import dcp_unit, tree_state
 from tests.unit.tier.helpers import snapshot, unfinished
 
@@ -234,10 +233,7 @@ def test_ctrl_c_cancels_the_step_and_the_record_says_cancelled(
         cwd=site_dir, env=env,
     )  # fmt: skip
     try:
-        reached = faults / "tier.drain-node.reached"
-        while not reached.exists() and proc.poll() is None:  # an event: a node's drain is held
-            time.sleep(0.05)
-        assert proc.poll() is None, proc.communicate()
+        wait_reached(faults, proc, "tier.drain-node")  # a node's drain is held there
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
