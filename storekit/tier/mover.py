@@ -231,7 +231,6 @@ def _to_posix(
     node_local: bool = False,
 ) -> UnitResult:
     to_path = check_rel(dst_rel or unit_rel, f"{action} to tier {store.name}: path")
-    check_rel(unit_rel, f"{action}: unit path")
     if store.local_path("") is None:
         raise StorekitError(f"tier {store.name} is not a POSIX tier ({store.display_url})")
     here = PosixDestination(store, to_path, temp_tag="")  # paths only: nothing is written here
